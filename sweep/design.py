@@ -1,0 +1,171 @@
+"""Designs (the levers a capacity planner chooses) and their array form for the engine."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import NamedTuple
+
+import numpy as np
+
+from .hardware import (DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_COMPUTE_EFFICIENCY,
+                       DEFAULT_PASS_OVERHEAD_MS, GPU, get_gpu)
+from .memory import DEFAULT_OVERHEAD_FRACTION, memory_budget
+from .models import Model, get_model
+from .rng import acceptance_threshold
+from .timing import TimingParams, timing_params
+
+BATCHING = ("one_at_a_time", "static", "continuous")
+KV_CACHE = ("contiguous", "paged")
+GPUS = (1, 2, 4, 8)
+WEIGHT_BITS = (16, 8, 4)
+KV_BITS = (16, 8)
+MAX_DRAFT_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class Design:
+    """One serving design. ``gpu`` and ``model`` are catalog names (or objects)."""
+
+    gpu: str | GPU = "H100-SXM"
+    model: str | Model = "Llama-3-8B"
+    batching: str = "continuous"
+    max_batch: int = 256  # seats: sequences decoded together at most
+    kv_cache: str = "paged"
+    block_size: int = 16  # tokens per KV block under the paged cache
+    max_seq_len: int | None = None  # contiguous reservation per sequence; None: model's context
+    gpus: int = 1  # tensor-parallel degree of the replica
+    weight_bits: int = 16
+    kv_bits: int = 16
+    draft_tokens: int = 0  # speculative draft length k (0 = off)
+    acceptance: float = 0.7  # per-token acceptance probability of a drafted token
+    draft_cost: float = 0.1  # cost per drafted token, as a fraction of a target decode pass
+    compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY
+    bandwidth_efficiency: float = DEFAULT_BANDWIDTH_EFFICIENCY
+    overhead_ms: float = DEFAULT_PASS_OVERHEAD_MS
+    memory_overhead_fraction: float = DEFAULT_OVERHEAD_FRACTION
+    price_per_gpu_hour: float | None = None  # None: the catalog's price
+
+    @property
+    def gpu_spec(self) -> GPU:
+        return self.gpu if isinstance(self.gpu, GPU) else get_gpu(self.gpu)
+
+    @property
+    def model_spec(self) -> Model:
+        return self.model if isinstance(self.model, Model) else get_model(self.model)
+
+    @property
+    def seats(self) -> int:
+        return 1 if self.batching == "one_at_a_time" else self.max_batch
+
+    @property
+    def block_tokens(self) -> int:
+        """Allocation unit: a block under paging; a whole maximum-length sequence if contiguous."""
+        if self.kv_cache == "paged":
+            return self.block_size
+        return self.max_seq_len or self.model_spec.max_context
+
+    def validate(self) -> None:
+        def allowed(key, value, options):
+            if value not in options:
+                raise ValueError(f"levers.{key}: {value!r} is not allowed; allowed: "
+                                 f"{', '.join(map(str, options))}")
+
+        def number(key, value, lo, hi, lo_open=False):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and math.isfinite(value) and (value > lo if lo_open else value >= lo) and value <= hi
+            if not ok:
+                raise ValueError(f"levers.{key}: must be a number in {'(' if lo_open else '['}"
+                                 f"{lo}, {hi}], got {value!r}")
+
+        def integer(key, value, lo, hi):
+            if not (isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi):
+                raise ValueError(f"levers.{key}: must be an integer in [{lo}, {hi}], got {value!r}")
+
+        gpu, model = self.gpu_spec, self.model_spec
+        allowed("batching", self.batching, BATCHING)
+        allowed("kv_cache", self.kv_cache, KV_CACHE)
+        allowed("gpus", self.gpus, GPUS)
+        allowed("weight_bits", self.weight_bits, WEIGHT_BITS)
+        allowed("kv_bits", self.kv_bits, KV_BITS)
+        integer("max_batch", self.max_batch, 1, 4096)
+        integer("block_size", self.block_size, 1, 4096)
+        integer("draft_tokens", self.draft_tokens, 0, MAX_DRAFT_TOKENS)
+        number("acceptance", self.acceptance, 0.0, 1.0)
+        number("draft_cost", self.draft_cost, 0.0, 10.0)
+        number("compute_efficiency", self.compute_efficiency, 0.0, 1.0, lo_open=True)
+        number("bandwidth_efficiency", self.bandwidth_efficiency, 0.0, 1.0, lo_open=True)
+        number("overhead_ms", self.overhead_ms, 0.0, 1e4)
+        number("memory_overhead_fraction", self.memory_overhead_fraction, 0.0, 0.99)
+        if self.max_seq_len is not None:
+            integer("max_seq_len", self.max_seq_len, 2, model.max_context)
+        if self.price_per_gpu_hour is not None:
+            number("price_per_gpu_hour", self.price_per_gpu_hour, 0.0, 1e6)
+        if self.gpus > 1 and gpu.interconnect_gbs <= 0:
+            raise ValueError(f"levers.gpus: {gpu.name} has no tensor-parallel interconnect; "
+                             "allowed: 1")
+        budget = self.budget()
+        if not budget.fits:
+            raise ValueError(
+                f"design: {model.name} at {self.weight_bits}-bit weights does not fit on "
+                f"{self.gpus} x {gpu.name} (weights {budget.weights_gib:.1f} GiB, "
+                f"{budget.total_gib - budget.overhead_gib:.1f} GiB usable); use more gpus or "
+                "fewer weight_bits")
+        longest = self.max_seq_len or model.max_context
+        if self.total_blocks() * self.block_tokens < longest:
+            raise ValueError(
+                f"design: the KV cache of {model.name} on {self.gpus} x {gpu.name} holds "
+                f"{budget.kv_tokens} tokens, less than one {longest}-token sequence; use more "
+                "gpus or fewer weight_bits")
+
+    def budget(self):
+        return memory_budget(self.model_spec, self.gpu_spec.memory_gib, self.gpus,
+                             self.weight_bits, self.kv_bits, self.memory_overhead_fraction)
+
+    def total_blocks(self) -> int:
+        return self.budget().kv_tokens // self.block_tokens
+
+    def timing(self) -> TimingParams:
+        return timing_params(
+            self.model_spec, self.gpu_spec, tp=self.gpus, weight_bits=self.weight_bits,
+            kv_bits=self.kv_bits, compute_efficiency=self.compute_efficiency,
+            bandwidth_efficiency=self.bandwidth_efficiency, overhead_ms=self.overhead_ms,
+            draft_tokens=self.draft_tokens, draft_cost=self.draft_cost)
+
+    def params(self) -> "EngineParams":
+        """The design as engine arrays (validated first)."""
+        self.validate()
+        gpu = self.gpu_spec
+        price = gpu.price_per_gpu_hour if self.price_per_gpu_hour is None else self.price_per_gpu_hour
+        return EngineParams(
+            timing=TimingParams(*(np.float64(v) for v in self.timing())),
+            max_batch=np.int32(self.seats),
+            static=np.bool_(self.batching != "continuous"),
+            block_tokens=np.int32(self.block_tokens),
+            total_blocks=np.int32(min(self.total_blocks(), 2**31 - 1)),
+            draft_tokens=np.int32(self.draft_tokens),
+            accept_threshold=np.int32(acceptance_threshold(self.acceptance)),
+            block_bytes=np.float64(self.block_tokens * self.model_spec.kv_bytes_per_token(
+                self.kv_bits)),
+            gpus=np.float64(self.gpus),
+            price_per_gpu_s=np.float64(price / 3600.0),
+        )
+
+    def replace(self, **changes) -> "Design":
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.update(changes)
+        return Design(**values)
+
+
+class EngineParams(NamedTuple):
+    """A design in the engine's array form (a pytree: stack many to vmap a sweep)."""
+
+    timing: TimingParams
+    max_batch: np.ndarray  # int32: seats in use (1 for one-at-a-time)
+    static: np.ndarray  # bool: admit only into an empty batch (static and one-at-a-time)
+    block_tokens: np.ndarray  # int32: KV allocation unit in tokens
+    total_blocks: np.ndarray  # int32
+    draft_tokens: np.ndarray  # int32: k
+    accept_threshold: np.ndarray  # int32: a 24-bit draw below it accepts a drafted token
+    block_bytes: np.ndarray  # float64: bytes per KV block (for peak KV memory)
+    gpus: np.ndarray  # float64
+    price_per_gpu_s: np.ndarray  # float64, $ per GPU-second

@@ -1,0 +1,110 @@
+"""Hardware catalog: accelerators with the datasheet figures a pass-time model needs.
+
+Units are in the field names. Compute figures are *dense* (no structured sparsity) tensor-core
+peaks. Memory is in GiB: vendors' "80 GB" parts expose 80 GiB-class HBM (nvidia-smi reports
+81,559 MiB on an H100 80GB), and seed 003's budget divides bytes by 1024**3.
+
+Each entry picks its timing model: ``"roofline"`` (datasheet peaks x efficiency factors) or
+``"linear"`` (a fit to measured pass times, as BLIS and Splitwise do; see ``LinearTiming``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: The brief's efficiency factors (seed 001: "60% of peak compute and 80% of peak bandwidth plus
+#: 0.2 ms per pass").
+DEFAULT_COMPUTE_EFFICIENCY = 0.6
+DEFAULT_BANDWIDTH_EFFICIENCY = 0.8
+DEFAULT_PASS_OVERHEAD_MS = 0.2
+
+
+@dataclass(frozen=True)
+class LinearTiming:
+    """Measured pass-time model: ``fixed_ms + prefill_token_ms * prefill tokens +
+    decode_token_ms * decoded tokens + context_token_us * context tokens attended / 1000``.
+
+    The form is BLIS's and Splitwise's linear step-time fit; coefficients come from a measurement.
+    """
+
+    fixed_ms: float
+    prefill_token_ms: float
+    decode_token_ms: float
+    context_token_us: float = 0.0
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str
+    memory_gib: float
+    bandwidth_tbs: float  # peak memory bandwidth, TB/s (1e12 bytes/s)
+    tflops_16bit: float  # dense BF16/FP16 tensor peak, TFLOP/s
+    tflops_8bit: float  # dense FP8/INT8 tensor peak, TFLOP/s
+    tflops_4bit: float  # dense INT4/FP4 peak where the chip has it, else the 8-bit figure
+    interconnect_gbs: float  # per-GPU, per-direction bandwidth for tensor-parallel all-reduce, GB/s
+    allreduce_latency_us: float  # fixed cost of one small all-reduce, microseconds
+    price_per_gpu_hour: float  # default $ per GPU-hour; configs override it
+    timing: str = "roofline"  # "roofline" or "linear"
+    linear: LinearTiming | None = None
+    source: str = field(default="", compare=False)
+
+    def tflops(self, weight_bits: int) -> float:
+        """Peak that matches the weight precision (compute runs at the quantised format's rate)."""
+        return {16: self.tflops_16bit, 8: self.tflops_8bit, 4: self.tflops_4bit}[weight_bits]
+
+
+# NCCL's small-message all-reduce latency inside one NVLink/xGMI node is a few microseconds
+# (nccl-tests all_reduce_perf, 8-byte messages); PCIe parts are slower.
+_NVLINK_AR_US = 5.0
+_PCIE_AR_US = 15.0
+
+#: Seed 000's lesson timed its strategies on an Apple laptop GPU. This fit reproduces its figures
+#: (docs/model.md, "Seed 000"): a 6.3 ms decode pass for one sequence, growing 1.3 ms per extra
+#: sequence, and 0.05 ms per prompt token -- the shape of a ~1B-parameter 16-bit model on a
+#: 400 GB/s unified-memory GPU.
+LESSON_LAPTOP_FIT = LinearTiming(
+    fixed_ms=5.0,
+    prefill_token_ms=0.05,
+    decode_token_ms=1.3,
+    context_token_us=0.0,
+    source="fit to seed 000's figures (343/299/154 tokens/s, 22 ms/5.3 s/33.7 s median TTFT)",
+)
+
+CATALOG: dict[str, GPU] = {
+    g.name: g
+    for g in (
+        GPU("H100-SXM", 80, 3.35, 989.4, 1978.9, 1978.9, 450, _NVLINK_AR_US, 2.0,
+            source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): 3.35 TB/s HBM3, BF16 989 TF, "
+                   "FP8 1979 TF dense; NVLink 4 900 GB/s bidirectional; no INT4 tensor cores; "
+                   "$2/GPU-h per seed 001"),
+        GPU("H200", 141, 4.8, 989.4, 1978.9, 1978.9, 450, _NVLINK_AR_US, 3.0,
+            source="NVIDIA H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, same compute as H100; "
+                   "price an assumed cloud on-demand rate"),
+        GPU("A100-80GB", 80, 2.039, 312.0, 624.0, 1248.0, 300, _NVLINK_AR_US, 1.5,
+            source="NVIDIA A100 datasheet (80GB SXM): 2,039 GB/s HBM2e, BF16 312 TF, INT8 624 TOPS, "
+                   "INT4 1248 TOPS dense; NVLink 3 600 GB/s bidirectional; price assumed"),
+        GPU("L40S", 48, 0.864, 362.05, 733.0, 733.0, 32, _PCIE_AR_US, 1.0,
+            source="NVIDIA L40S datasheet: 48 GB GDDR6, 864 GB/s, BF16 362 TF, FP8 733 TF dense; "
+                   "PCIe Gen4 x16 64 GB/s bidirectional; price assumed"),
+        GPU("B200", 180, 8.0, 2250.0, 4500.0, 9000.0, 900, _NVLINK_AR_US, 5.0,
+            source="NVIDIA HGX B200 datasheet: 180 GB HBM3e, 8 TB/s, BF16 2.25 PF, FP8 4.5 PF, "
+                   "FP4 9 PF dense; NVLink 5 1.8 TB/s bidirectional; price assumed"),
+        GPU("MI300X", 192, 5.3, 1307.4, 2614.9, 2614.9, 448, _NVLINK_AR_US, 2.5,
+            source="AMD Instinct MI300X datasheet: 192 GB HBM3, 5.3 TB/s, FP16 1307 TF, FP8 2615 TF "
+                   "dense; 7 Infinity Fabric links, 896 GB/s aggregate; no INT4 peak; price assumed"),
+        GPU("Apple-M3-Max", 48, 0.4, 14.2, 14.2, 14.2, 0.0, 0.0, 0.1,
+            timing="linear", linear=LESSON_LAPTOP_FIT,
+            source="Apple M3 Max (16-core CPU, 40-core GPU) specifications: 400 GB/s unified memory, "
+                   "~14.2 TFLOP/s FP32/FP16 GPU (no faster low-precision path); single GPU, no "
+                   "tensor parallelism; price an assumed laptop amortisation"),
+    )
+}
+
+
+def get_gpu(name: str) -> GPU:
+    try:
+        return CATALOG[name]
+    except KeyError:
+        raise ValueError(
+            f"hardware.gpu: unknown GPU {name!r}; allowed: {', '.join(sorted(CATALOG))}"
+        ) from None

@@ -1,0 +1,75 @@
+"""Summary metrics of one simulation, from the engine's per-request output (pure JAX, vmappable).
+
+Names carry units; docs/model.md defines each. Censored requests (unserved at the stop) count
+with ``t_stop - arrival`` in TTFT and end-to-end latency; TPOT uses completed requests only.
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from .design import EngineParams
+from .engine import ITL_LO_S, ITL_LOG_WIDTH, EngineOutput
+from .workload import Requests
+
+#: Every summary metric, in output order: name -> dtype ("f8" float64, "i8" int64, "b" bool).
+METRICS = {
+    "mean_ttft_s": "f8", "p50_ttft_s": "f8", "p95_ttft_s": "f8", "p99_ttft_s": "f8",
+    "p50_tpot_ms": "f8", "p95_tpot_ms": "f8", "p99_tpot_ms": "f8",
+    "p95_itl_ms": "f8", "p99_itl_ms": "f8",
+    "p50_e2e_s": "f8", "p95_e2e_s": "f8",
+    "tokens_per_s": "f8", "requests": "i8", "completed": "i8", "unfinished": "i8",
+    "preemptions": "i8", "peak_kv_gb": "f8", "max_queue": "i8", "cost_per_mtok": "f8",
+    "mean_in_system": "f8", "utilization": "f8", "sim_time_s": "f8", "passes": "i8",
+    "unstable": "b", "truncated": "b",
+}
+
+
+def hist_percentile(hist, q):
+    """Nearest-rank percentile of the inter-token histogram, in seconds (bin centre)."""
+    total = hist.sum()
+    rank = jnp.maximum(jnp.ceil(q / 100.0 * total), 1)
+    b = jnp.argmax(jnp.cumsum(hist) >= rank)
+    centre = ITL_LO_S * jnp.exp((b - 0.5) * ITL_LOG_WIDTH)
+    return jnp.where(total > 0, jnp.where(b == 0, 0.0, centre), jnp.nan)
+
+
+def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
+    real = jnp.isfinite(r.arrival)
+    n_real = real.sum()
+    t_stop = out.t_stop
+    done = jnp.isfinite(out.finish)
+    ttft = jnp.where(jnp.isfinite(out.first), out.first, t_stop) - r.arrival
+    ttft = jnp.where(real, jnp.maximum(ttft, 0.0), jnp.nan)
+    e2e = jnp.where(real, jnp.maximum(jnp.where(done, out.finish, t_stop) - r.arrival, 0.0), jnp.nan)
+    tpot_ok = done & (r.output > 1)
+    tpot = jnp.where(tpot_ok, (out.finish - out.first) / jnp.maximum(r.output - 1, 1) * 1e3,
+                     jnp.nan)
+    ttft_q = jnp.nanpercentile(ttft, jnp.array([50.0, 95.0, 99.0]))
+    tpot_q = jnp.nanpercentile(tpot, jnp.array([50.0, 95.0, 99.0]))
+    e2e_q = jnp.nanpercentile(e2e, jnp.array([50.0, 95.0]))
+    tokens = out.tokens.astype(jnp.float64)
+    completed = done.sum()
+    half = n_real // 2
+    unstable = out.q_last > out.q_mid + 0.05 * (n_real - 1 - half) + 1
+    safe_t = jnp.where(t_stop > 0, t_stop, jnp.nan)
+    return {
+        "mean_ttft_s": jnp.nanmean(ttft),
+        "p50_ttft_s": ttft_q[0], "p95_ttft_s": ttft_q[1], "p99_ttft_s": ttft_q[2],
+        "p50_tpot_ms": tpot_q[0], "p95_tpot_ms": tpot_q[1], "p99_tpot_ms": tpot_q[2],
+        "p95_itl_ms": hist_percentile(out.itl_hist, 95.0) * 1e3,
+        "p99_itl_ms": hist_percentile(out.itl_hist, 99.0) * 1e3,
+        "p50_e2e_s": e2e_q[0], "p95_e2e_s": e2e_q[1],
+        "tokens_per_s": tokens / safe_t,
+        "requests": n_real, "completed": completed, "unfinished": n_real - completed,
+        "preemptions": out.preemptions,
+        "peak_kv_gb": out.peak_blocks * p.block_bytes / 1e9,
+        "max_queue": out.max_queue,
+        "cost_per_mtok": jnp.where(tokens > 0, p.gpus * p.price_per_gpu_s * t_stop / tokens * 1e6,
+                                   jnp.inf),
+        "mean_in_system": out.area / safe_t,
+        "utilization": out.busy / safe_t,
+        "sim_time_s": t_stop,
+        "passes": out.passes,
+        "unstable": unstable,
+        "truncated": out.truncated,
+    }

@@ -1,0 +1,116 @@
+"""Model catalog: the five configurations of seed 003, with the architecture a roofline needs,
+and a loader for a local Hugging Face ``config.json`` (no network)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    params: float  # total parameters (every weight is read by a decode pass)
+    active_params: float  # parameters used per token (MoE: shared + routed experts); FLOPs = 2x this
+    layers: int
+    hidden: int
+    heads: int  # query heads
+    kv_heads: int
+    head_dim: int
+    ffn: int  # intermediate (FFN) size
+    vocab: int
+    max_context: int  # tokens
+    source: str = field(default="", compare=False)
+
+    def kv_bytes_per_token(self, kv_bits: int = 16) -> float:
+        """Keys and values of every layer: layers x KV heads x head dim x 2 x bytes (seed 003)."""
+        return 2.0 * self.layers * self.kv_heads * self.head_dim * kv_bits / 8.0
+
+    def weight_bytes(self, weight_bits: int) -> float:
+        return self.params * weight_bits / 8.0
+
+
+def _dense_params(layers, hidden, heads, kv_heads, head_dim, ffn, vocab, tied, experts=1):
+    """Parameter count of a Llama-style decoder: GQA attention, gated (3-matrix) MLP, RMSNorms."""
+    attn = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
+    mlp = 3 * hidden * ffn * experts
+    per_layer = attn + mlp + 2 * hidden
+    embed = vocab * hidden * (1 if tied else 2)
+    return layers * per_layer + embed + hidden
+
+
+CATALOG: dict[str, Model] = {
+    m.name: m
+    for m in (
+        Model("Llama-3-8B", 8.03e9, 8.03e9, 32, 4096, 32, 8, 128, 14336, 128256, 8192,
+              source="meta-llama/Meta-Llama-3-8B config.json; 8,030,261,248 parameters"),
+        Model("Llama-3-70B", 70.55e9, 70.55e9, 80, 8192, 64, 8, 128, 28672, 128256, 8192,
+              source="meta-llama/Meta-Llama-3-70B config.json; 70,553,706,496 parameters"),
+        Model("Llama-3-405B", 405.85e9, 405.85e9, 126, 16384, 128, 8, 128, 53248, 128256, 131072,
+              source="meta-llama/Llama-3.1-405B config.json; 405.85e9 parameters"),
+        Model("Llama-3.2-1B", 1.24e9, 1.24e9, 16, 2048, 32, 8, 64, 8192, 128256, 131072,
+              source="meta-llama/Llama-3.2-1B config.json (tied embeddings); 1.24e9 parameters"),
+        Model("Mistral-7B", 7.24e9, 7.24e9, 32, 4096, 32, 8, 128, 14336, 32000, 32768,
+              source="mistralai/Mistral-7B-v0.1 config.json (vocab 32000); 7,241,732,096 "
+                     "parameters (v0.3 widens the vocab to 32768: 7.25e9)"),
+        Model("GPT-4-est", 1.8e12, 2.8e11, 120, 12288, 96, 96, 128, 49152, 100277, 8192,
+              source="seed 003's estimate (120 layers, 96 KV heads, 1.8T parameters); ~280B "
+                     "active per token (2 of 16 experts) and 12288 hidden are public estimates"),
+    )
+}
+
+
+def get_model(name: str) -> Model:
+    try:
+        return CATALOG[name]
+    except KeyError:
+        raise ValueError(
+            f"model.name: unknown model {name!r}; allowed: {', '.join(sorted(CATALOG))} "
+            "(or model.config_json)"
+        ) from None
+
+
+def load_hf_config(path: str | Path, name: str | None = None) -> Model:
+    """Build a Model from a local Hugging Face ``config.json`` (Llama/Mistral/Mixtral/Qwen-style)."""
+    path = Path(path)
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"model.config_json: cannot read {str(path)!r}: {exc}") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"model.config_json: {str(path)!r} is not a JSON object")
+    required = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
+                "vocab_size", "max_position_embeddings")
+
+    def positive_int(v):
+        return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+    missing = [k for k in required if not positive_int(cfg.get(k))]
+    if missing:
+        raise ValueError(
+            f"model.config_json: {str(path)!r} lacks positive integer field(s) {', '.join(missing)}"
+        )
+    optional = ("num_key_value_heads", "head_dim", "num_local_experts", "num_experts",
+                "num_experts_per_tok", "moe_intermediate_size")
+    bad = [k for k in optional if cfg.get(k) is not None and not positive_int(cfg[k])]
+    if bad:
+        raise ValueError(
+            f"model.config_json: {str(path)!r} has non-positive-integer field(s) {', '.join(bad)}"
+        )
+    layers, hidden, heads = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"]
+    kv_heads = cfg.get("num_key_value_heads") or heads
+    head_dim = cfg.get("head_dim") or hidden // heads
+    ffn, vocab = cfg["intermediate_size"], cfg["vocab_size"]
+    tied = bool(cfg.get("tie_word_embeddings", False))
+    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or 1
+    active = cfg.get("num_experts_per_tok") or 1
+    moe_ffn = cfg.get("moe_intermediate_size") or ffn
+    total = _dense_params(layers, hidden, heads, kv_heads, head_dim, moe_ffn, vocab, tied, experts)
+    active_params = _dense_params(layers, hidden, heads, kv_heads, head_dim, moe_ffn, vocab, tied,
+                                  min(active, experts))
+    return Model(
+        name=name or cfg.get("_name_or_path") or path.parent.name or path.stem,
+        params=float(total), active_params=float(active_params), layers=layers, hidden=hidden,
+        heads=heads, kv_heads=kv_heads, head_dim=head_dim, ffn=ffn, vocab=vocab,
+        max_context=cfg["max_position_embeddings"], source=f"Hugging Face config {path}",
+    )

@@ -1,0 +1,120 @@
+"""Pass timing: how long one engine pass takes, from what it does.
+
+Roofline (seed 001): ``max(FLOPs / (eff_c * peak * tp), bytes / (eff_b * bandwidth * tp))
++ all-reduce time + fixed overhead``. Linear (measured hardware, BLIS/Splitwise-style fit):
+``fixed + a * prefill tokens + b * decoded tokens + c * context tokens read``.
+
+Every function here takes an array namespace ``xp`` (numpy or jax.numpy) so that the scan engine
+and the event-driven twin evaluate the very same arithmetic, in the same order.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .hardware import GPU
+from .models import Model
+
+
+class TimingParams(NamedTuple):
+    """Per-design constants of the pass-time model (floats; a pytree, so a batch vmaps)."""
+
+    flops_per_token: float  # 2 x active parameters
+    attn_flops_per_pair: float  # QK^T and AV over every layer and query head, per query-key pair
+    weight_bytes: float  # bytes of weights read per pass (whole group)
+    kv_bytes_per_token: float
+    flops_per_s: float  # achievable: eff_c x peak x tp
+    bytes_per_s: float  # achievable: eff_b x bandwidth x tp
+    allreduces: float  # all-reduces per pass (2 per layer under tensor parallelism, else 0)
+    allreduce_latency_s: float
+    allreduce_s_per_token: float  # ring all-reduce of one token's activations, seconds
+    overhead_s: float
+    linear: float  # 1.0 selects the linear (measured) model
+    lin_fixed_s: float
+    lin_prefill_token_s: float
+    lin_decode_token_s: float
+    lin_context_token_s: float
+    draft_tokens: float  # k
+    draft_cost: float  # draft pass cost per drafted token, as a fraction of a target decode pass
+
+
+def timing_params(model: Model, gpu: GPU, *, tp: int = 1, weight_bits: int = 16, kv_bits: int = 16,
+                  compute_efficiency: float = 0.6, bandwidth_efficiency: float = 0.8,
+                  overhead_ms: float = 0.2, draft_tokens: int = 0,
+                  draft_cost: float = 0.1) -> TimingParams:
+    ar = 2.0 * model.layers if tp > 1 else 0.0
+    # Ring all-reduce moves 2 (tp-1)/tp of the message over each link; activations are 16-bit.
+    link = gpu.interconnect_gbs * 1e9
+    ar_per_token = (2.0 * (tp - 1) / tp * model.hidden * 2.0 / link) if tp > 1 and link > 0 else 0.0
+    lin = gpu.linear
+    return TimingParams(
+        flops_per_token=2.0 * model.active_params,
+        attn_flops_per_pair=4.0 * model.layers * model.heads * model.head_dim,
+        weight_bytes=model.weight_bytes(weight_bits),
+        kv_bytes_per_token=model.kv_bytes_per_token(kv_bits),
+        flops_per_s=compute_efficiency * gpu.tflops(weight_bits) * 1e12 * tp,
+        bytes_per_s=bandwidth_efficiency * gpu.bandwidth_tbs * 1e12 * tp,
+        allreduces=ar,
+        allreduce_latency_s=gpu.allreduce_latency_us * 1e-6,
+        allreduce_s_per_token=ar_per_token,
+        overhead_s=overhead_ms * 1e-3,
+        linear=1.0 if gpu.timing == "linear" else 0.0,
+        lin_fixed_s=lin.fixed_ms * 1e-3 if lin else 0.0,
+        lin_prefill_token_s=lin.prefill_token_ms * 1e-3 if lin else 0.0,
+        lin_decode_token_s=lin.decode_token_ms * 1e-3 if lin else 0.0,
+        lin_context_token_s=lin.context_token_us * 1e-6 if lin else 0.0,
+        draft_tokens=float(draft_tokens),
+        draft_cost=float(draft_cost),
+    )
+
+
+def pass_work(p: TimingParams, tokens, pairs, context_read):
+    """FLOPs and bytes of a target pass that processes ``tokens`` new tokens whose attention
+    covers ``pairs`` query-key pairs and reads ``context_read`` cached tokens' KV."""
+    flops = p.flops_per_token * tokens + p.attn_flops_per_pair * pairs
+    nbytes = p.weight_bytes + p.kv_bytes_per_token * (context_read + tokens)
+    return flops, nbytes
+
+
+def _target_time(p: TimingParams, prefill_tokens, prefill_pairs, decode_tokens, decode_pairs,
+                 context_read, xp):
+    tokens = prefill_tokens + decode_tokens
+    flops, nbytes = pass_work(p, tokens, prefill_pairs + decode_pairs, context_read)
+    roof = (xp.maximum(flops / p.flops_per_s, nbytes / p.bytes_per_s)
+            + p.allreduces * (p.allreduce_latency_s + p.allreduce_s_per_token * tokens)
+            + p.overhead_s)
+    lin = (p.lin_fixed_s + p.lin_prefill_token_s * prefill_tokens
+           + p.lin_decode_token_s * decode_tokens + p.lin_context_token_s * context_read)
+    return xp.where(p.linear > 0.5, lin, roof)
+
+
+def pass_time(p: TimingParams, prefill_tokens, prefill_pairs, decode_seqs, decode_context, xp=np):
+    """Seconds for one pass that prefills ``prefill_tokens`` (``prefill_pairs`` = sum of
+    L(L+1)/2 over the prompts) and decodes ``decode_seqs`` sequences holding ``decode_context``
+    cached tokens in total. Under speculation each decoding sequence verifies k+1 tokens in the
+    target pass, and the draft costs ``k x draft_cost`` plain target decode passes."""
+    k1 = p.draft_tokens + 1.0
+    target = _target_time(p, prefill_tokens, prefill_pairs, decode_seqs * k1, decode_context * k1,
+                          decode_context, xp)
+    plain = _target_time(p, 0.0, 0.0, decode_seqs, decode_context, decode_context, xp)
+    draft = xp.where(decode_seqs > 0, p.draft_tokens * p.draft_cost * plain, 0.0)
+    return target + draft
+
+
+def ops_per_byte(model: Model, tokens: int, context_read: int = 0, weight_bits: int = 16,
+                 kv_bits: int = 16) -> float:
+    """Arithmetic intensity (FLOPs per byte moved) of a pass processing ``tokens`` tokens.
+    Seed 003's analysis ignores attention and KV traffic: pass ``context_read=0``."""
+    p = timing_params(model, _UNIT_GPU, weight_bits=weight_bits, kv_bits=kv_bits)
+    pairs = 0 if context_read == 0 else tokens * context_read
+    flops, nbytes = pass_work(p, tokens, pairs, context_read)
+    return flops / nbytes
+
+
+def crossover_ops_per_byte(gpu: GPU, weight_bits: int = 16) -> float:
+    """Ops:byte at which a pass turns from bandwidth- to compute-bound (peak FLOP/s / bytes/s)."""
+    return gpu.tflops(weight_bits) / gpu.bandwidth_tbs
+
+
+_UNIT_GPU = GPU("unit", 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0)

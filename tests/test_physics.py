@@ -1,0 +1,644 @@
+"""Physics of the simulator checked against the seeds, datasheets and public configs.
+
+Fast: plain numpy arithmetic, no JAX compilation. Seed 003 is a numpy teaching simulator
+(MODEL_CONFIGS, kv_cache_memory, memory_budget, STEP 1 and STEP 6); its formulas are re-stated
+here from the seed's text so that the expected numbers do not come from the code under test.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sweep import timing
+from sweep.design import Design
+from sweep.hardware import CATALOG as GPU_CATALOG
+from sweep.hardware import get_gpu
+from sweep.memory import GIB, memory_budget
+from sweep.models import CATALOG as MODEL_CATALOG
+from sweep.models import get_model, load_hf_config
+from sweep.workload import Workload
+
+DATA = Path(__file__).parent / "data"
+
+# --------------------------------------------------------------------------------------------
+# Seed 003, verbatim numbers.
+# --------------------------------------------------------------------------------------------
+
+SEED003_MODEL_CONFIGS = {
+    "Llama-3-8B": dict(num_layers=32, num_kv_heads=8, head_dim=128, model_params_b=8),
+    "Llama-3-70B": dict(num_layers=80, num_kv_heads=8, head_dim=128, model_params_b=70),
+    "Llama-3-405B": dict(num_layers=126, num_kv_heads=8, head_dim=128, model_params_b=405),
+    "Mistral-7B": dict(num_layers=32, num_kv_heads=8, head_dim=128, model_params_b=7),
+    "GPT-4-est": dict(num_layers=120, num_kv_heads=96, head_dim=128, model_params_b=1800),
+}
+
+
+def seed_kv_per_token(cfg, dtype_bytes=2):
+    """Seed 003's kv_cache_memory per_token."""
+    return 2 * cfg["num_layers"] * cfg["num_kv_heads"] * cfg["head_dim"] * dtype_bytes
+
+
+def seed_memory_budget(cfg, gpu_memory_gb):
+    """Seed 003's memory_budget, re-stated (None = 'Model does not fit in GPU memory')."""
+    model_gb = cfg["model_params_b"] * 1e9 * 2 / 1024**3
+    avail = gpu_memory_gb - model_gb - gpu_memory_gb * 0.1
+    if avail <= 0:
+        return None
+    max_tokens = int(avail * 1024**3 / seed_kv_per_token(cfg))
+    return round(avail, 1), max_tokens // 2048, max_tokens // 4096
+
+
+#: Seed 003's "Memory budget for Llama 3 70B" table: (GPU, count) -> (KV GiB, users@2K, users@4K),
+#: None where the seed prints DOES NOT FIT.
+SEED003_70B_TABLE = [
+    ("A100-80GB", 1, None),
+    ("A100-80GB", 2, (13.6, 21, 10)),
+    ("A100-80GB", 4, (157.6, 252, 126)),
+    ("H100-SXM", 8, (445.6, 712, 356)),
+]
+
+# --------------------------------------------------------------------------------------------
+# 1. Seed 003's memory-budget table for Llama 3 70B.
+# --------------------------------------------------------------------------------------------
+
+
+def _seed_70b():
+    return dataclasses.replace(get_model("Llama-3-70B"), params=70e9, active_params=70e9)
+
+
+@pytest.mark.parametrize("gpu,n,expected", SEED003_70B_TABLE)
+def test_seed003_70b_budget_table_exact(gpu, n, expected):
+    assert get_gpu(gpu).memory_gib == 80
+    # The table is the seed's own function's output; our restatement must agree with it first.
+    assert seed_memory_budget(SEED003_MODEL_CONFIGS["Llama-3-70B"], 80 * n) == expected
+    b = memory_budget(_seed_70b(), get_gpu(gpu).memory_gib, n)
+    assert b.gpus == n
+    assert b.total_gib == 80 * n
+    assert b.overhead_gib == pytest.approx(8.0 * n)
+    assert b.weights_gib == pytest.approx(70e9 * 2 / 1024**3, rel=1e-12)
+    if expected is None:
+        assert not b.fits
+        assert b.kv_tokens == 0
+        assert b.users_at(2048) == 0
+    else:
+        kv, u2k, u4k = expected
+        assert b.fits
+        assert round(b.kv_gib, 1) == kv
+        assert b.users_at(2048) == u2k
+        assert b.users_at(4096) == u4k
+        assert b.kv_gib_per_gpu == pytest.approx(b.kv_gib / n)
+
+
+@pytest.mark.parametrize("gpu,n,expected", SEED003_70B_TABLE)
+def test_70b_budget_with_real_parameter_count(gpu, n, expected):
+    model = get_model("Llama-3-70B")
+    assert model.params == pytest.approx(70.55e9, rel=1e-3)
+    b = memory_budget(model, get_gpu(gpu).memory_gib, n)
+    assert b.fits == (expected is not None)
+    if expected is not None:
+        kv, u2k, u4k = expected
+        # 0.55e9 more 16-bit weights = 1.02 GiB less KV.
+        assert b.kv_gib == pytest.approx(kv - 0.55e9 * 2 / GIB, abs=0.06)
+        assert 0 <= u2k - b.users_at(2048) <= 2
+        assert 0 <= u4k - b.users_at(4096) <= 2
+
+
+def test_budget_quantisation_shrinks_weights_and_kv_bits_double_tokens():
+    m = get_model("Llama-3-70B")
+    b16 = memory_budget(m, 80, 1)
+    b8 = memory_budget(m, 80, 1, weight_bits=8)
+    b4 = memory_budget(m, 80, 1, weight_bits=4)
+    assert not b16.fits and b8.fits and b4.fits
+    assert b8.weights_gib == pytest.approx(b16.weights_gib / 2)
+    assert b4.weights_gib == pytest.approx(b16.weights_gib / 4)
+    kv8 = memory_budget(m, 80, 1, weight_bits=8, kv_bits=8)
+    assert kv8.kv_tokens == pytest.approx(2 * b8.kv_tokens, abs=1)
+
+
+# --------------------------------------------------------------------------------------------
+# 2. Seed 003 STEP 1: per-token KV sizes and KV GiB at 4K / 32K / 128K.
+# --------------------------------------------------------------------------------------------
+
+#: KiB per token as seed 003 prints them (per_token_kb).
+SEED003_KV_KIB = {"Llama-3-8B": 128.0, "Llama-3-70B": 320.0, "Llama-3-405B": 504.0,
+                  "Mistral-7B": 128.0, "GPT-4-est": 5760.0}
+
+
+@pytest.mark.parametrize("name", sorted(SEED003_MODEL_CONFIGS))
+def test_seed003_kv_per_token(name):
+    cfg = SEED003_MODEL_CONFIGS[name]
+    expected = seed_kv_per_token(cfg)
+    assert expected / 1024 == SEED003_KV_KIB[name]
+    m = get_model(name)
+    assert m.kv_bytes_per_token() == expected
+    assert m.kv_bytes_per_token(16) == expected
+    assert m.kv_bytes_per_token(8) == expected / 2
+
+
+@pytest.mark.parametrize("name", sorted(SEED003_MODEL_CONFIGS))
+@pytest.mark.parametrize("seq_len", [4096, 32768, 131072])
+def test_seed003_kv_gib_at_context(name, seq_len):
+    cfg = SEED003_MODEL_CONFIGS[name]
+    expected_gib = seed_kv_per_token(cfg) * seq_len / 1024**3
+    got = get_model(name).kv_bytes_per_token() * seq_len / GIB
+    assert got == pytest.approx(expected_gib, rel=1e-12)
+    # The seed's headline values, to the printed two decimals.
+    printed = {("Llama-3-70B", 4096): 1.25, ("Llama-3-70B", 32768): 10.0,
+               ("Llama-3-70B", 131072): 40.0, ("Llama-3-8B", 131072): 16.0,
+               ("GPT-4-est", 131072): 720.0}
+    if (name, seq_len) in printed:
+        assert round(got, 2) == printed[name, seq_len]
+
+
+# --------------------------------------------------------------------------------------------
+# 3. Seed 003 STEP 6: ops:byte.
+# --------------------------------------------------------------------------------------------
+
+SEED003_A100_CROSSOVER = 312 / 2.0  # the seed's a100_tflops / a100_bandwidth_tbs = 156
+#: (scenario, ops:byte = tokens per pass, the seed's classification)
+SEED003_SCENARIOS = [
+    ("prefill 4096", 4096, "Compute"),
+    ("decode b=1", 1, "Memory"),
+    ("decode b=8", 8, "Memory"),
+    ("decode b=32", 32, "Memory"),
+    ("decode b=128", 128, "Memory"),
+    ("decode b=256", 256, "Compute"),
+    ("decode b=512", 512, "Compute"),
+]
+DENSE = ["Llama-3-8B", "Llama-3-70B", "Llama-3-405B", "Mistral-7B"]
+
+
+def test_a100_crossover_matches_seed003():
+    assert SEED003_A100_CROSSOVER == 156
+    ours = timing.crossover_ops_per_byte(get_gpu("A100-80GB"))
+    assert ours == pytest.approx(SEED003_A100_CROSSOVER, rel=0.03)
+    assert ours == pytest.approx(312.0 / 2.039, rel=1e-9)
+
+
+@pytest.mark.parametrize("gpu", ["H100-SXM", "A100-80GB", "B200", "MI300X"])
+def test_crossover_is_peak_over_bandwidth_and_rises_with_low_precision(gpu):
+    g = get_gpu(gpu)
+    assert timing.crossover_ops_per_byte(g) == pytest.approx(g.tflops_16bit / g.bandwidth_tbs)
+    assert timing.crossover_ops_per_byte(g, 8) >= timing.crossover_ops_per_byte(g)
+
+
+@pytest.mark.parametrize("name", DENSE)
+@pytest.mark.parametrize("scenario,tokens,bound", SEED003_SCENARIOS,
+                         ids=[s[0] for s in SEED003_SCENARIOS])
+def test_seed003_ops_per_byte_classification(name, scenario, tokens, bound):
+    m = get_model(name)
+    opb = timing.ops_per_byte(m, tokens)
+    if scenario.startswith("decode"):
+        # Seed 003's dense-model rule of thumb: ops:byte of a decode pass ~ batch size.
+        assert opb == pytest.approx(tokens, rel=0.02)
+    crossover = timing.crossover_ops_per_byte(get_gpu("A100-80GB"))
+    assert ("Compute" if opb >= crossover else "Memory") == bound
+    # Same verdict against the seed's own crossover.
+    assert ("Compute" if opb >= SEED003_A100_CROSSOVER else "Memory") == bound
+
+
+@pytest.mark.parametrize("tokens", [1, 32, 512])
+def test_moe_ops_per_byte_scales_with_active_fraction(tokens):
+    m = get_model("GPT-4-est")
+    assert m.active_params < m.params
+    assert timing.ops_per_byte(m, tokens) == pytest.approx(
+        tokens * m.active_params / m.params, rel=0.02)
+
+
+def _roof_terms(p, tokens, pairs, context_read):
+    flops, nbytes = timing.pass_work(p, tokens, pairs, context_read)
+    return flops / p.flops_per_s, nbytes / p.bytes_per_s
+
+
+@pytest.mark.parametrize("name,tp", [("Llama-3-8B", 1), ("Llama-3-70B", 2), ("Llama-3-70B", 4),
+                                     ("Mistral-7B", 1)])
+def test_real_context_decode_is_bandwidth_bound_prefill_compute_bound(name, tp):
+    m, g = get_model(name), get_gpu("H100-SXM")
+    p = timing.timing_params(m, g, tp=tp)
+    batch, ctx = 32, 2048
+    c, b = _roof_terms(p, batch, batch * ctx, batch * ctx)
+    assert b > 3 * c, "decode of 32 x 2048 context should be bandwidth-bound"
+    # The KV read is a real share of the bytes at this context.
+    _, nbytes = timing.pass_work(p, batch, batch * ctx, batch * ctx)
+    assert nbytes - p.weight_bytes == pytest.approx(m.kv_bytes_per_token() * batch * (ctx + 1))
+    L = 4096
+    c, b = _roof_terms(p, L, L * (L + 1) // 2, 0)
+    assert c > 3 * b, "a 4096-token prefill should be compute-bound"
+    # pass_time is max(roofline terms) + all-reduces + overhead.
+    t = float(timing.pass_time(p, L, L * (L + 1) / 2, 0, 0))
+    ar = p.allreduces * (p.allreduce_latency_s + p.allreduce_s_per_token * L)
+    assert t == pytest.approx(max(c, b) + ar + p.overhead_s, rel=1e-12)
+
+
+def test_prefill_flops_include_attention_pairs():
+    m = get_model("Llama-3-8B")
+    p = timing.timing_params(m, get_gpu("H100-SXM"))
+    L = 4096
+    pairs = L * (L + 1) // 2
+    flops, _ = timing.pass_work(p, L, pairs, 0)
+    # 2 x params per token, plus QK^T and AV: 4 x head_dim per query head, layer and pair.
+    expected = 2 * m.active_params * L + 4 * m.layers * m.heads * m.head_dim * pairs
+    assert flops == pytest.approx(expected, rel=1e-12)
+
+
+# --------------------------------------------------------------------------------------------
+# 4. Roofline sanity.
+# --------------------------------------------------------------------------------------------
+
+
+def _decode1(**kw):
+    p = timing.timing_params(get_model("Llama-3-8B"), get_gpu("H100-SXM"), **kw)
+    return p, float(timing.pass_time(p, 0, 0, 1, 1))
+
+
+def test_decode_pass_llama8b_h100_formula():
+    p, t = _decode1()
+    expected = 16.06e9 / (0.8 * 3.35e12) + 0.2e-3
+    assert t == pytest.approx(expected, rel=0.01)
+    assert 6.0e-3 < t < 6.4e-3
+    assert p.overhead_s == pytest.approx(0.2e-3)
+    assert p.bytes_per_s == pytest.approx(0.8 * 3.35e12)
+    assert p.flops_per_s == pytest.approx(0.6 * 989.4e12)
+
+
+@pytest.mark.parametrize("bits,factor", [(8, 0.5), (4, 0.25)])
+def test_quantised_weights_shrink_the_weight_term(bits, factor):
+    p16, t16 = _decode1()
+    pq, tq = _decode1(weight_bits=bits)
+    assert pq.weight_bytes == pytest.approx(factor * p16.weight_bytes)
+    assert tq - pq.overhead_s == pytest.approx(factor * (t16 - p16.overhead_s), rel=0.01)
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_tensor_parallel_divides_roofline_and_adds_allreduce(tp):
+    m, g = get_model("Llama-3-8B"), get_gpu("H100-SXM")
+    p1, t1 = _decode1()
+    pt, tt = _decode1(tp=tp)
+    ar = 2 * m.layers * (g.allreduce_latency_us * 1e-6
+                         + 2 * (tp - 1) / tp * m.hidden * 2 / (g.interconnect_gbs * 1e9))
+    assert ar > 0
+    assert pt.allreduces == 2 * m.layers
+    assert p1.allreduces == 0
+    assert tt - pt.overhead_s - ar == pytest.approx((t1 - p1.overhead_s) / tp, rel=0.01)
+    assert tt < t1
+
+
+@pytest.mark.parametrize("prefill,decode,ctx", [(0, 1, 0), (0, 8, 4000), (512, 0, 0),
+                                                (300, 5, 1234), (0, 0, 0)])
+def test_linear_timing_is_fixed_plus_per_token_terms(prefill, decode, ctx):
+    g = get_gpu("Apple-M3-Max")
+    assert g.timing == "linear" and g.linear is not None
+    lt = g.linear
+    # Seed 000's fit: ~6 ms fixed, 0.1 ms per prompt token, 0.4 ms per decoded token.
+    assert (lt.fixed_ms, lt.prefill_token_ms, lt.decode_token_ms) == (5.8, 0.1, 0.4)
+    # A nonzero context coefficient, to see that term too.
+    g2 = dataclasses.replace(g, linear=dataclasses.replace(lt, context_token_us=2.0))
+    for gpu, c_us in ((g, lt.context_token_us), (g2, 2.0)):
+        p = timing.timing_params(get_model("Llama-3-8B"), gpu)
+        assert p.linear == 1.0
+        pairs = prefill * (prefill + 1) / 2
+        t = float(timing.pass_time(p, prefill, pairs, decode, ctx))
+        expected = (lt.fixed_ms + lt.prefill_token_ms * prefill + lt.decode_token_ms * decode
+                    ) * 1e-3 + c_us * 1e-6 * ctx
+        assert t == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("k,c", [(1, 0.1), (4, 0.1), (4, 0.5), (8, 0.05)])
+@pytest.mark.parametrize("n,ctx", [(1, 100), (16, 16 * 2048)])
+def test_speculation_adds_k_times_c_plain_decode_passes(k, c, n, ctx):
+    # Linear model: every term explicit.
+    g = get_gpu("Apple-M3-Max")
+    lt = g.linear
+    p = timing.timing_params(get_model("Llama-3-8B"), g, draft_tokens=k, draft_cost=c)
+    plain = (lt.fixed_ms + lt.decode_token_ms * n) * 1e-3
+    target = (lt.fixed_ms + lt.decode_token_ms * n * (k + 1)) * 1e-3
+    assert float(timing.pass_time(p, 0, 0, n, ctx)) == pytest.approx(target + k * c * plain,
+                                                                     rel=1e-12)
+    # Roofline model: the target verifies k+1 tokens per sequence; the draft adds k*c plain passes.
+    m, h = get_model("Llama-3-8B"), get_gpu("H100-SXM")
+    p0 = timing.timing_params(m, h)
+    pk = timing.timing_params(m, h, draft_tokens=k, draft_cost=c)
+    plain = float(timing.pass_time(p0, 0, 0, n, ctx))
+    cflop, cbyte = _roof_terms(pk, n * (k + 1), ctx * (k + 1), ctx)
+    target = max(cflop, cbyte) + pk.overhead_s
+    assert float(timing.pass_time(pk, 0, 0, n, ctx)) == pytest.approx(target + k * c * plain,
+                                                                      rel=1e-12)
+
+
+@pytest.mark.parametrize("gpu", ["Apple-M3-Max", "H100-SXM"])
+@pytest.mark.parametrize("prefill", [1, 777])
+def test_speculation_costs_nothing_without_decoding_sequences(gpu, prefill):
+    m = get_model("Llama-3-8B")
+    p0 = timing.timing_params(m, get_gpu(gpu))
+    pk = timing.timing_params(m, get_gpu(gpu), draft_tokens=4, draft_cost=0.3)
+    pairs = prefill * (prefill + 1) / 2
+    assert float(timing.pass_time(pk, prefill, pairs, 0, 0)) == float(
+        timing.pass_time(p0, prefill, pairs, 0, 0))
+
+
+def test_pass_time_vectorises_over_numpy_arrays():
+    p = timing.timing_params(get_model("Llama-3-8B"), get_gpu("H100-SXM"))
+    seqs = np.array([0.0, 1.0, 64.0, 256.0])
+    t = timing.pass_time(p, np.zeros(4), np.zeros(4), seqs, seqs * 1000)
+    assert t.shape == (4,)
+    assert np.all(np.diff(t) > 0)
+    for i, s in enumerate(seqs):
+        assert t[i] == pytest.approx(float(timing.pass_time(p, 0.0, 0.0, s, s * 1000)))
+
+
+# --------------------------------------------------------------------------------------------
+# 5. Catalog completeness.
+# --------------------------------------------------------------------------------------------
+
+#: Datasheet memory (GB as marketed; the catalog's GiB-class figure).
+GPU_MEMORY = {"H100-SXM": 80, "H200": 141, "A100-80GB": 80, "L40S": 48, "B200": 180,
+              "MI300X": 192}
+
+
+@pytest.mark.parametrize("name", sorted(GPU_MEMORY))
+def test_required_gpus_present(name):
+    g = get_gpu(name)
+    assert g.name == name
+    assert g.memory_gib == GPU_MEMORY[name]
+    assert g.timing == "roofline"
+    assert g.interconnect_gbs > 0 and g.allreduce_latency_us > 0
+
+
+def test_an_apple_laptop_gpu_is_present():
+    apples = [g for g in GPU_CATALOG.values() if "apple" in g.name.lower()]
+    assert apples
+    assert any(g.timing == "linear" and g.linear is not None for g in apples)
+
+
+@pytest.mark.parametrize("name", sorted(GPU_CATALOG))
+def test_gpu_entry_is_sane(name):
+    g = GPU_CATALOG[name]
+    for f in ("memory_gib", "bandwidth_tbs", "tflops_16bit", "tflops_8bit", "tflops_4bit",
+              "price_per_gpu_hour"):
+        v = getattr(g, f)
+        assert isinstance(v, (int, float)) and math.isfinite(v) and v > 0, f
+    assert g.interconnect_gbs >= 0 and g.allreduce_latency_us >= 0
+    assert g.tflops_4bit >= g.tflops_8bit >= g.tflops_16bit
+    assert (g.tflops(16), g.tflops(8), g.tflops(4)) == (g.tflops_16bit, g.tflops_8bit,
+                                                        g.tflops_4bit)
+    assert g.source.strip()
+    assert g.timing in ("roofline", "linear")
+    if g.timing == "linear":
+        assert g.linear is not None and g.linear.source.strip()
+        assert g.linear.fixed_ms > 0 and g.linear.decode_token_ms > 0
+        assert g.linear.prefill_token_ms > 0
+    else:
+        assert g.interconnect_gbs > 0
+
+
+def test_h100_price_is_seed001():
+    assert get_gpu("H100-SXM").price_per_gpu_hour == 2.0
+
+
+@pytest.mark.parametrize("name,bw,bf16", [("H100-SXM", 3.35, 989.4), ("A100-80GB", 2.039, 312.0),
+                                          ("H200", 4.8, 989.4), ("MI300X", 5.3, 1307.4)])
+def test_gpu_datasheet_figures(name, bw, bf16):
+    g = get_gpu(name)
+    assert g.bandwidth_tbs == pytest.approx(bw)
+    assert g.tflops_16bit == pytest.approx(bf16, rel=1e-3)
+
+
+@pytest.mark.parametrize("name", sorted(SEED003_MODEL_CONFIGS))
+def test_model_catalog_matches_seed003(name):
+    cfg = SEED003_MODEL_CONFIGS[name]
+    m = get_model(name)
+    assert m.name == name
+    assert (m.layers, m.kv_heads, m.head_dim) == (cfg["num_layers"], cfg["num_kv_heads"],
+                                                  cfg["head_dim"])
+    # Seed 003's rounded billions; the catalog has the exact counts.
+    assert m.params == pytest.approx(cfg["model_params_b"] * 1e9, rel=0.04)
+    assert 0 < m.active_params <= m.params
+    assert m.source.strip()
+    assert m.heads % m.kv_heads == 0
+    assert m.max_context >= 8192
+
+
+def test_model_catalog_holds_seed003s_five():
+    assert set(SEED003_MODEL_CONFIGS) <= set(MODEL_CATALOG)
+
+
+#: Dense catalog models and whether their input and output embeddings are tied.
+DENSE_TIED = {"Llama-3-8B": False, "Llama-3-70B": False, "Llama-3-405B": False,
+              "Mistral-7B": False, "Llama-3.2-1B": True}
+
+
+@pytest.mark.parametrize("name", sorted(DENSE_TIED))
+def test_dense_catalog_params_match_architecture(name, tmp_path):
+    """The catalog's parameter counts agree with its own architecture fields."""
+    if name not in MODEL_CATALOG:
+        pytest.skip(f"{name} not in the catalog")
+    m = get_model(name)
+    assert m.active_params == m.params
+    cfg = dict(num_hidden_layers=m.layers, hidden_size=m.hidden, num_attention_heads=m.heads,
+               num_key_value_heads=m.kv_heads, head_dim=m.head_dim, intermediate_size=m.ffn,
+               vocab_size=m.vocab, max_position_embeddings=m.max_context,
+               tie_word_embeddings=DENSE_TIED[name])
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(cfg))
+    loaded = load_hf_config(f, name=name)
+    assert loaded.params == pytest.approx(m.params, rel=0.005)  # catalog rounds to 3-4 digits
+    assert loaded.kv_bytes_per_token() == m.kv_bytes_per_token()
+
+
+# --------------------------------------------------------------------------------------------
+# 6. The Hugging Face loader.
+# --------------------------------------------------------------------------------------------
+
+
+def test_load_llama3_8b_config():
+    m = load_hf_config(DATA / "llama3_8b_config.json", name="llama3-8b")
+    assert m.name == "llama3-8b"
+    assert m.params == pytest.approx(8.03e9, rel=0.005)
+    assert m.params == 8_030_261_248  # the count Hugging Face reports for Meta-Llama-3-8B
+    assert m.active_params == m.params
+    cat = get_model("Llama-3-8B")
+    for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "max_context"):
+        assert getattr(m, f) == getattr(cat, f), f
+    assert m.kv_bytes_per_token() == 128 * 1024
+    # A loaded model is a valid design.
+    Design(model=m, gpu="H100-SXM").validate()
+
+
+def test_load_mixtral_config():
+    m = load_hf_config(DATA / "mixtral_8x7b_config.json")
+    assert m.name  # falls back to something non-empty
+    assert m.params == pytest.approx(46.7e9, rel=0.02)
+    assert m.active_params == pytest.approx(12.9e9, rel=0.02)
+    assert (m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim) == (32, 4096, 32, 8, 128)
+    assert m.max_context == 32768 and m.vocab == 32000
+    # Every expert is read by a batched decode pass; FLOPs follow the 2 active experts.
+    p = timing.timing_params(m, get_gpu("H100-SXM"))
+    assert p.weight_bytes == pytest.approx(2 * m.params)
+    assert p.flops_per_token == pytest.approx(2 * m.active_params)
+
+
+def test_loader_defaults_kv_heads_and_head_dim(tmp_path):
+    cfg = json.loads((DATA / "llama3_8b_config.json").read_text())
+    del cfg["num_key_value_heads"]
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(cfg))
+    m = load_hf_config(f)
+    assert m.kv_heads == m.heads == 32  # no GQA: multi-head attention
+    assert m.head_dim == 4096 // 32
+    cfg["tie_word_embeddings"] = True
+    f.write_text(json.dumps(cfg))
+    tied = load_hf_config(f)
+    assert m.params - tied.params == 128256 * 4096
+
+
+def _bad_configs():
+    good = json.loads((DATA / "llama3_8b_config.json").read_text())
+    out = {}
+    for field in ("num_hidden_layers", "hidden_size", "num_attention_heads",
+                  "intermediate_size", "vocab_size", "max_position_embeddings"):
+        c = dict(good)
+        del c[field]
+        out[f"missing-{field}"] = (json.dumps(c), field)
+    c = dict(good, num_hidden_layers=0)
+    out["zero-layers"] = (json.dumps(c), "num_hidden_layers")
+    c = dict(good, hidden_size="4096")
+    out["string-hidden"] = (json.dumps(c), "hidden_size")
+    c = dict(good, num_hidden_layers=True)
+    out["bool-layers"] = (json.dumps(c), "num_hidden_layers")
+    c = dict(good, num_key_value_heads="8")
+    out["string-kv-heads"] = (json.dumps(c), "num_key_value_heads")
+    c = dict(good, num_local_experts=-8)
+    out["negative-experts"] = (json.dumps(c), "num_local_experts")
+    out["not-json"] = ('{"hidden_size": 4096,', "")
+    out["empty"] = ("", "")
+    out["list"] = ("[1, 2, 3]", "not a JSON object")
+    out["string"] = ('"config"', "not a JSON object")
+    out["null"] = ("null", "not a JSON object")
+    return out
+
+
+BAD_CONFIGS = _bad_configs()
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
+def test_malformed_config_raises_value_error(case, tmp_path):
+    text, mention = BAD_CONFIGS[case]
+    f = tmp_path / "config.json"
+    f.write_text(text)
+    with pytest.raises(ValueError, match="model.config_json") as exc:
+        load_hf_config(f)
+    assert mention in str(exc.value)
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "binary"])
+def test_unreadable_config_raises_value_error(kind, tmp_path):
+    f = tmp_path / "config.json"
+    if kind == "directory":
+        f.mkdir()
+    elif kind == "binary":
+        f.write_bytes(b"\xff\xfe\x00\x81garbage")
+    with pytest.raises(ValueError, match="model.config_json"):
+        load_hf_config(f)
+
+
+# --------------------------------------------------------------------------------------------
+# 7. Bad inputs: one clear ValueError naming the field and the allowed values.
+# --------------------------------------------------------------------------------------------
+
+
+def test_unknown_gpu():
+    with pytest.raises(ValueError, match=r"hardware\.gpu") as exc:
+        get_gpu("H100")
+    assert "H100-SXM" in str(exc.value) and "A100-80GB" in str(exc.value)
+    with pytest.raises(ValueError, match=r"hardware\.gpu.*H100-SXM"):
+        Design(gpu="TPU-v5").validate()
+
+
+def test_unknown_model():
+    with pytest.raises(ValueError, match=r"model\.name") as exc:
+        get_model("Llama-4")
+    assert "Llama-3-8B" in str(exc.value)
+    with pytest.raises(ValueError, match=r"model\.name"):
+        Design(model="gpt-5").validate()
+
+
+@pytest.mark.parametrize("model,gpu,gpus,bits", [("Llama-3-70B", "A100-80GB", 1, 16),
+                                                 ("Llama-3-405B", "H100-SXM", 8, 16),
+                                                 ("GPT-4-est", "H100-SXM", 8, 4),
+                                                 ("Llama-3-70B", "L40S", 1, 8)])
+def test_model_that_does_not_fit(model, gpu, gpus, bits):
+    with pytest.raises(ValueError, match="does not fit"):
+        Design(model=model, gpu=gpu, gpus=gpus, weight_bits=bits).validate()
+
+
+@pytest.mark.parametrize("model,gpu,gpus,bits", [("Llama-3-70B", "A100-80GB", 2, 16),
+                                                 ("Llama-3-70B", "A100-80GB", 1, 8),
+                                                 ("Llama-3-70B", "H100-SXM", 1, 4),
+                                                 ("Llama-3-8B", "Apple-M3-Max", 1, 16),
+                                                 ("Llama-3-405B", "H200", 8, 16)])
+def test_designs_that_fit_validate(model, gpu, gpus, bits):
+    Design(model=model, gpu=gpu, gpus=gpus, weight_bits=bits).validate()
+
+
+BAD_LEVERS = [
+    (dict(weight_bits=3), r"levers\.weight_bits", "16, 8, 4"),
+    (dict(kv_bits=4), r"levers\.kv_bits", "16, 8"),
+    (dict(gpus=3), r"levers\.gpus", "1, 2, 4, 8"),
+    (dict(gpus=16), r"levers\.gpus", "1, 2, 4, 8"),
+    (dict(draft_tokens=-1), r"levers\.draft_tokens", "[0, 16]"),
+    (dict(draft_tokens=2.5), r"levers\.draft_tokens", "[0, 16]"),
+    (dict(acceptance=1.5), r"levers\.acceptance", "[0.0, 1.0]"),
+    (dict(acceptance=-0.1), r"levers\.acceptance", "[0.0, 1.0]"),
+    (dict(acceptance=float("nan")), r"levers\.acceptance", "[0.0, 1.0]"),
+    (dict(batching="dynamic"), r"levers\.batching", "continuous"),
+    (dict(kv_cache="blocks"), r"levers\.kv_cache", "paged"),
+    (dict(max_batch=0), r"levers\.max_batch", "[1, 4096]"),
+    (dict(compute_efficiency=0.0), r"levers\.compute_efficiency", "(0.0, 1.0]"),
+    (dict(max_seq_len=100_000), r"levers\.max_seq_len", "8192"),
+]
+
+
+@pytest.mark.parametrize("changes,field,allowed", BAD_LEVERS,
+                         ids=[f"{k}={v}" for c, _, _ in BAD_LEVERS for k, v in
+                              list(c.items())[-1:]])
+def test_bad_lever_raises(changes, field, allowed):
+    with pytest.raises(ValueError, match=field) as exc:
+        Design(**changes).validate()
+    assert allowed in str(exc.value)
+    assert repr(list(changes.values())[-1]) in str(exc.value) or "nan" in str(exc.value)
+
+
+@pytest.mark.parametrize("gpus", [2, 4, 8])
+def test_laptop_gpu_has_no_tensor_parallelism(gpus):
+    with pytest.raises(ValueError, match=r"levers\.gpus.*allowed: 1"):
+        Design(gpu="Apple-M3-Max", gpus=gpus).validate()
+
+
+def test_batching_message_lists_every_option():
+    with pytest.raises(ValueError, match=r"levers\.batching") as exc:
+        Design(batching="dynamic").validate()
+    for option in ("one_at_a_time", "static", "continuous"):
+        assert option in str(exc.value)
+
+
+@pytest.mark.parametrize("rate", [0, 0.0, -1.0, -16, float("nan"), float("inf")])
+def test_bad_arrival_rate(rate):
+    with pytest.raises(ValueError, match=r"workload\.arrival_rate"):
+        Workload(arrival_rate=rate).validate()
+
+
+@pytest.mark.parametrize("duration_s,num_requests", [(60.0, 100), (None, None)])
+def test_workload_needs_exactly_one_of_duration_and_count(duration_s, num_requests):
+    with pytest.raises(ValueError, match="exactly one of duration_s or num_requests"):
+        Workload(duration_s=duration_s, num_requests=num_requests).validate()
+
+
+@pytest.mark.parametrize("wl", [Workload(), Workload(duration_s=None, num_requests=500),
+                                Workload(arrival_rate=0.5, duration_s=10.0)])
+def test_good_workloads_validate(wl):
+    wl.validate()
