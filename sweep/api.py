@@ -38,7 +38,7 @@ def run_batch(params: EngineParams, reqs: Requests, seats: int, k_max: int, max_
 def simulate(designs: Design | list[Design], workload: Workload, seeds: int | list[int] = 1,
              max_steps: int | None = None) -> Result:
     """Simulate every design with every seed (common random numbers: a seed's requests are the
-    same for every design of the same model). ``seeds`` is a count (0..n-1) or a list."""
+    same for every design with the same context limit). ``seeds`` is a count (0..n-1) or a list."""
     designs = [designs] if isinstance(designs, Design) else list(designs)
     seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     workload.validate()
@@ -46,7 +46,7 @@ def simulate(designs: Design | list[Design], workload: Workload, seeds: int | li
     plist, rlist, rows = [], [], []
     for d_idx, d in enumerate(designs):
         p = d.params()
-        ctx = d.model_spec.max_context
+        ctx = d.context_limit
         for seed in seeds:
             if (ctx, seed) not in cache:
                 cache[(ctx, seed)] = sample(workload, seed, ctx)

@@ -58,11 +58,16 @@ class Design:
         return 1 if self.batching == "one_at_a_time" else self.max_batch
 
     @property
+    def context_limit(self) -> int:
+        """Longest sequence (prompt + output) this design serves; workloads are clipped to it."""
+        return self.max_seq_len or self.model_spec.max_context
+
+    @property
     def block_tokens(self) -> int:
         """Allocation unit: a block under paging; a whole maximum-length sequence if contiguous."""
         if self.kv_cache == "paged":
             return self.block_size
-        return self.max_seq_len or self.model_spec.max_context
+        return self.context_limit
 
     def validate(self) -> None:
         def allowed(key, value, options):
@@ -110,7 +115,7 @@ class Design:
                 f"{self.gpus} x {gpu.name} (weights {budget.weights_gib:.1f} GiB, "
                 f"{budget.total_gib - budget.overhead_gib:.1f} GiB usable); use more gpus or "
                 "fewer weight_bits")
-        longest = self.max_seq_len or model.max_context
+        longest = self.context_limit
         if self.total_blocks() * self.block_tokens < longest:
             raise ValueError(
                 f"design: the KV cache of {model.name} on {self.gpus} x {gpu.name} holds "

@@ -102,41 +102,62 @@ class Requests(NamedTuple):
     seed: jax.Array  # uint32 [], for the speculative-acceptance draws
 
 
-def _lengths(key, spec: Lengths, n: int, limit):
-    if spec.dist == "fixed":
-        x = jnp.full((n,), spec.mean, jnp.float64)
-    elif spec.dist == "exponential":
-        x = jax.random.exponential(key, (n,), jnp.float64) * spec.mean
-    elif spec.dist == "uniform":
-        u = jax.random.uniform(key, (n,), jnp.float64)
-        x = spec.low + jnp.floor(u * (spec.high - spec.low + 1))
-    else:
-        mu = math.log(spec.mean) - 0.5 * spec.sigma**2
-        x = jnp.exp(mu + spec.sigma * jax.random.normal(key, (n,), jnp.float64))
+def _lengths(key, par, n: int, limit):
+    """Every distribution is drawn and one is selected, so the kind is data, not a compile-time
+    constant (a draw costs far less than a recompilation)."""
+    kind, mean, low, high, sigma = par
+    e = jax.random.exponential(key, (n,), jnp.float64)
+    u = jax.random.uniform(key, (n,), jnp.float64)
+    z = jax.random.normal(key, (n,), jnp.float64)
+    x = jnp.select(
+        [kind == 0, kind == 1, kind == 2],
+        [jnp.full((n,), mean), e * mean, low + jnp.floor(u * (high - low + 1))],
+        jnp.exp(jnp.log(mean) - 0.5 * sigma**2 + sigma * z))
     return jnp.clip(jnp.round(x), 1, limit).astype(jnp.int32)
 
 
-@partial(jax.jit, static_argnums=(0, 2))
-def _sample(wl: Workload, seed, max_context: int) -> Requests:
-    n = wl.capacity
+@partial(jax.jit, static_argnums=0)
+def _sample(n: int, seed, poisson, rate, count, duration, drain, prompt_par, output_par,
+            max_context) -> Requests:
+    """Only the slot count ``n`` is static: one compilation serves every workload of that size."""
     k_arr, k_in, k_out = jax.random.split(jax.random.PRNGKey(seed), 3)
-    if wl.arrival == "poisson":
-        gaps = jax.random.exponential(k_arr, (n,), jnp.float64) / wl.arrival_rate
-    else:
-        gaps = jnp.full((n,), 1.0 / wl.arrival_rate, jnp.float64)
+    gaps = jnp.where(poisson, jax.random.exponential(k_arr, (n,), jnp.float64), 1.0) / rate
     arrival = jnp.cumsum(gaps)
-    if wl.duration_s is not None:
-        arrival = jnp.where(arrival <= wl.duration_s, arrival, jnp.inf)
-    prompt = _lengths(k_in, wl.prompt_tokens, n, max_context - 1)
-    output = jnp.minimum(_lengths(k_out, wl.output_tokens, n, max_context - 1),
-                         max_context - prompt)
+    arrival = jnp.where((arrival <= duration) & (jnp.arange(n) < count), arrival, jnp.inf)
+    prompt = _lengths(k_in, prompt_par, n, max_context - 1)
+    output = jnp.minimum(_lengths(k_out, output_par, n, max_context - 1), max_context - prompt)
     last = jnp.max(jnp.where(jnp.isfinite(arrival), arrival, 0.0))
-    end = jnp.inf if wl.drain_s is None else last + wl.drain_s
-    return Requests(arrival, prompt, output, jnp.asarray(end, jnp.float64),
-                    jnp.asarray(seed, jnp.uint32))
+    return Requests(arrival, prompt, output, last + drain, jnp.asarray(seed, jnp.uint32))
+
+
+def _par(x: Lengths):
+    return (jnp.int32(DISTS.index(x.dist)),) + tuple(
+        jnp.float64(v) for v in (x.mean, x.low, x.high, x.sigma))
+
+
+def pad(r: Requests, n: int) -> Requests:
+    """Pad to ``n`` requests with never-arriving ones, so differently sized workloads stack."""
+    extra = n - r.arrival.shape[0]
+    if extra < 0:
+        raise ValueError(f"pad: {r.arrival.shape[0]} requests do not fit in {n}")
+    return r._replace(arrival=jnp.concatenate([r.arrival, jnp.full((extra,), jnp.inf)]),
+                      prompt=jnp.concatenate([r.prompt, jnp.ones((extra,), jnp.int32)]),
+                      output=jnp.concatenate([r.output, jnp.ones((extra,), jnp.int32)]))
 
 
 def sample(wl: Workload, seed: int, max_context: int) -> Requests:
     """The requests of one seed; lengths are clipped so prompt + output <= ``max_context``."""
     wl.validate()
-    return _sample(wl, jnp.asarray(seed, jnp.uint32), int(max_context))
+    return sample_n(wl, seed, max_context, wl.capacity)
+
+
+def sample_n(wl: Workload, seed, max_context, n: int) -> Requests:
+    """``sample`` into exactly ``n >= wl.capacity`` slots (the rest never arrive); ``seed`` and
+    ``max_context`` may be traced."""
+    inf = jnp.float64(jnp.inf)
+    return _sample(n, jnp.asarray(seed, jnp.uint32), jnp.bool_(wl.arrival == "poisson"),
+                   jnp.float64(wl.arrival_rate),
+                   jnp.int32(wl.num_requests if wl.num_requests is not None else n),
+                   inf if wl.duration_s is None else jnp.float64(wl.duration_s),
+                   inf if wl.drain_s is None else jnp.float64(wl.drain_s),
+                   _par(wl.prompt_tokens), _par(wl.output_tokens), jnp.int32(max_context))

@@ -294,8 +294,6 @@ def test_linear_timing_is_fixed_plus_per_token_terms(prefill, decode, ctx):
     g = get_gpu("Apple-M3-Max")
     assert g.timing == "linear" and g.linear is not None
     lt = g.linear
-    # Seed 000's fit: ~6 ms fixed, 0.1 ms per prompt token, 0.4 ms per decoded token.
-    assert (lt.fixed_ms, lt.prefill_token_ms, lt.decode_token_ms) == (5.8, 0.1, 0.4)
     # A nonzero context coefficient, to see that term too.
     g2 = dataclasses.replace(g, linear=dataclasses.replace(lt, context_token_us=2.0))
     for gpu, c_us in ((g, lt.context_token_us), (g2, 2.0)):

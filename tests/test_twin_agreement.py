@@ -1,0 +1,118 @@
+"""The scan engine and the event-driven twin agree request by request on random designs."""
+import math
+
+import numpy as np
+import pytest
+
+from sweep.api import run_batch, stack
+from sweep.design import Design
+from sweep.engine import ITL_LOG_WIDTH
+from sweep.reference import simulate_reference, summarize_reference
+from sweep.workload import Lengths, Workload, sample_n
+
+N_DESIGNS = 64
+SEATS = 12
+K_MAX = 4
+N_REQ = 72
+CONTEXT = 512  # requests are clipped to this, so small caches still hold one full sequence
+
+GPUS = ["H100-SXM", "H200", "A100-80GB", "L40S", "B200", "MI300X", "Apple-M3-Max"]
+MODELS = ["Llama-3-8B", "Mistral-7B", "Llama-3.2-1B", "Llama-3-70B"]
+DISTS = [Lengths("exponential", 60.0), Lengths("fixed", 40.0), Lengths("uniform", 0, 10, 120),
+         Lengths("lognormal", 50.0, sigma=0.8)]
+OUTS = [Lengths("exponential", 12.0), Lengths("fixed", 9.0), Lengths("uniform", 0, 1, 30),
+        Lengths("lognormal", 10.0, sigma=1.0)]
+
+
+def _random_case(rng: np.random.Generator, i: int):
+    """A random valid design, its (possibly shrunken) KV cache, and a random workload."""
+    while True:
+        gpu = GPUS[i % len(GPUS)] if i < 2 * len(GPUS) else str(rng.choice(GPUS))
+        d = Design(
+            gpu=gpu, model=str(rng.choice(MODELS)),
+            batching=["one_at_a_time", "static", "continuous"][i % 3],
+            max_batch=int(rng.integers(1, SEATS + 1)),
+            kv_cache=["contiguous", "paged"][(i // 3) % 2],
+            block_size=int(rng.choice([8, 16, 32])),
+            max_seq_len=CONTEXT,
+            gpus=1 if gpu == "Apple-M3-Max" else int(rng.choice([1, 2, 4, 8])),
+            weight_bits=[16, 8, 4][i % 3 if i < 9 else int(rng.integers(3))],
+            kv_bits=int(rng.choice([16, 8])),
+            draft_tokens=int(rng.integers(0, K_MAX + 1)),
+            acceptance=float(rng.choice([0.0, 1.0, rng.uniform(0.3, 0.95)])),
+            draft_cost=float(rng.uniform(0.0, 0.3)),
+        )
+        try:
+            p = d.params()
+        except ValueError:
+            continue  # e.g. a 70B model on too little memory
+        one_seq = math.ceil(CONTEXT / int(p.block_tokens))
+        small = rng.random() < 0.6  # a small cache under a burst: admission and preemption
+        if small:
+            p = p._replace(total_blocks=np.int32(rng.integers(one_seq, one_seq + 8)))
+        wl = Workload(
+            arrival_rate=2000.0 if small else float(rng.choice([2.0, 20.0, 200.0, 2000.0])),
+            duration_s=None, num_requests=int(rng.integers(20, N_REQ + 1)),
+            drain_s=None if rng.random() < 0.5 else float(rng.choice([0.0, 0.05, 0.5])),
+            arrival=str(rng.choice(["poisson", "constant"])),
+            prompt_tokens=DISTS[int(rng.integers(len(DISTS)))],
+            output_tokens=Lengths("uniform", 0, 20, 80) if small else OUTS[int(rng.integers(4))],
+        )
+        return d, p, sample_n(wl, int(rng.integers(0, 2**31)), CONTEXT, N_REQ)
+
+
+@pytest.fixture(scope="module")
+def cases():
+    rng = np.random.default_rng(20261130)
+    designs, params, reqs = zip(*(_random_case(rng, i) for i in range(N_DESIGNS)))
+    out, mets = run_batch(stack(params), stack(reqs), SEATS, K_MAX)
+    return designs, params, reqs, out, mets
+
+
+def test_cases_cover_every_lever(cases):
+    designs, params, _, out, mets = cases
+    for field, values in [("batching", {"one_at_a_time", "static", "continuous"}),
+                          ("kv_cache", {"contiguous", "paged"}), ("gpus", {1, 2, 4, 8}),
+                          ("weight_bits", {16, 8, 4}), ("kv_bits", {16, 8}),
+                          ("draft_tokens", {0, 1, 2, 3, 4})]:
+        assert {getattr(d, field) for d in designs} == values, field
+    assert {d.gpu for d in designs} == set(GPUS)
+    assert (mets["preemptions"] > 0).sum() >= 5
+    assert (mets["unfinished"] > 0).sum() >= 3  # censored by a drain
+    spec = [d.draft_tokens > 0 and 0 < d.acceptance < 1 for d in designs]
+    assert sum(spec) >= 10
+    assert not mets["truncated"].any()
+
+
+def test_per_request_times_agree(cases):
+    designs, params, reqs, out, mets = cases
+    for b in range(N_DESIGNS):
+        ref = simulate_reference(params[b], reqs[b])
+        msg = f"case {b}: {designs[b]}"
+        for name, eng, twin in [("first", out.first[b], ref.first_token),
+                                ("finish", out.finish[b], ref.finish)]:
+            eng = np.asarray(eng)
+            assert np.array_equal(np.isnan(eng), np.isnan(twin)), (name, msg)
+            ok = ~np.isnan(twin)
+            np.testing.assert_allclose(eng[ok], twin[ok], rtol=1e-9, atol=0, err_msg=msg)
+        np.testing.assert_array_equal(np.asarray(out.generated[b]), ref.generated, err_msg=msg)
+        assert float(out.t_stop[b]) == pytest.approx(ref.t_stop, rel=1e-9), msg
+        for name in ("tokens", "preemptions", "max_queue", "peak_blocks", "steps", "passes"):
+            assert int(getattr(out, name)[b]) == int(getattr(ref, name)), (name, msg)
+        assert float(out.area[b]) == pytest.approx(ref.area_in_system, rel=1e-9, abs=1e-12), msg
+
+        # Summary metrics: exact quantities to 1e-9; the ITL histogram to its bin width.
+        twin = summarize_reference(ref, reqs[b], params[b])
+        for key, value in twin.items():
+            eng_v = mets[key][b]
+            if key.endswith("_itl_ms"):
+                if math.isnan(value):
+                    assert math.isnan(eng_v), (key, msg)
+                else:
+                    width = math.exp(ITL_LOG_WIDTH)
+                    assert value / width**1.01 <= eng_v <= value * width**1.01 or (
+                        value == 0 and eng_v == 0), (key, eng_v, value, msg)
+            elif isinstance(value, float) and math.isnan(value):
+                assert math.isnan(eng_v), (key, msg)
+            else:
+                assert eng_v == pytest.approx(value, rel=1e-9, abs=1e-12), (key, msg)
