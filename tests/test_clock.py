@@ -1,0 +1,52 @@
+"""Simulated time runs in float64: a float32 clock would lose sub-millisecond resolution."""
+import numpy as np
+import pytest
+
+from sweep.api import run_batch, stack
+from sweep.design import Design
+from sweep.timing import pass_time
+from sweep.workload import Requests
+
+LATE = 7200.0  # a request arriving two hours into a run
+
+
+def _one_request(arrival, prompt=512, output=200):
+    return Requests(np.array([arrival]), np.array([prompt], np.int32),
+                    np.array([output], np.int32), np.float64(np.inf), np.uint32(0))
+
+
+PROMPT, OUTPUT = 512, 200
+
+
+@pytest.fixture(scope="module")
+def early_and_late():
+    design = Design()
+    reqs = [_one_request(1.0, PROMPT, OUTPUT), _one_request(LATE, PROMPT, OUTPUT)]
+    out, _ = run_batch(stack([design.params()] * 2), stack(reqs), 1, 0)
+    return design, out
+
+
+def test_engine_state_clock_is_float64(early_and_late):
+    _, out = early_and_late
+    for arr in (out.t_stop, out.first, out.finish, out.area, out.busy):
+        assert arr.dtype == np.float64
+
+
+def test_late_request_keeps_microsecond_resolution(early_and_late):
+    """Two hours in, each decode pass (~6 ms) still lands exactly: the engine's time per token
+    equals an exact float64 sum of the pass times, whereas a float32 clock drifts by over a
+    millisecond over the same 200 passes."""
+    design, out = early_and_late
+    tp = design.timing()
+    prompt, output = PROMPT, OUTPUT
+    durations = [float(pass_time(tp, 0.0, 0.0, 1.0, float(prompt + g))) for g in range(1, output)]
+    decode_time = float(np.sum(durations))
+    early, late = (float(out.finish[i, 0] - out.first[i, 0]) for i in range(2))
+    assert abs(early - decode_time) < 1e-9
+    assert abs(late - decode_time) < 1e-9  # float64 at t = 7200 s: ulp ~ 1e-12 s
+
+    clock32 = np.float32(float(out.first[1, 0]))
+    for d in durations:
+        clock32 = np.float32(clock32 + np.float32(d))
+    drift = abs(float(clock32) - float(out.first[1, 0]) - decode_time)
+    assert drift > 1e-3, drift  # float32 spacing at 7200 s is 0.49 ms: rounding every pass

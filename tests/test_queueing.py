@@ -1,0 +1,64 @@
+"""Queueing theory where it applies exactly: M/G/1 (Pollaczek-Khinchine) and Little's law."""
+import numpy as np
+import pytest
+
+from sweep.api import simulate
+from sweep.design import Design
+from sweep.timing import pass_time
+from sweep.workload import Lengths, Workload
+
+SEEDS = 24
+RATE = 6.0  # requests/s; with ~0.1 s of service, utilisation ~0.6
+
+
+@pytest.fixture(scope="module")
+def mg1():
+    """One-at-a-time serving with Poisson arrivals is an M/G/1 FIFO queue."""
+    design = Design(batching="one_at_a_time")
+    wl = Workload(arrival_rate=RATE, duration_s=None, num_requests=1500, drain_s=None,
+                  prompt_tokens=Lengths("exponential", 256.0),
+                  output_tokens=Lengths("exponential", 16.0))
+    return design, simulate(design, wl, seeds=SEEDS)
+
+
+def service_times(design, prompt, output):
+    """A request's service: one prefill pass, then o - 1 single-sequence decode passes."""
+    tp = design.timing()
+    out = np.empty(len(prompt))
+    for i, (p, o) in enumerate(zip(prompt, output)):
+        ctx = p + np.arange(1, o, dtype=np.float64)
+        out[i] = pass_time(tp, float(p), p * (p + 1) / 2, 0.0, 0.0) + np.sum(
+            pass_time(tp, 0.0, 0.0, 1.0, ctx))
+    return out
+
+
+def test_mean_wait_matches_pollaczek_khinchine(mg1):
+    design, res = mg1
+    req = res.requests
+    assert res.metrics["completed"].eq(res.metrics["requests"]).all()
+    s = service_times(design, req["prompt_tokens"].to_numpy(), req["output_tokens"].to_numpy())
+    prefill = np.array([pass_time(design.timing(), float(p), p * (p + 1) / 2, 0.0, 0.0)
+                        for p in req["prompt_tokens"]])
+    # The engine's service time of each request equals the pass sum (nothing else is running).
+    np.testing.assert_allclose(req["finish_s"] - req["first_token_s"] + prefill, s, rtol=1e-9)
+    wait = req["first_token_s"] - prefill - req["arrival_s"]
+    assert (wait > -1e-9).all()
+    rho = RATE * s.mean()
+    assert 0.4 < rho < 0.8
+    pk = RATE * np.mean(s**2) / (2 * (1 - rho))
+    per_seed = wait.groupby(req["sim"]).mean()
+    half_width = 2.58 * per_seed.std(ddof=1) / np.sqrt(SEEDS)  # 99% confidence
+    assert abs(per_seed.mean() - pk) < half_width, (per_seed.mean(), pk, half_width)
+    print(f"M/G/1: rho={rho:.3f} mean wait {per_seed.mean():.4f} s, P-K {pk:.4f} s, 99% CI +-{half_width:.4f}")
+    assert half_width < 0.2 * pk  # the check has teeth
+
+
+def test_littles_law_mg1(mg1):
+    """Time-average number in system (integrated by the engine) = throughput x mean sojourn."""
+    _, res = mg1
+    m, req = res.metrics, res.requests
+    sojourn = (req["finish_s"] - req["arrival_s"]).groupby(req["sim"]).mean()
+    lam = m["requests"] / m["sim_time_s"]
+    np.testing.assert_allclose(m["mean_in_system"], lam * sojourn.to_numpy(), rtol=1e-9)
+    # And against the true arrival rate, statistically.
+    assert abs(m["mean_in_system"].mean() / (RATE * sojourn.mean()) - 1) < 0.05
