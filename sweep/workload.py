@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 ARRIVALS = ("poisson", "constant")
 DISTS = ("fixed", "exponential", "uniform", "lognormal")
@@ -116,7 +117,6 @@ def _lengths(key, par, n: int, limit):
     return jnp.clip(jnp.round(x), 1, limit).astype(jnp.int32)
 
 
-@partial(jax.jit, static_argnums=0)
 def _sample(n: int, seed, poisson, rate, count, duration, drain, prompt_par, output_par,
             max_context) -> Requests:
     """Only the slot count ``n`` is static: one compilation serves every workload of that size."""
@@ -131,18 +131,8 @@ def _sample(n: int, seed, poisson, rate, count, duration, drain, prompt_par, out
 
 
 def _par(x: Lengths):
-    return (jnp.int32(DISTS.index(x.dist)),) + tuple(
-        jnp.float64(v) for v in (x.mean, x.low, x.high, x.sigma))
-
-
-def pad(r: Requests, n: int) -> Requests:
-    """Pad to ``n`` requests with never-arriving ones, so differently sized workloads stack."""
-    extra = n - r.arrival.shape[0]
-    if extra < 0:
-        raise ValueError(f"pad: {r.arrival.shape[0]} requests do not fit in {n}")
-    return r._replace(arrival=jnp.concatenate([r.arrival, jnp.full((extra,), jnp.inf)]),
-                      prompt=jnp.concatenate([r.prompt, jnp.ones((extra,), jnp.int32)]),
-                      output=jnp.concatenate([r.output, jnp.ones((extra,), jnp.int32)]))
+    return (np.int32(DISTS.index(x.dist)),) + tuple(
+        np.float64(v) for v in (x.mean, x.low, x.high, x.sigma))
 
 
 def sample(wl: Workload, seed: int, max_context: int) -> Requests:
@@ -151,13 +141,25 @@ def sample(wl: Workload, seed: int, max_context: int) -> Requests:
     return sample_n(wl, seed, max_context, wl.capacity)
 
 
+def sample_args(wl: Workload, seed, max_context, n: int) -> tuple:
+    """The traced arguments of one workload's sampler (stack them to sample a batch)."""
+    inf = np.float64(np.inf)
+    return (np.uint32(seed), np.bool_(wl.arrival == "poisson"), np.float64(wl.arrival_rate),
+            np.int32(wl.num_requests if wl.num_requests is not None else n),
+            inf if wl.duration_s is None else np.float64(wl.duration_s),
+            inf if wl.drain_s is None else np.float64(wl.drain_s),
+            _par(wl.prompt_tokens), _par(wl.output_tokens), np.int32(max_context))
+
+
+_sample_one = jax.jit(_sample, static_argnums=0)
+
+
+@partial(jax.jit, static_argnums=0)
+def sample_batch(n: int, args: tuple) -> Requests:
+    """Requests of many (workload, seed) pairs at once: ``args`` is a stack of ``sample_args``."""
+    return jax.vmap(partial(_sample, n))(*args)
+
+
 def sample_n(wl: Workload, seed, max_context, n: int) -> Requests:
-    """``sample`` into exactly ``n >= wl.capacity`` slots (the rest never arrive); ``seed`` and
-    ``max_context`` may be traced."""
-    inf = jnp.float64(jnp.inf)
-    return _sample(n, jnp.asarray(seed, jnp.uint32), jnp.bool_(wl.arrival == "poisson"),
-                   jnp.float64(wl.arrival_rate),
-                   jnp.int32(wl.num_requests if wl.num_requests is not None else n),
-                   inf if wl.duration_s is None else jnp.float64(wl.duration_s),
-                   inf if wl.drain_s is None else jnp.float64(wl.drain_s),
-                   _par(wl.prompt_tokens), _par(wl.output_tokens), jnp.int32(max_context))
+    """``sample`` into exactly ``n >= wl.capacity`` slots (the rest never arrive)."""
+    return _sample_one(n, *sample_args(wl, seed, max_context, n))

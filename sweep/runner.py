@@ -1,0 +1,206 @@
+"""The sweep runner: a study's grid -> engine arrays -> chunks of vmapped simulations -> tables.
+
+Simulations are grouped by seat count (one compilation per group); each group is cut into chunks
+of ``chunk_size`` simulations, the last chunk padded by repeating its final simulation so that
+every chunk has the same shape. A simulation's result depends only on its own design, workload
+and seed, never on its chunk-mates, so any chunking gives the same rows.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import jax
+import numpy as np
+import pandas as pd
+
+from .api import run_batch, stack
+from .config import Study
+from .metrics import METRICS
+from .workload import sample_args, sample_batch
+
+#: Simulations per chunk unless the study or the user says otherwise.
+DEFAULT_CHUNK = 512
+
+@dataclass
+class SweepResult:
+    runs: pd.DataFrame  # one row per design x seed
+    requests: pd.DataFrame | None  # one row per request, when asked for
+    seconds: float
+    compile_groups: int
+    simulations: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Sim:
+    point: int
+    seed: int
+
+
+def run_study(study: Study, chunk_size: int | None = None, per_request: bool | None = None,
+              progress: Callable[[int, int, float], None] | None = None) -> SweepResult:
+    """Simulate every grid point x seed of ``study``; rows come back in (design, seed) order."""
+    chunk = chunk_size or study.chunk_size or DEFAULT_CHUNK
+    want_requests = study.per_request if per_request is None else per_request
+    params = [p.design.params() for p in study.points]
+    groups: dict[int, list[_Sim]] = {}
+    for i, p in enumerate(study.points):
+        for seed in study.seeds:
+            groups.setdefault(p.design.seats, []).append(_Sim(i, seed))
+    k_max = max(p.design.draft_tokens for p in study.points)
+    total = sum(len(g) for g in groups.values())
+    t0 = time.perf_counter()
+    done = 0
+    metric_rows: dict[tuple[int, int], dict] = {}
+    request_parts = []
+    for seats, sims in sorted(groups.items()):
+        n_req = max(study.points[s.point].workload.capacity for s in sims)
+        size = min(chunk, len(sims))
+        for start in range(0, len(sims), size):
+            part = sims[start:start + size]
+            padded = part + [part[-1]] * (size - len(part))
+            reqs = sample_batch(n_req, stack([
+                sample_args(study.points[s.point].workload, s.seed,
+                            study.points[s.point].design.context_limit, n_req) for s in padded]))
+            out, mets = run_batch(stack([params[s.point] for s in padded]), reqs, seats, k_max)
+            for j, s in enumerate(part):
+                metric_rows[(s.point, s.seed)] = {k: mets[k][j] for k in METRICS}
+            if want_requests:
+                request_parts.append(_request_table(part, reqs, out))
+            done += len(part)
+            if progress:
+                progress(done, total, time.perf_counter() - t0)
+    runs = _runs_table(study, metric_rows)
+    requests = None
+    if want_requests:
+        requests = pd.concat(request_parts, ignore_index=True).sort_values(
+            ["design", "seed", "request"], kind="stable", ignore_index=True)
+    return SweepResult(runs, requests, time.perf_counter() - t0, len(groups), total)
+
+
+def _runs_table(study: Study, metric_rows: dict) -> pd.DataFrame:
+    rows = []
+    for i, p in enumerate(study.points):
+        for seed in study.seeds:
+            rows.append({"design": i, **p.columns, "seed": seed, **metric_rows[(i, seed)]})
+    df = pd.DataFrame(rows)
+    return typed(df)
+
+
+def typed(df: pd.DataFrame) -> pd.DataFrame:
+    """Levers as categoricals, counts int64, times float64, flags bool (the Parquet schema)."""
+    df = df.copy()
+    for col in df.columns:
+        if col in METRICS:
+            kind = METRICS[col]
+            df[col] = df[col].astype({"f8": "float64", "i8": "int64", "b": "bool"}[kind])
+        elif col in ("design", "seed"):
+            df[col] = df[col].astype("int64")
+        elif df[col].map(lambda v: isinstance(v, str)).any():
+            df[col] = pd.Categorical(df[col].astype(str), categories=list(dict.fromkeys(df[col])))
+        elif df[col].isna().all():
+            df[col] = df[col].astype("float64")
+        elif all(isinstance(v, (bool, np.bool_)) for v in df[col]):
+            df[col] = df[col].astype("bool")
+        elif all(isinstance(v, (int, np.integer)) for v in df[col].dropna()) and df[col].notna().all():
+            df[col] = df[col].astype("int64")
+        else:
+            df[col] = df[col].astype("float64")
+    return df
+
+
+def _request_table(part, reqs, out) -> pd.DataFrame:
+    arrival = np.asarray(reqs.arrival)[:len(part)]
+    real = np.isfinite(arrival)
+    n = arrival.shape[1]
+    design = np.repeat([s.point for s in part], n).reshape(len(part), n)
+    seed = np.repeat([s.seed for s in part], n).reshape(len(part), n)
+    return pd.DataFrame({
+        "design": design[real].astype(np.int64), "seed": seed[real].astype(np.int64),
+        "request": np.tile(np.arange(n, dtype=np.int64), (len(part), 1))[real],
+        "arrival_s": arrival[real],
+        "prompt_tokens": np.asarray(reqs.prompt)[:len(part)][real].astype(np.int64),
+        "output_tokens": np.asarray(reqs.output)[:len(part)][real].astype(np.int64),
+        "first_token_s": np.asarray(out.first)[:len(part)][real],
+        "finish_s": np.asarray(out.finish)[:len(part)][real],
+        "generated": np.asarray(out.generated)[:len(part)][real].astype(np.int64),
+    })
+
+
+# ------------------------------------------------------------------ aggregation over seeds
+#: Two-sided 95% Student-t quantiles by degrees of freedom (1..30); beyond, the normal 1.96.
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+
+def t975(dof: int) -> float:
+    if dof < 1:
+        return math.nan
+    return _T975[dof - 1] if dof <= len(_T975) else 1.96
+
+
+def meets(df: pd.DataFrame, brief) -> pd.Series:
+    """Row by row: does this run (or this design's means) meet every limit of the brief?"""
+    ok = pd.Series(True, index=df.index)
+    for lim in brief:
+        ok &= df[lim.key].map(lambda v, lim=lim: bool(lim.ok(float(v))))
+    return ok
+
+
+def aggregate(runs: pd.DataFrame, brief) -> pd.DataFrame:
+    """One row per design: lever columns, ``seeds``, and for every metric m: m (mean), m_std,
+    m_ci_low, m_ci_high (95% CI of the mean, Student t); ``p_pass`` (share of seeds whose run
+    meets the brief) and ``meets_brief`` (the means meet every limit)."""
+    lever_cols = [c for c in runs.columns if c not in METRICS and c != "seed"]
+    runs = runs.assign(_pass=meets(runs, brief).astype("float64"))
+    g = runs.groupby("design", sort=True, observed=True)
+    first = g[lever_cols].first().reset_index(drop=True)
+    n = g.size().to_numpy()
+    out = {"seeds": n}
+    half = np.array([t975(k - 1) for k in n]) / np.sqrt(n)
+    for m in METRICS:
+        x = runs[m].astype("float64")
+        mean = x.groupby(runs["design"]).mean().to_numpy()
+        std = x.groupby(runs["design"]).std(ddof=1).to_numpy()
+        out[m] = mean
+        out[f"{m}_std"] = std
+        out[f"{m}_ci_low"] = mean - half * std
+        out[f"{m}_ci_high"] = mean + half * std
+    out["p_pass"] = g["_pass"].mean().to_numpy()
+    agg = pd.concat([first, pd.DataFrame(out)], axis=1)
+    agg["meets_brief"] = meets(agg, brief).to_numpy()
+    return agg
+
+
+def device_description() -> str:
+    d = jax.devices()[0]
+    return f"{d.platform}:{getattr(d, 'device_kind', d.platform)} x{len(jax.devices())}"
+
+
+def default_progress(stream=sys.stderr) -> Callable[[int, int, float], None]:
+    """A one-line bar on a terminal; plain log lines (at most ~20) otherwise."""
+    tty = stream.isatty()
+    last = [-1]
+
+    def show(done: int, total: int, elapsed: float) -> None:
+        rate = done / elapsed if elapsed > 0 else 0.0
+        eta = (total - done) / rate if rate > 0 else math.inf
+        msg = f"{done}/{total} simulations, {rate:,.1f} sims/s, {eta:,.0f} s left"
+        if tty:
+            filled = int(30 * done / total)
+            stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {msg}   ")
+            if done == total:
+                stream.write("\n")
+        else:
+            step = int(20 * done / total)
+            if step != last[0] or done == total:
+                last[0] = step
+                stream.write(msg + "\n")
+        stream.flush()
+
+    return show
