@@ -159,3 +159,16 @@ def test_console_script_exit_status(tmp_path):
                            str(tmp_path / "o")], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "levers.batching" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_example_tour_runs_on_the_results(small, tmp_path):
+    sys.path.insert(0, str(Path(__file__).parents[1] / "examples"))
+    try:
+        import explore_results
+    finally:
+        sys.path.pop(0)
+    _, out = small
+    got = explore_results.main(str(out), str(tmp_path))
+    assert len(got["frontier"]) >= 1
+    for name in ("tour_frontier.png", "tour_ttft_histogram.png"):
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
