@@ -42,8 +42,9 @@ class EngineState(NamedTuple):
     seat_blocks: jax.Array  # i32[S] KV blocks held
     seat_pre: jax.Array  # bool[S] preempted (holds the seat, no blocks)
     seat_last: jax.Array  # f64[S] time of the seat's last token
-    first: jax.Array  # f64[N+1] first-token time (nan until then; slot N absorbs masked writes)
-    finish: jax.Array  # f64[N+1] finish time
+    first: jax.Array  # f64[N+S] first-token time (nan until then; S spare slots keep the
+    # admission window inside the array)
+    finish: jax.Array  # f64[N] finish time (nan until then)
     finished: jax.Array  # i32 requests finished
     tokens: jax.Array  # i64 tokens generated
     preemptions: jax.Array  # i32
@@ -110,7 +111,7 @@ def _init(n: int, seats: int) -> EngineState:
         seat_req=jnp.full((seats,), -1, i32), seat_gen=jnp.zeros((seats,), i32),
         seat_blocks=jnp.zeros((seats,), i32), seat_pre=jnp.zeros((seats,), bool),
         seat_last=jnp.zeros((seats,), jnp.float64),
-        first=jnp.full((n + 1,), jnp.nan), finish=jnp.full((n + 1,), jnp.nan),
+        first=jnp.full((n + seats,), jnp.nan), finish=jnp.full((n,), jnp.nan),
         finished=i32(0), tokens=jnp.int64(0), preemptions=i32(0), max_queue=i32(0),
         peak_blocks=i32(0), area=jnp.float64(0.0), busy=jnp.float64(0.0), q_mid=i32(-1),
         q_last=i32(-1), itl_hist=jnp.zeros((ITL_BINS,), i32), steps=i32(0), passes=i32(0),
@@ -208,18 +209,22 @@ def step(p: EngineParams, r: Requests, aux: Aux, k_max: int, s: EngineState) -> 
     dec_tokens = jnp.where(decode, jnp.minimum(accepted + 1, output - gen), 0)
     emitted = dec_tokens + (new | readmitted)
 
-    gap_seat = decode | readmitted
-    hist = s.itl_hist.at[jnp.where(gap_seat, itl_bin(t_end - s.seat_last), 0)].add(
-        gap_seat.astype(jnp.int32))
-    hist = hist.at[0].add(jnp.where(decode, dec_tokens - 1, 0).sum(dtype=jnp.int32))
+    # Every decoding seat emitted its previous token at the end of the previous pass, i.e. at t,
+    # so its gap is the pass time; only a readmitted seat has a gap of its own (its stall).
+    hist = s.itl_hist.at[jnp.stack([itl_bin(dt), itl_bin(t_end - s.seat_last[r_seat]),
+                                    jnp.int32(0)])].add(
+        jnp.stack([decode.sum(dtype=jnp.int32), readmit.astype(jnp.int32),
+                   jnp.where(decode, dec_tokens - 1, 0).sum(dtype=jnp.int32)]))
 
     # 8. Completion.
     seat_req = jnp.where(new, new_req, s.seat_req)
     gen_new = jnp.where(new, 1, gen + emitted)
     done_seat = (emitted > 0) & (gen_new >= jnp.where(new, new_output, output))
     blocks = jnp.where(new, w_need[slot], jnp.where(readmitted, r_need, blocks))
-    first = s.first.at[jnp.where(new, new_req, n)].set(t_end)
-    finish = s.finish.at[jnp.where(done_seat, seat_req, n)].set(t_end)
+    # Admitted requests are the contiguous window head..head+m-1: a slice update, no scatter.
+    window_first = lax.dynamic_slice(s.first, (s.head,), (nseat,))
+    first = lax.dynamic_update_slice(s.first, jnp.where(seats < m, t_end, window_first), (s.head,))
+    finish = s.finish.at[jnp.where(done_seat, seat_req, n)].set(t_end, mode="drop")
 
     # Accounting: the integral of the number in system gains, over (t, t_end], those present at t
     # and those arriving during the pass (from their arrival).
@@ -259,10 +264,10 @@ def simulate_one(p: EngineParams, r: Requests, *, seats: int, k_max: int,
 
     s = lax.while_loop(lambda s: ~s.done & (s.steps < aux.max_steps), block, _init(n, seats))
     occupied = s.seat_req >= 0
-    generated = jnp.where(jnp.isfinite(s.finish[:n]), r.output, 0)
+    generated = jnp.where(jnp.isfinite(s.finish), r.output, 0)
     generated = generated.at[jnp.where(occupied, s.seat_req, n)].set(s.seat_gen, mode="drop")
     return EngineOutput(
-        first=s.first[:n], finish=s.finish[:n], generated=generated, t_stop=s.t,
+        first=s.first[:n], finish=s.finish, generated=generated, t_stop=s.t,
         tokens=s.tokens, preemptions=s.preemptions, max_queue=s.max_queue,
         peak_blocks=s.peak_blocks, area=s.area, busy=s.busy, q_mid=s.q_mid, q_last=s.q_last,
         itl_hist=s.itl_hist, steps=s.steps, passes=s.passes, truncated=~s.done)
