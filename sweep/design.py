@@ -11,7 +11,7 @@ from .hardware import (DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_COMPUTE_EFFICIENCY,
                        DEFAULT_PASS_OVERHEAD_MS, GPU, get_gpu)
 from .memory import DEFAULT_OVERHEAD_FRACTION, memory_budget
 from .models import Model, get_model
-from .rng import acceptance_threshold
+from .rng import acceptance_thresholds
 from .timing import TimingParams, timing_params
 
 BATCHING = ("one_at_a_time", "static", "continuous")
@@ -148,7 +148,7 @@ class Design:
             block_tokens=np.int32(self.block_tokens),
             total_blocks=np.int32(min(self.total_blocks(), 2**31 - 1)),
             draft_tokens=np.int32(self.draft_tokens),
-            accept_threshold=np.int32(acceptance_threshold(self.acceptance)),
+            accept_thresholds=acceptance_thresholds(self.acceptance, MAX_DRAFT_TOKENS),
             block_bytes=np.float64(self.block_tokens * self.model_spec.kv_bytes_per_token(
                 self.kv_bits)),
             gpus=np.float64(self.gpus),
@@ -170,7 +170,7 @@ class EngineParams(NamedTuple):
     block_tokens: np.ndarray  # int32: KV allocation unit in tokens
     total_blocks: np.ndarray  # int32
     draft_tokens: np.ndarray  # int32: k
-    accept_threshold: np.ndarray  # int32: a 24-bit draw below it accepts a drafted token
+    accept_thresholds: np.ndarray  # int32[MAX_DRAFT_TOKENS]: T_j = round(acceptance**j x 2**24)
     block_bytes: np.ndarray  # float64: bytes per KV block (for peak KV memory)
     gpus: np.ndarray  # float64
     price_per_gpu_s: np.ndarray  # float64, $ per GPU-second

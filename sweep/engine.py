@@ -1,10 +1,19 @@
-"""The fixed-step serving engine: a pure ``step`` per engine pass, ``lax.scan`` over steps, ``vmap``
-over a batch of designs x workloads x seeds. The rules are docs/model.md's; sweep/reference.py is
-the same rules as a plain event loop.
+"""The fixed-step serving engine: a pure ``step``, ``lax.scan`` over steps, ``vmap`` over a batch
+of designs x workloads x seeds. The rules are docs/model.md's; sweep/reference.py is the same
+rules as a plain event loop, one pass at a time.
+
+A step is one general pass (admission, readmission or preemption, prefill and decode: the rules
+as written) followed by a *decode run*: up to ``lookahead`` further passes in which nothing but
+decoding can happen, all taken at once. Within such a run the running set is fixed, so every
+pass is a pure function of the seats' token counts: the draws of all its passes are taken
+together (they are keyed by each request's decode-pass count), pass times are a vector, and the
+run stops before the first pass at which an event could occur (an arrival that could be
+admitted, a KV block that does not fit, the end time) or after the first completion. Runs are
+an execution strategy, not a rule: the per-request results equal pass-by-pass stepping.
 
 Shapes are static: ``seats`` seats and ``N`` requests per simulation. Per-step work is
-O(seats): the running set is a seat array, the FIFO queue a window of ``seats`` requests starting
-at ``head`` over the arrival-sorted requests, and per-request times are written by scatter.
+O(seats x lookahead): the running set is a seat array, the FIFO queue a window of ``seats``
+requests starting at ``head`` over the arrival-sorted requests.
 """
 from __future__ import annotations
 
@@ -31,7 +40,9 @@ ITL_LOG_WIDTH = math.log(ITL_HI_S / ITL_LO_S) / (ITL_BINS - 1)
 
 #: Scan steps per block of the outer while loop: the loop stops within one block of the slowest
 #: simulation finishing.
-DEFAULT_BLOCK_STEPS = 256
+DEFAULT_BLOCK_STEPS = 64
+#: Passes a decode run may cover in one step.
+DEFAULT_LOOKAHEAD = 16
 
 
 class EngineState(NamedTuple):
@@ -39,6 +50,7 @@ class EngineState(NamedTuple):
     head: jax.Array  # i32 requests ever admitted (the FIFO queue is head..tail-1)
     seat_req: jax.Array  # i32[S] request index, -1 if free
     seat_gen: jax.Array  # i32[S] tokens generated
+    seat_npass: jax.Array  # i32[S] decode passes the request has taken (keys its draws)
     seat_blocks: jax.Array  # i32[S] KV blocks held
     seat_pre: jax.Array  # bool[S] preempted (holds the seat, no blocks)
     seat_last: jax.Array  # f64[S] time of the seat's last token
@@ -52,10 +64,8 @@ class EngineState(NamedTuple):
     peak_blocks: jax.Array  # i32
     area: jax.Array  # f64 integral of the number in system over time
     busy: jax.Array  # f64 seconds spent in passes
-    q_mid: jax.Array  # i32 queue when the middle request has arrived (-1 before)
-    q_last: jax.Array  # i32 queue when the last request has arrived (-1 before)
     itl_hist: jax.Array  # i32[ITL_BINS]
-    steps: jax.Array  # i32 steps that did something (passes and preemptions)
+    steps: jax.Array  # i32 steps that did something
     passes: jax.Array  # i32
     done: jax.Array  # bool
 
@@ -64,8 +74,6 @@ class Aux(NamedTuple):
     """Per-simulation constants derived from the requests once, outside the scan."""
 
     cum_arrival: jax.Array  # f64[N+1] prefix sums of (finite) arrival times
-    a_mid: jax.Array  # f64 arrival of the middle real request
-    a_last: jax.Array  # f64 arrival of the last real request
     max_steps: jax.Array  # i32 safe bound on steps
 
 
@@ -80,8 +88,6 @@ class EngineOutput(NamedTuple):
     peak_blocks: jax.Array
     area: jax.Array
     busy: jax.Array
-    q_mid: jax.Array
-    q_last: jax.Array
     itl_hist: jax.Array
     steps: jax.Array
     passes: jax.Array
@@ -94,27 +100,27 @@ def _ceil_div(a, b):
 
 def _aux(r: Requests, seats: int, max_steps) -> Aux:
     real = jnp.isfinite(r.arrival)
-    n_real = real.sum()
     a0 = jnp.where(real, r.arrival, 0.0)
     cum = jnp.concatenate([jnp.zeros((1,), jnp.float64), jnp.cumsum(a0)])
+    # Every pass emits a token and every preemption is undone by a readmission pass.
     bound = 2 * jnp.where(real, r.output, 0).sum() + seats + 16
     if max_steps is not None:
         bound = jnp.minimum(bound, max_steps)
-    return Aux(cum, r.arrival[n_real // 2], r.arrival[jnp.maximum(n_real - 1, 0)],
-               bound.astype(jnp.int32))
+    return Aux(cum, bound.astype(jnp.int32))
 
 
 def _init(n: int, seats: int) -> EngineState:
     i32 = jnp.int32
+    zeros = jnp.zeros((seats,), i32)
     return EngineState(
         t=jnp.float64(0.0), head=i32(0),
-        seat_req=jnp.full((seats,), -1, i32), seat_gen=jnp.zeros((seats,), i32),
-        seat_blocks=jnp.zeros((seats,), i32), seat_pre=jnp.zeros((seats,), bool),
+        seat_req=jnp.full((seats,), -1, i32), seat_gen=zeros, seat_npass=zeros,
+        seat_blocks=zeros, seat_pre=jnp.zeros((seats,), bool),
         seat_last=jnp.zeros((seats,), jnp.float64),
         first=jnp.full((n + seats,), jnp.nan), finish=jnp.full((n,), jnp.nan),
         finished=i32(0), tokens=jnp.int64(0), preemptions=i32(0), max_queue=i32(0),
-        peak_blocks=i32(0), area=jnp.float64(0.0), busy=jnp.float64(0.0), q_mid=i32(-1),
-        q_last=i32(-1), itl_hist=jnp.zeros((ITL_BINS,), i32), steps=i32(0), passes=i32(0),
+        peak_blocks=i32(0), area=jnp.float64(0.0), busy=jnp.float64(0.0),
+        itl_hist=jnp.zeros((ITL_BINS,), i32), steps=i32(0), passes=i32(0),
         done=jnp.bool_(False))
 
 
@@ -124,8 +130,27 @@ def itl_bin(gap):
     return jnp.clip(b, 1, ITL_BINS - 1).astype(jnp.int32)
 
 
-def step(p: EngineParams, r: Requests, aux: Aux, k_max: int, s: EngineState) -> EngineState:
-    """One engine pass (or one preemption) of one simulation: docs/model.md, "One step"."""
+def _accepted(p: EngineParams, seed, req, npass, k_max: int):
+    """Accepted draft tokens of a decode pass: one 24-bit draw against p**j thresholds."""
+    if k_max == 0:
+        return jnp.zeros(jnp.broadcast_shapes(req.shape, npass.shape), jnp.int32)
+    u = uniform_bits(seed, req, npass, xp=jnp)
+    j = jnp.arange(k_max, dtype=jnp.int32)
+    hit = (u[..., None] < p.accept_thresholds[:k_max]) & (j < p.draft_tokens)
+    return hit.sum(axis=-1, dtype=jnp.int32)
+
+
+def _area_gain(r: Requests, aux: Aux, t, t_end, tail, finished):
+    """Integral of the number in system over (t, t_end]: those present at t (none leave before
+    t_end), plus those arriving meanwhile, each from its arrival."""
+    tail_end = jnp.searchsorted(r.arrival, t_end, side="right")
+    arriving = (tail_end - tail) * t_end - (aux.cum_arrival[tail_end] - aux.cum_arrival[tail])
+    return (tail - finished) * (t_end - t) + arriving
+
+
+def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int,
+                  s: EngineState) -> EngineState:
+    """One engine pass (or one preemption) by the rules: docs/model.md, "One step"."""
     n = r.arrival.shape[0]
     nseat = s.seat_req.shape[0]
     seats = jnp.arange(nseat, dtype=jnp.int32)
@@ -142,8 +167,6 @@ def step(p: EngineParams, r: Requests, aux: Aux, k_max: int, s: EngineState) -> 
     t = jnp.where(idle & jnp.isfinite(next_arrival), jnp.maximum(s.t, next_arrival), s.t)
     tail = jnp.searchsorted(r.arrival, t, side="right").astype(jnp.int32)
     queue = tail - s.head
-    q_mid = jnp.where(live & (s.q_mid < 0) & (t >= aux.a_mid), queue, s.q_mid)
-    q_last = jnp.where(live & (s.q_last < 0) & (t >= aux.a_last), queue, s.q_last)
     stop = (idle & ~jnp.isfinite(next_arrival)) | (t >= r.end_time)
     go = live & ~stop
 
@@ -198,14 +221,8 @@ def step(p: EngineParams, r: Requests, aux: Aux, k_max: int, s: EngineState) -> 
     dt = jnp.where(work, dt, 0.0)
     t_end = t + dt
 
-    # 7. Tokens: speculative acceptance draws shared with the twin.
-    if k_max > 0:
-        pos = jnp.arange(k_max, dtype=jnp.int32)
-        u = uniform_bits(r.seed, s.seat_req[:, None], gen[:, None], pos[None, :], xp=jnp)
-        acc = (u < p.accept_threshold) & (pos[None, :] < p.draft_tokens)
-        accepted = jnp.cumprod(acc, axis=1).sum(axis=1, dtype=jnp.int32)
-    else:
-        accepted = jnp.zeros((nseat,), jnp.int32)
+    # 7. Tokens.
+    accepted = _accepted(p, r.seed, s.seat_req, s.seat_npass, k_max)
     dec_tokens = jnp.where(decode, jnp.minimum(accepted + 1, output - gen), 0)
     emitted = dec_tokens + (new | readmitted)
 
@@ -226,17 +243,12 @@ def step(p: EngineParams, r: Requests, aux: Aux, k_max: int, s: EngineState) -> 
     first = lax.dynamic_update_slice(s.first, jnp.where(seats < m, t_end, window_first), (s.head,))
     finish = s.finish.at[jnp.where(done_seat, seat_req, n)].set(t_end, mode="drop")
 
-    # Accounting: the integral of the number in system gains, over (t, t_end], those present at t
-    # and those arriving during the pass (from their arrival).
-    tail_end = jnp.searchsorted(r.arrival, t_end, side="right")
-    arriving = (tail_end - tail) * t_end - (aux.cum_arrival[tail_end] - aux.cum_arrival[tail])
-    area = s.area + jnp.where(work, (tail - s.finished) * dt + arriving, 0.0)
-
     return EngineState(
         t=jnp.where(live, t_end, s.t),
         head=s.head + m,
         seat_req=jnp.where(done_seat, -1, seat_req),
         seat_gen=jnp.where(done_seat, 0, gen_new),
+        seat_npass=jnp.where(new | done_seat, 0, s.seat_npass + decode),
         seat_blocks=jnp.where(done_seat, 0, blocks),
         seat_pre=seat_pre & ~readmitted & ~done_seat,
         seat_last=jnp.where(emitted > 0, t_end, s.seat_last),
@@ -246,18 +258,97 @@ def step(p: EngineParams, r: Requests, aux: Aux, k_max: int, s: EngineState) -> 
         preemptions=s.preemptions + preempt.astype(jnp.int32),
         max_queue=jnp.maximum(s.max_queue, jnp.where(work, queue - m, 0)),
         peak_blocks=jnp.maximum(s.peak_blocks, jnp.where(work, blocks.sum(dtype=jnp.int32), 0)),
-        area=area, busy=s.busy + dt, q_mid=q_mid, q_last=q_last, itl_hist=hist,
+        area=s.area + jnp.where(work, _area_gain(r, aux, t, t_end, tail, s.finished), 0.0),
+        busy=s.busy + dt, itl_hist=hist,
         steps=s.steps + go.astype(jnp.int32), passes=s.passes + work.astype(jnp.int32),
         done=s.done | (live & stop),
     )
 
 
+def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: int,
+                s: EngineState) -> EngineState:
+    """Up to ``lookahead`` decode-only passes at once (none if an event could intervene)."""
+    n = r.arrival.shape[0]
+    occupied = s.seat_req >= 0
+    running = occupied & ~s.seat_pre
+    n_run = running.sum(dtype=jnp.int32)
+    tail = jnp.searchsorted(r.arrival, s.t, side="right").astype(jnp.int32)
+    # Admission is possible during the run only into a free seat of a continuous batch: then
+    # the run must end before the pass that starts after the next arrival (or at once if
+    # someone waits). Blocks only shrink and seats only free at the end, so nothing else can
+    # make an admission or a readmission possible.
+    can_admit = ~p.static & (occupied.sum() < p.max_batch)
+    ok = (~s.done & (s.steps < aux.max_steps) & (n_run > 0) & ~(s.seat_pre & occupied).any()
+          & (s.t < r.end_time) & ~(can_admit & (tail > s.head)))
+    next_arrival = jnp.where(tail < n, r.arrival[jnp.minimum(tail, n - 1)], jnp.inf)
+
+    req = jnp.maximum(s.seat_req, 0)
+    prompt, output, gen, npass = r.prompt[req], r.output[req], s.seat_gen, s.seat_npass
+    j = jnp.arange(lookahead, dtype=jnp.int32)
+    steps_tokens = _accepted(p, r.seed, s.seat_req[:, None], npass[:, None] + j, k_max) + 1
+    gen_after = jnp.minimum(gen[:, None] + jnp.cumsum(steps_tokens, axis=1), output[:, None])
+    gen_before = jnp.concatenate([gen[:, None], gen_after[:, :-1]], axis=1)
+    ctx = prompt[:, None] + gen_before
+    need = _ceil_div(ctx + jnp.minimum(p.draft_tokens + 1, output[:, None] - gen_before),
+                     p.block_tokens)
+    run_col = running[:, None]
+    growth = jnp.where(run_col, jnp.maximum(need - s.seat_blocks[:, None], 0), 0).sum(axis=0)
+    fits = growth <= p.total_blocks - s.seat_blocks.sum()
+    context = jnp.where(run_col, ctx, 0).sum(axis=0, dtype=jnp.float64)
+    zero = jnp.zeros((lookahead,), jnp.float64)
+    dt = pass_time(p.timing, zero, zero, n_run.astype(jnp.float64) + zero, context, xp=jnp)
+    ends = s.t + jnp.cumsum(dt)
+    starts = jnp.concatenate([s.t[None], ends[:-1]])
+    completes = (run_col & (gen_after >= output[:, None])).any(axis=0)
+    after_completion = jnp.concatenate([jnp.zeros((1,), bool), jnp.cumsum(completes)[:-1] > 0])
+    allowed = (fits & (starts < r.end_time) & ~after_completion
+               & ~(can_admit & (starts >= next_arrival)))
+    m = jnp.where(ok, jnp.cumprod(allowed).sum(dtype=jnp.int32), 0)
+
+    took = j < m
+    last = jnp.maximum(m - 1, 0)
+    t_end = jnp.where(m > 0, ends[last], s.t)
+    gen_new = jnp.where(running & (m > 0), gen_after[:, last], gen)
+    blocks = jnp.where(running & (m > 0), jnp.maximum(s.seat_blocks, need[:, last]),
+                       s.seat_blocks)
+    done_seat = running & (gen_new >= output)
+    emitted = gen_new - gen
+    hist = s.itl_hist.at[itl_bin(dt)].add(jnp.where(took, n_run, 0))
+    hist = hist.at[0].add(emitted.sum(dtype=jnp.int32) - n_run * m)
+    tail_last = jnp.searchsorted(r.arrival, starts[last], side="right").astype(jnp.int32)
+    finish = s.finish.at[jnp.where(done_seat, s.seat_req, n)].set(t_end, mode="drop")
+    return s._replace(
+        t=t_end,
+        seat_req=jnp.where(done_seat, -1, s.seat_req),
+        seat_gen=jnp.where(done_seat, 0, gen_new),
+        seat_npass=jnp.where(done_seat, 0, npass + jnp.where(running, m, 0)),
+        seat_blocks=jnp.where(done_seat, 0, blocks),
+        seat_last=jnp.where(running & (m > 0), t_end, s.seat_last),
+        finish=finish,
+        finished=s.finished + done_seat.sum(dtype=jnp.int32),
+        tokens=s.tokens + emitted.sum(dtype=jnp.int64),
+        max_queue=jnp.maximum(s.max_queue, jnp.where(m > 0, tail_last - s.head, 0)),
+        peak_blocks=jnp.maximum(s.peak_blocks, jnp.where(m > 0, blocks.sum(dtype=jnp.int32), 0)),
+        area=s.area + jnp.where(m > 0, _area_gain(r, aux, s.t, t_end, tail, s.finished), 0.0),
+        busy=s.busy + jnp.where(took, dt, 0.0).sum(),
+        itl_hist=hist, passes=s.passes + m,
+    )
+
+
+def step(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: int,
+         s: EngineState) -> EngineState:
+    """One step of one simulation: a general pass, then a decode run."""
+    s = _general_pass(p, r, aux, k_max, s)
+    return _decode_run(p, r, aux, k_max, lookahead, s) if lookahead > 0 else s
+
+
 def simulate_one(p: EngineParams, r: Requests, *, seats: int, k_max: int,
-                 block_steps: int = DEFAULT_BLOCK_STEPS, max_steps=None) -> EngineOutput:
+                 lookahead: int = DEFAULT_LOOKAHEAD, block_steps: int = DEFAULT_BLOCK_STEPS,
+                 max_steps=None) -> EngineOutput:
     """Run one simulation to completion (or its step bound). Pure; vmap it for a batch."""
     n = r.arrival.shape[0]
     aux = _aux(r, seats, max_steps)
-    body_step = partial(step, p, r, aux, k_max)
+    body_step = partial(step, p, r, aux, k_max, lookahead)
 
     def block(s):
         return lax.scan(lambda c, _: (body_step(c), None), s, None, length=block_steps)[0]
@@ -269,13 +360,15 @@ def simulate_one(p: EngineParams, r: Requests, *, seats: int, k_max: int,
     return EngineOutput(
         first=s.first[:n], finish=s.finish, generated=generated, t_stop=s.t,
         tokens=s.tokens, preemptions=s.preemptions, max_queue=s.max_queue,
-        peak_blocks=s.peak_blocks, area=s.area, busy=s.busy, q_mid=s.q_mid, q_last=s.q_last,
-        itl_hist=s.itl_hist, steps=s.steps, passes=s.passes, truncated=~s.done)
+        peak_blocks=s.peak_blocks, area=s.area, busy=s.busy, itl_hist=s.itl_hist,
+        steps=s.steps, passes=s.passes, truncated=~s.done)
 
 
-@partial(jax.jit, static_argnames=("seats", "k_max", "block_steps"))
+@partial(jax.jit, static_argnames=("seats", "k_max", "lookahead", "block_steps"))
 def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
-                   block_steps: int = DEFAULT_BLOCK_STEPS, max_steps=None) -> EngineOutput:
+                   lookahead: int = DEFAULT_LOOKAHEAD, block_steps: int = DEFAULT_BLOCK_STEPS,
+                   max_steps=None) -> EngineOutput:
     """vmap of ``simulate_one`` over the leading axis of every leaf of ``p`` and ``r``."""
-    fn = partial(simulate_one, seats=seats, k_max=k_max, block_steps=block_steps)
+    fn = partial(simulate_one, seats=seats, k_max=k_max, lookahead=lookahead,
+                 block_steps=block_steps)
     return jax.vmap(lambda pp, rr: fn(pp, rr, max_steps=max_steps))(p, r)

@@ -49,8 +49,16 @@ def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
     e2e_q = jnp.nanpercentile(e2e, jnp.array([50.0, 95.0]))
     tokens = out.tokens.astype(jnp.float64)
     completed = done.sum()
+    # Waiting (arrived, no first token yet) at the arrival of the middle and the last request.
     half = n_real // 2
-    unstable = out.q_last > out.q_mid + 0.05 * (n_real - 1 - half) + 1
+    got_first = jnp.where(jnp.isfinite(out.first), out.first, jnp.inf)
+
+    def waiting(tau):
+        return (real & (r.arrival <= tau) & (got_first > tau)).sum()
+
+    q_mid = waiting(r.arrival[half])
+    q_last = waiting(r.arrival[jnp.maximum(n_real - 1, 0)])
+    unstable = (n_real > 0) & (q_last > q_mid + 0.05 * (n_real - 1 - half) + 1)
     safe_t = jnp.where(t_stop > 0, t_stop, jnp.nan)
     return {
         "mean_ttft_s": jnp.nanmean(ttft),

@@ -38,6 +38,7 @@ class _Seat:
     g: int = 0  # tokens generated so far
     b: int = 0  # KV blocks held
     last: float = math.nan  # time of its last token
+    npass: int = 0  # decode passes taken (keys the speculative draws; kept across preemption)
     preempted: bool = False
 
 
@@ -52,8 +53,6 @@ class RefResult:
     max_queue: int  # max over passes of waiting requests after admission
     peak_blocks: int  # max blocks in use after a pass's allocations
     area_in_system: float  # integral over [0, t_stop] of (arrived and not finished)
-    q_mid: float  # queue observed when the clock first reached a[n // 2] (nan if never)
-    q_last: float  # queue observed when the clock first reached a[n - 1] (nan if never)
     steps: int  # steps taken (passes + preemption steps)
     passes: int
     tokens: int  # total tokens generated
@@ -88,14 +87,10 @@ def simulate_reference(params: EngineParams, req: Requests,
     bt = int(params.block_tokens)
     total_blocks = int(params.total_blocks)
     k = int(params.draft_tokens)
-    threshold = int(params.accept_threshold)
+    thresholds = np.asarray(params.accept_thresholds)[:k]
     tparams = timing.TimingParams(*(np.float64(v) for v in params.timing))
-    positions = np.arange(k, dtype=np.int64)
 
     # Real requests (finite arrival) form a prefix, since arrivals are sorted.
-    n = int(np.count_nonzero(np.isfinite(arrival_np)))
-    a_mid = arrival[n // 2] if n > 0 else math.inf
-    a_last = arrival[n - 1] if n > 0 else math.inf
 
     first_token = np.full(N, np.nan)
     finish = np.full(N, np.nan)
@@ -111,8 +106,6 @@ def simulate_reference(params: EngineParams, req: Requests,
     preemptions = 0
     max_queue = 0
     peak_blocks = 0
-    q_mid = math.nan
-    q_last = math.nan
     steps = 0
     passes = 0
     tokens = 0
@@ -133,13 +126,6 @@ def simulate_reference(params: EngineParams, req: Requests,
             if head < N and math.isfinite(arrival[head]):
                 t = max(t, arrival[head])
             tail = advance_tail(tail, t)
-
-        # "Unstable": the queue is observed after step 1 of the first step whose clock has
-        # reached a[n // 2] (Q_mid) and a[n - 1] (Q_last).
-        if math.isnan(q_mid) and t >= a_mid:
-            q_mid = float(tail - head)
-        if math.isnan(q_last) and t >= a_last:
-            q_last = float(tail - head)
 
         # 2. Stop.
         left_to_arrive = tail < N and math.isfinite(arrival[tail])
@@ -223,15 +209,15 @@ def simulate_reference(params: EngineParams, req: Requests,
         if running:
             if k > 0:
                 idx = np.array([s.req for s in running], dtype=np.int64)
-                gs = np.array([s.g for s in running], dtype=np.int64)
-                draws = rng.uniform_bits(seed, idx[:, None], gs[:, None], positions[None, :],
-                                         xp=np)
-                accepted = np.asarray(draws) < threshold  # [D, k]
-                leading = np.cumprod(accepted, axis=1).sum(axis=1).tolist()
+                npass = np.array([s.npass for s in running], dtype=np.int64)
+                draws = rng.uniform_bits(seed, idx, npass, xp=np)
+                # A = #{j <= k : u < T_j}: the leading run of accepted drafts, from one draw.
+                leading = (draws[:, None] < thresholds[None, :]).sum(axis=1).tolist()
             else:
                 leading = [0] * len(running)
             for s, A in zip(running, leading):
                 emitted.append((s, min(int(A) + 1, s.o - s.g)))
+                s.npass += 1
         for s, m in emitted:
             if s.g == 0:
                 first_token[s.req] = t_end  # the first token has no gap
@@ -263,8 +249,7 @@ def simulate_reference(params: EngineParams, req: Requests,
     return RefResult(
         first_token=first_token, finish=finish, generated=generated, t_stop=float(t_stop),
         itl_gaps=np.asarray(itl_gaps, dtype=np.float64), preemptions=preemptions,
-        max_queue=max_queue, peak_blocks=peak_blocks, area_in_system=area, q_mid=q_mid,
-        q_last=q_last, steps=steps, passes=passes, tokens=tokens, truncated=truncated)
+        max_queue=max_queue, peak_blocks=peak_blocks, area_in_system=area, steps=steps, passes=passes, tokens=tokens, truncated=truncated)
 
 
 def _percentile(x: np.ndarray, q: float, method: str = "linear") -> float:
@@ -296,10 +281,15 @@ def summarize_reference(res: RefResult, req: Requests, params: EngineParams) -> 
     tpot_ms = ((res.finish - res.first_token) / (output - 1).clip(min=1) * 1e3)[long]
     itl_ms = res.itl_gaps * 1e3
 
-    if n > 0 and not (math.isnan(res.q_mid) or math.isnan(res.q_last)):
-        unstable = bool(res.q_last > res.q_mid + 0.05 * (n - 1 - n // 2) + 1)
+    # Waiting (arrived, no first token yet) at the arrival of the middle and the last request.
+    got_first = np.where(np.isfinite(res.first_token), res.first_token, np.inf)
+    if n > 0:
+        def waiting(tau):
+            return int(np.count_nonzero(real & (arrival <= tau) & (got_first > tau)))
+        q_mid, q_last = waiting(arrival[n // 2]), waiting(arrival[n - 1])
+        unstable = bool(q_last > q_mid + 0.05 * (n - 1 - n // 2) + 1)
     else:
-        unstable = False  # never observed (no real request, or the clock never got there)
+        unstable = False
 
     tokens = int(res.tokens)
     cost = (float(params.gpus) * float(params.price_per_gpu_s) * t_stop / tokens * 1e6

@@ -1,8 +1,9 @@
 """Counter-based integer hash RNG for speculative acceptance, shared by the engine and the twin.
 
-A draw is a pure function of (seed, request, tokens already generated, draft position), so a
-request sees the same acceptance sequence in every design with the same seed (common random
-numbers), and both simulators get bit-identical draws. The hash is Chris Wellons' ``lowbias32``;
+A draw is a pure function of (seed, request, the request's decode-pass count), so a request sees
+the same acceptance sequence in every design with the same seed (common random numbers), both
+simulators get bit-identical draws, and the draws of many future passes can be taken at once
+(the engine's multi-pass steps). The hash is Chris Wellons' ``lowbias32``;
 it is far cheaper inside a scan step than threefry, and only needs to be well mixed, not secure.
 """
 from __future__ import annotations
@@ -22,18 +23,20 @@ def _lowbias32(x, xp):
     return x ^ (x >> 16)
 
 
-def uniform_bits(seed, request, generated, position, xp=np):
+def uniform_bits(seed, request, counter, xp=np):
     """24-bit uniform integers (at least 1-d); arguments broadcast and wrap to uint32."""
     u32 = xp.uint32
-    s, r, g, p = xp.broadcast_arrays(
-        *(xp.atleast_1d(xp.asarray(a)).astype(u32) for a in (seed, request, generated, position)))
+    s, r, c = xp.broadcast_arrays(
+        *(xp.atleast_1d(xp.asarray(a)).astype(u32) for a in (seed, request, counter)))
     x = _lowbias32(s ^ u32(0x9E3779B9), xp)
     x = _lowbias32(x ^ r, xp)
-    x = _lowbias32(x ^ (g * u32(0x85EBCA6B)), xp)
-    x = _lowbias32(x ^ (p * u32(0xC2B2AE35)), xp)
+    x = _lowbias32(x ^ (c * u32(0x85EBCA6B)), xp)
     return (x >> (32 - UNIFORM_BITS)).astype(xp.int32)
 
 
-def acceptance_threshold(probability: float) -> int:
-    """Integer threshold t with P(draw < t) = probability (to 2**-24)."""
-    return int(round(float(probability) * UNIFORM_RANGE))
+def acceptance_thresholds(probability: float, k_max: int) -> np.ndarray:
+    """Integer thresholds T_j = round(p**j x 2**24), j = 1..k_max: one draw u accepts the first
+    A drafted tokens, A = #{j <= k : u < T_j}, so P(A >= j) = p**j, a geometric count truncated
+    at k (the leading run of independent acceptances, from a single draw)."""
+    return np.array([int(round(float(probability) ** j * UNIFORM_RANGE))
+                     for j in range(1, k_max + 1)], dtype=np.int32)
