@@ -67,6 +67,7 @@ class EngineState(NamedTuple):
     itl_hist: jax.Array  # i32[ITL_BINS]
     steps: jax.Array  # i32 steps that did something
     passes: jax.Array  # i32
+    overflow: jax.Array  # bool: the seat array, not max_batch, held back an admission
     done: jax.Array  # bool
 
 
@@ -91,11 +92,25 @@ class EngineOutput(NamedTuple):
     itl_hist: jax.Array
     steps: jax.Array
     passes: jax.Array
+    overflow: jax.Array  # bool: results are those of fewer seats than max_batch; rerun wider
     truncated: jax.Array  # bool: hit the step bound before finishing
 
 
 def _ceil_div(a, b):
     return (a + b - 1) // b
+
+
+def _prefix_sum(x, axis=-1):
+    """Prefix sums along ``axis`` in log2(n) shifted adds: XLA lowers ``cumsum`` to an O(n^2)
+    reduce-window on CPU."""
+    n = x.shape[axis]
+    shift = 1
+    while shift < n:
+        pad = [(0, 0)] * x.ndim
+        pad[axis] = (shift, 0)
+        x = x + lax.slice_in_dim(jnp.pad(x, pad), 0, n, axis=axis)
+        shift *= 2
+    return x
 
 
 def _aux(r: Requests, seats: int, max_steps) -> Aux:
@@ -121,7 +136,7 @@ def _init(n: int, seats: int) -> EngineState:
         finished=i32(0), tokens=jnp.int64(0), preemptions=i32(0), max_queue=i32(0),
         peak_blocks=i32(0), area=jnp.float64(0.0), busy=jnp.float64(0.0),
         itl_hist=jnp.zeros((ITL_BINS,), i32), steps=i32(0), passes=i32(0),
-        done=jnp.bool_(False))
+        overflow=jnp.bool_(False), done=jnp.bool_(False))
 
 
 def itl_bin(gap):
@@ -204,6 +219,9 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int,
     w_ok = (window < tail) & (seats < free_seat.sum())
     admit = gate & w_ok & (jnp.cumsum(jnp.where(w_ok, w_need, 0)) <= free)
     m = admit.sum(dtype=jnp.int32)
+    # A seat array narrower than max_batch (a cheaper first try) is exact until it is what stops
+    # an admission.
+    overflow = gate & (m == free_seat.sum()) & (queue > m) & (n_occ + m < p.max_batch)
     rank = jnp.cumsum(free_seat, dtype=jnp.int32) - 1
     new = free_seat & (rank < m)
     slot = jnp.clip(rank, 0, nseat - 1)
@@ -261,7 +279,7 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int,
         area=s.area + jnp.where(work, _area_gain(r, aux, t, t_end, tail, s.finished), 0.0),
         busy=s.busy + dt, itl_hist=hist,
         steps=s.steps + go.astype(jnp.int32), passes=s.passes + work.astype(jnp.int32),
-        done=s.done | (live & stop),
+        overflow=s.overflow | overflow, done=s.done | (live & stop),
     )
 
 
@@ -277,6 +295,7 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     # the run must end before the pass that starts after the next arrival (or at once if
     # someone waits). Blocks only shrink and seats only free at the end, so nothing else can
     # make an admission or a readmission possible.
+    # (With fewer seats than max_batch, stopping here lets the next general pass flag overflow.)
     can_admit = ~p.static & (occupied.sum() < p.max_batch)
     ok = (~s.done & (s.steps < aux.max_steps) & (n_run > 0) & ~(s.seat_pre & occupied).any()
           & (s.t < r.end_time) & ~(can_admit & (tail > s.head)))
@@ -286,7 +305,7 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     prompt, output, gen, npass = r.prompt[req], r.output[req], s.seat_gen, s.seat_npass
     j = jnp.arange(lookahead, dtype=jnp.int32)
     steps_tokens = _accepted(p, r.seed, s.seat_req[:, None], npass[:, None] + j, k_max) + 1
-    gen_after = jnp.minimum(gen[:, None] + jnp.cumsum(steps_tokens, axis=1), output[:, None])
+    gen_after = jnp.minimum(gen[:, None] + _prefix_sum(steps_tokens, axis=1), output[:, None])
     gen_before = jnp.concatenate([gen[:, None], gen_after[:, :-1]], axis=1)
     ctx = prompt[:, None] + gen_before
     need = _ceil_div(ctx + jnp.minimum(p.draft_tokens + 1, output[:, None] - gen_before),
@@ -361,7 +380,7 @@ def simulate_one(p: EngineParams, r: Requests, *, seats: int, k_max: int,
         first=s.first[:n], finish=s.finish, generated=generated, t_stop=s.t,
         tokens=s.tokens, preemptions=s.preemptions, max_queue=s.max_queue,
         peak_blocks=s.peak_blocks, area=s.area, busy=s.busy, itl_hist=s.itl_hist,
-        steps=s.steps, passes=s.passes, truncated=~s.done)
+        steps=s.steps, passes=s.passes, overflow=s.overflow, truncated=~s.done)
 
 
 @partial(jax.jit, static_argnames=("seats", "k_max", "lookahead", "block_steps"))

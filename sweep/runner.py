@@ -24,6 +24,8 @@ from .workload import sample_args, sample_batch
 
 #: Simulations per chunk unless the study or the user says otherwise.
 DEFAULT_CHUNK = 512
+#: Seats of the first try (see ``run_study``).
+SMALL_SEATS = 64
 
 @dataclass
 class SweepResult:
@@ -43,23 +45,31 @@ class _Sim:
 
 def run_study(study: Study, chunk_size: int | None = None, per_request: bool | None = None,
               progress: Callable[[int, int, float], None] | None = None) -> SweepResult:
-    """Simulate every grid point x seed of ``study``; rows come back in (design, seed) order."""
+    """Simulate every grid point x seed of ``study``; rows come back in (design, seed) order.
+
+    Each simulation first runs with at most ``SMALL_SEATS`` seats, which is exact unless the
+    narrow seat array held back an admission (the engine flags it); those few rerun with all
+    ``max_batch`` seats."""
     chunk = chunk_size or study.chunk_size or DEFAULT_CHUNK
     want_requests = study.per_request if per_request is None else per_request
     params = [p.design.params() for p in study.points]
-    groups: dict[int, list[_Sim]] = {}
+    pending: dict[int, list[_Sim]] = {}
     for i, p in enumerate(study.points):
         for seed in study.seeds:
-            groups.setdefault(p.design.seats, []).append(_Sim(i, seed))
+            pending.setdefault(min(p.design.seats, SMALL_SEATS), []).append(_Sim(i, seed))
     k_max = max(p.design.draft_tokens for p in study.points)
-    total = sum(len(g) for g in groups.values())
+    total = sum(len(g) for g in pending.values())
     t0 = time.perf_counter()
-    done = 0
     metric_rows: dict[tuple[int, int], dict] = {}
     request_parts = []
-    for seats, sims in sorted(groups.items()):
+    groups = 0
+    while pending:
+        seats = min(pending)
+        sims = pending.pop(seats)
+        groups += 1
         n_req = max(study.points[s.point].workload.capacity for s in sims)
-        size = min(chunk, len(sims))
+        n_chunks = -(-len(sims) // chunk)
+        size = -(-len(sims) // n_chunks)  # equal chunks: one shape, little padding
         for start in range(0, len(sims), size):
             part = sims[start:start + size]
             padded = part + [part[-1]] * (size - len(part))
@@ -67,19 +77,24 @@ def run_study(study: Study, chunk_size: int | None = None, per_request: bool | N
                 sample_args(study.points[s.point].workload, s.seed,
                             study.points[s.point].design.context_limit, n_req) for s in padded]))
             out, mets = run_batch(stack([params[s.point] for s in padded]), reqs, seats, k_max)
+            overflow = np.asarray(out.overflow)
+            kept = []
             for j, s in enumerate(part):
-                metric_rows[(s.point, s.seed)] = {k: mets[k][j] for k in METRICS}
-            if want_requests:
-                request_parts.append(_request_table(part, reqs, out))
-            done += len(part)
+                if overflow[j]:
+                    pending.setdefault(study.points[s.point].design.seats, []).append(s)
+                else:
+                    metric_rows[(s.point, s.seed)] = {k: mets[k][j] for k in METRICS}
+                    kept.append(j)
+            if want_requests and kept:
+                request_parts.append(_request_table([part[j] for j in kept], reqs, out, kept))
             if progress:
-                progress(done, total, time.perf_counter() - t0)
+                progress(len(metric_rows), total, time.perf_counter() - t0)
     runs = _runs_table(study, metric_rows)
     requests = None
     if want_requests:
         requests = pd.concat(request_parts, ignore_index=True).sort_values(
             ["design", "seed", "request"], kind="stable", ignore_index=True)
-    return SweepResult(runs, requests, time.perf_counter() - t0, len(groups), total)
+    return SweepResult(runs, requests, time.perf_counter() - t0, groups, total)
 
 
 def _runs_table(study: Study, metric_rows: dict) -> pd.DataFrame:
@@ -113,21 +128,23 @@ def typed(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def _request_table(part, reqs, out) -> pd.DataFrame:
-    arrival = np.asarray(reqs.arrival)[:len(part)]
+def _request_table(sims, reqs, out, rows) -> pd.DataFrame:
+    """Per-request rows of the simulations ``sims``, found at batch rows ``rows``."""
+    rows = np.asarray(rows)
+    arrival = np.asarray(reqs.arrival)[rows]
     real = np.isfinite(arrival)
     n = arrival.shape[1]
-    design = np.repeat([s.point for s in part], n).reshape(len(part), n)
-    seed = np.repeat([s.seed for s in part], n).reshape(len(part), n)
+    design = np.repeat([s.point for s in sims], n).reshape(len(sims), n)
+    seed = np.repeat([s.seed for s in sims], n).reshape(len(sims), n)
     return pd.DataFrame({
         "design": design[real].astype(np.int64), "seed": seed[real].astype(np.int64),
-        "request": np.tile(np.arange(n, dtype=np.int64), (len(part), 1))[real],
+        "request": np.tile(np.arange(n, dtype=np.int64), (len(sims), 1))[real],
         "arrival_s": arrival[real],
-        "prompt_tokens": np.asarray(reqs.prompt)[:len(part)][real].astype(np.int64),
-        "output_tokens": np.asarray(reqs.output)[:len(part)][real].astype(np.int64),
-        "first_token_s": np.asarray(out.first)[:len(part)][real],
-        "finish_s": np.asarray(out.finish)[:len(part)][real],
-        "generated": np.asarray(out.generated)[:len(part)][real].astype(np.int64),
+        "prompt_tokens": np.asarray(reqs.prompt)[rows][real].astype(np.int64),
+        "output_tokens": np.asarray(reqs.output)[rows][real].astype(np.int64),
+        "first_token_s": np.asarray(out.first)[rows][real],
+        "finish_s": np.asarray(out.finish)[rows][real],
+        "generated": np.asarray(out.generated)[rows][real].astype(np.int64),
     })
 
 

@@ -172,3 +172,15 @@ def test_example_tour_runs_on_the_results(small, tmp_path):
     assert len(got["frontier"]) >= 1
     for name in ("tour_frontier.png", "tour_ttft_histogram.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_narrow_first_try_reruns_overflowing_simulations(small, monkeypatch):
+    """Runs first tried with fewer seats than max_batch equal the engine with every seat: the
+    ones the narrow seat array held back are detected and rerun."""
+    from sweep import runner
+
+    cfg, out = small
+    monkeypatch.setattr(runner, "SMALL_SEATS", 2)
+    res = runner.run_study(load_study(cfg))
+    assert res.compile_groups == 2  # some simulations overflowed two seats and were rerun
+    pd.testing.assert_frame_equal(res.runs, pd.read_parquet(out / "runs.parquet"))
