@@ -29,9 +29,11 @@ def stack(trees):
 summarize_batch = jax.jit(jax.vmap(summarize))
 
 
-def run_batch(params: EngineParams, reqs: Requests, seats: int, k_max: int, max_steps=None):
+def run_batch(params: EngineParams, reqs: Requests, seats: int, k_max: int, max_steps=None,
+              lanes: int | None = None):
     """Engine + metrics for a stacked batch; returns (EngineOutput, dict of metric arrays)."""
-    out = simulate_batch(params, reqs, seats=seats, k_max=k_max, max_steps=max_steps)
+    out = simulate_batch(params, reqs, seats=seats, k_max=k_max, lanes=lanes,
+                         max_steps=max_steps)
     return out, {k: np.asarray(v) for k, v in summarize_batch(out, reqs, params).items()}
 
 

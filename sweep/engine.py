@@ -313,7 +313,7 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     run_col = running[:, None]
     growth = jnp.where(run_col, jnp.maximum(need - s.seat_blocks[:, None], 0), 0).sum(axis=0)
     fits = growth <= p.total_blocks - s.seat_blocks.sum()
-    context = jnp.where(run_col, ctx, 0).sum(axis=0, dtype=jnp.float64)
+    context = jnp.where(run_col, ctx, 0).sum(axis=0).astype(jnp.float64)
     zero = jnp.zeros((lookahead,), jnp.float64)
     dt = pass_time(p.timing, zero, zero, n_run.astype(jnp.float64) + zero, context, xp=jnp)
     ends = s.t + jnp.cumsum(dt)
@@ -361,18 +361,8 @@ def step(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: int,
     return _decode_run(p, r, aux, k_max, lookahead, s) if lookahead > 0 else s
 
 
-def simulate_one(p: EngineParams, r: Requests, *, seats: int, k_max: int,
-                 lookahead: int = DEFAULT_LOOKAHEAD, block_steps: int = DEFAULT_BLOCK_STEPS,
-                 max_steps=None) -> EngineOutput:
-    """Run one simulation to completion (or its step bound). Pure; vmap it for a batch."""
+def _finish(s: EngineState, r: Requests) -> EngineOutput:
     n = r.arrival.shape[0]
-    aux = _aux(r, seats, max_steps)
-    body_step = partial(step, p, r, aux, k_max, lookahead)
-
-    def block(s):
-        return lax.scan(lambda c, _: (body_step(c), None), s, None, length=block_steps)[0]
-
-    s = lax.while_loop(lambda s: ~s.done & (s.steps < aux.max_steps), block, _init(n, seats))
     occupied = s.seat_req >= 0
     generated = jnp.where(jnp.isfinite(s.finish), r.output, 0)
     generated = generated.at[jnp.where(occupied, s.seat_req, n)].set(s.seat_gen, mode="drop")
@@ -383,11 +373,67 @@ def simulate_one(p: EngineParams, r: Requests, *, seats: int, k_max: int,
         steps=s.steps, passes=s.passes, overflow=s.overflow, truncated=~s.done)
 
 
-@partial(jax.jit, static_argnames=("seats", "k_max", "lookahead", "block_steps"))
+class _Pool(NamedTuple):
+    """``lanes`` simulations in flight; a lane whose simulation ends takes the next one."""
+
+    s: EngineState  # [L]
+    p: EngineParams  # [L]
+    r: Requests  # [L]
+    aux: Aux  # [L]
+    sim: jax.Array  # i32[L] the lane's simulation, -1 once the queue is empty
+    next: jax.Array  # i32 the next simulation to start
+    out: EngineOutput  # [M] results by simulation
+
+
+def _where(mask, a, b):
+    """Per-lane select between two batched pytrees."""
+    return jax.tree_util.tree_map(
+        lambda x, y: jnp.where(mask.reshape(mask.shape + (1,) * (x.ndim - 1)), x, y), a, b)
+
+
+@partial(jax.jit, static_argnames=("seats", "k_max", "lanes", "lookahead", "block_steps"))
 def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
-                   lookahead: int = DEFAULT_LOOKAHEAD, block_steps: int = DEFAULT_BLOCK_STEPS,
-                   max_steps=None) -> EngineOutput:
-    """vmap of ``simulate_one`` over the leading axis of every leaf of ``p`` and ``r``."""
-    fn = partial(simulate_one, seats=seats, k_max=k_max, lookahead=lookahead,
-                 block_steps=block_steps)
-    return jax.vmap(lambda pp, rr: fn(pp, rr, max_steps=max_steps))(p, r)
+                   lanes: int | None = None, lookahead: int = DEFAULT_LOOKAHEAD,
+                   block_steps: int = DEFAULT_BLOCK_STEPS, max_steps=None) -> EngineOutput:
+    """Simulate every one of the M simulations stacked along the leading axis of ``p`` and
+    ``r``, ``lanes`` (default all) at a time: steps are vmapped over the lanes, and every
+    ``block_steps`` steps the lanes whose simulation ended take the next ones, so a short
+    simulation does not wait for the longest of its batch. A simulation's result depends on
+    nothing but its own inputs."""
+    m = p.max_batch.shape[0]
+    lanes = min(lanes or m, m)
+    n = r.arrival.shape[1]
+    take = partial(jax.tree_util.tree_map, lambda x, ids: x[ids])
+    aux_of = jax.vmap(lambda rr: _aux(rr, seats, max_steps))
+    fresh = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (lanes,) + x.shape),
+                                   _init(n, seats))
+    step_lanes = jax.vmap(partial(step, k_max=k_max, lookahead=lookahead))
+
+    def load(ids):
+        pp = jax.tree_util.tree_map(lambda x: x[ids], p)
+        rr = jax.tree_util.tree_map(lambda x: x[ids], r)
+        return pp, rr, aux_of(rr)
+
+    def block(pool: _Pool) -> _Pool:
+        s = lax.scan(lambda c, _: (step_lanes(pool.p, pool.r, pool.aux, s=c), None), pool.s,
+                     None, length=block_steps)[0]
+        ended = (pool.sim >= 0) & (s.done | (s.steps >= pool.aux.max_steps))
+        results = jax.vmap(_finish)(s, pool.r)
+        out = jax.tree_util.tree_map(
+            lambda o, x: o.at[jnp.where(ended, pool.sim, m)].set(x, mode="drop"),
+            pool.out, results)
+        new_id = pool.next + jnp.cumsum(ended, dtype=jnp.int32) - 1
+        start = ended & (new_id < m)
+        pp, rr, aux = load(jnp.where(start, new_id, 0))
+        return _Pool(
+            s=_where(start, fresh, s), p=_where(start, pp, pool.p), r=_where(start, rr, pool.r),
+            aux=_where(start, aux, pool.aux),
+            sim=jnp.where(ended, jnp.where(start, new_id, -1), pool.sim),
+            next=pool.next + ended.sum(dtype=jnp.int32), out=out)
+
+    ids = jnp.arange(lanes, dtype=jnp.int32)
+    pp, rr, aux = load(ids)
+    empty = jax.eval_shape(jax.vmap(_finish), fresh, rr)
+    out = jax.tree_util.tree_map(lambda x: jnp.zeros((m,) + x.shape[1:], x.dtype), empty)
+    pool = _Pool(fresh, pp, rr, aux, ids, jnp.int32(lanes), out)
+    return lax.while_loop(lambda q: (q.sim >= 0).any(), block, pool).out

@@ -24,13 +24,17 @@ def _lowbias32(x, xp):
 
 
 def uniform_bits(seed, request, counter, xp=np):
-    """24-bit uniform integers (at least 1-d); arguments broadcast and wrap to uint32."""
+    """24-bit uniform integers; arguments broadcast and wrap to uint32. The (seed, request)
+    part of the hash is taken before broadcasting against ``counter``, so a seat's many future
+    passes cost one hash round each."""
     u32 = xp.uint32
-    s, r, c = xp.broadcast_arrays(
-        *(xp.atleast_1d(xp.asarray(a)).astype(u32) for a in (seed, request, counter)))
-    x = _lowbias32(s ^ u32(0x9E3779B9), xp)
-    x = _lowbias32(x ^ r, xp)
-    x = _lowbias32(x ^ (c * u32(0x85EBCA6B)), xp)
+
+    def word(a):  # at least 1-d: numpy warns on wrapping scalar arithmetic, not on arrays
+        return xp.atleast_1d(xp.asarray(a)).astype(u32)
+
+    x = _lowbias32(word(seed) ^ u32(0x9E3779B9), xp)
+    x = _lowbias32(x ^ word(request), xp)
+    x = _lowbias32(x ^ (word(counter) * u32(0x85EBCA6B)), xp)
     return (x >> (32 - UNIFORM_BITS)).astype(xp.int32)
 
 

@@ -20,12 +20,16 @@ import pandas as pd
 from .api import run_batch, stack
 from .config import Study
 from .metrics import METRICS
-from .workload import sample_args, sample_batch
+from .workload import Workload, sample_args, sample_batch
 
-#: Simulations per chunk unless the study or the user says otherwise.
+#: Simulations in flight at once (vmapped lanes) unless the study or the user says otherwise.
 DEFAULT_CHUNK = 512
 #: Seats of the first try (see ``run_study``).
 SMALL_SEATS = 64
+#: A compiled call simulates up to this many times ``chunk`` simulations, ``chunk`` at a time.
+POOL_ROUNDS = 16
+#: A workload with no requests: padding that ends at once.
+_NOTHING = Workload(arrival_rate=1.0, duration_s=None, num_requests=0)
 
 @dataclass
 class SweepResult:
@@ -68,15 +72,18 @@ def run_study(study: Study, chunk_size: int | None = None, per_request: bool | N
         sims = pending.pop(seats)
         groups += 1
         n_req = max(study.points[s.point].workload.capacity for s in sims)
-        n_chunks = -(-len(sims) // chunk)
-        size = -(-len(sims) // n_chunks)  # equal chunks: one shape, little padding
+        lanes = min(chunk, len(sims))
+        size = min(-(-len(sims) // lanes) * lanes, lanes * POOL_ROUNDS)
         for start in range(0, len(sims), size):
             part = sims[start:start + size]
-            padded = part + [part[-1]] * (size - len(part))
-            reqs = sample_batch(n_req, stack([
-                sample_args(study.points[s.point].workload, s.seed,
-                            study.points[s.point].design.context_limit, n_req) for s in padded]))
-            out, mets = run_batch(stack([params[s.point] for s in padded]), reqs, seats, k_max)
+            args = [sample_args(study.points[s.point].workload, s.seed,
+                                study.points[s.point].design.context_limit, n_req) for s in part]
+            plist = [params[s.point] for s in part]
+            # Pad with simulations that have no requests: they end at once.
+            args += [sample_args(_NOTHING, 0, 2, n_req)] * (size - len(part))
+            plist += [plist[0]] * (size - len(part))
+            reqs = sample_batch(n_req, stack(args))
+            out, mets = run_batch(stack(plist), reqs, seats, k_max, lanes=lanes)
             overflow = np.asarray(out.overflow)
             kept = []
             for j, s in enumerate(part):
