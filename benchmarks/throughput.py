@@ -1,8 +1,9 @@
-"""Throughput of the scan engine against the event-driven twin, on seed 001's brief.
+"""Throughput of the sweep against the event-driven twin, on seed 001's brief.
 
-    python benchmarks/throughput.py                 # the brief: 72 designs x 16 seeds
-    python benchmarks/throughput.py --scaling       # also: simulations x requests scaling table
+    python benchmarks/throughput.py                      # 72 designs x 16 seeds
     python benchmarks/throughput.py --seeds 4 --twin-sims 8
+    python benchmarks/throughput.py --seeds 1024 --chunk-size 16384   # a GPU-sized study
+    python benchmarks/throughput.py --scaling            # simulations x requests table
 
 Prints compile time, steady-state simulations/s and simulated requests/s, peak memory, the same
 workload through the twin, and the ratio of the two measured in this run. Run by hand; never a
@@ -11,103 +12,89 @@ timed test.
 from __future__ import annotations
 
 import argparse
-import itertools
 import resource
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
 
-from sweep.api import run_batch, stack
-from sweep.design import Design
+from sweep.config import load_study
 from sweep.reference import simulate_reference
-from sweep.workload import Lengths, Workload, sample_args, sample_batch
+from sweep.runner import run_study
+from sweep.workload import sample
 
-BRIEF = Workload()  # 16 req/s x 60 s, exponential 1024/256 tokens, 60 s drain
-
-
-def brief_designs() -> list[Design]:
-    return [Design(batching=b, kv_cache=k, gpus=g, weight_bits=w, draft_tokens=d)
-            for b, k, g, w, d in itertools.product(["static", "continuous"],
-                                                   ["contiguous", "paged"], [1, 2],
-                                                   [16, 8, 4], [0, 2, 4])]
-
-
-def batch(designs, workload, seeds, n_req=None):
-    """Stacked engine inputs for every design x seed (seed-minor), and their requests."""
-    pairs = [(d, s) for d in designs for s in seeds]
-    n_req = n_req or workload.capacity
-    reqs = sample_batch(n_req, stack([sample_args(workload, s, d.context_limit, n_req)
-                                      for d, s in pairs]))
-    params = stack([d.params() for d, _ in pairs])
-    return params, reqs, max(d.seats for d in designs), max(d.draft_tokens for d in designs)
-
-
-def timed(fn, *args):
-    t0 = time.perf_counter()
-    out = fn(*args)
-    jax.block_until_ready(out)
-    return out, time.perf_counter() - t0
+BRIEF = Path(__file__).resolve().parents[1] / "configs" / "serve_a_model.toml"
 
 
 def peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
 
 
-def engine_run(params, reqs, seats, k_max):
-    return run_batch(params, reqs, seats, k_max)
+def device_memory_gb() -> str:
+    stats = getattr(jax.devices()[0], "memory_stats", lambda: None)()
+    if not stats:
+        return "n/a"
+    return f"{stats.get('peak_bytes_in_use', 0) / 1e9:.2f} GB"
 
 
-def brief(seeds: int, twin_sims: int) -> None:
-    designs = brief_designs()
-    params, reqs, seats, k_max = batch(designs, BRIEF, list(range(seeds)))
-    sims = len(designs) * seeds
-    n_requests = int(np.isfinite(np.asarray(reqs.arrival)).sum())
-    (out, _), first = timed(engine_run, params, reqs, seats, k_max)
-    (out, _), steady = timed(engine_run, params, reqs, seats, k_max)
-    print(f"device: {jax.devices()[0].platform} x{len(jax.devices())}, jax {jax.__version__}")
-    print(f"brief: {len(designs)} designs x {seeds} seeds = {sims} simulations, "
-          f"{n_requests:,} requests, {int(np.asarray(out.passes).sum()):,} passes, "
-          f"{int(np.asarray(out.steps).sum()):,} steps")
-    print(f"  first call (compile + run): {first:.2f} s;  steady state: {steady:.2f} s")
-    print(f"  compile ~ {max(first - steady, 0):.2f} s;  {sims / steady:,.1f} simulations/s;  "
-          f"{n_requests / steady:,.0f} requests/s;  peak RSS {peak_rss_gb():.2f} GB")
+def brief(seeds: int, chunk: int | None, twin_sims: int) -> None:
+    study = load_study(BRIEF, seeds=seeds)
+    t0 = time.perf_counter()
+    first = run_study(study, chunk_size=chunk)
+    first_s = time.perf_counter() - t0
+    steady = run_study(study, chunk_size=chunk)
+    sims = steady.simulations
+    requests = int(steady.runs["requests"].sum())
+    print(f"device: {jax.devices()[0].platform} ({jax.devices()[0].device_kind}) "
+          f"x{len(jax.devices())}, jax {jax.__version__}")
+    print(f"brief: {len(study.points)} designs x {seeds} seeds = {sims} simulations, "
+          f"{requests:,} requests, {int(steady.runs['passes'].sum()):,} passes")
+    print(f"  end to end, compilation included: {first_s:.2f} s ({sims / first_s:,.1f} sims/s)")
+    print(f"  steady state: {steady.seconds:.2f} s: {sims / steady.seconds:,.1f} simulations/s, "
+          f"{requests / steady.seconds:,.0f} requests/s; compile ~ "
+          f"{max(first.seconds - steady.seconds, 0):.1f} s")
+    print(f"  peak host RSS {peak_rss_gb():.2f} GB; peak device memory {device_memory_gb()}")
 
+    if twin_sims < 1:
+        return
     # The twin on a sample of the same simulations (it is far slower).
-    pick = np.linspace(0, sims - 1, min(twin_sims, sims)).astype(int)
+    pick = np.linspace(0, len(study.points) - 1, min(twin_sims, len(study.points))).astype(int)
     t0 = time.perf_counter()
     for i in pick:
-        simulate_reference(jax.tree_util.tree_map(lambda x: np.asarray(x)[i], params),
-                           jax.tree_util.tree_map(lambda x: np.asarray(x)[i], reqs))
+        point = study.points[i]
+        simulate_reference(point.design.params(),
+                           sample(point.workload, study.seeds[0], point.design.context_limit))
     twin = (time.perf_counter() - t0) / len(pick)
-    engine = steady / sims
-    print(f"  twin: {twin:.3f} s per simulation ({len(pick)} sampled); engine "
-          f"{engine * 1e3:.2f} ms per simulation: {twin / engine:,.1f}x faster")
+    engine = steady.seconds / sims
+    print(f"  twin: {twin:.3f} s per simulation ({len(pick)} sampled designs); engine "
+          f"{engine * 1e3:.2f} ms per simulation in steady state: {twin / engine:,.1f}x")
 
 
-def scaling() -> None:
-    print("\nscaling (continuous, paged, 8-bit, k=2; steady state after compile):")
-    print(f"{'sims':>7} {'requests':>9} {'seconds':>9} {'sims/s':>10} {'requests/s':>12}")
-    design = Design(weight_bits=8, draft_tokens=2)
-    for n_req, counts in [(100, [1, 16, 256, 4096, 16384]), (1000, [1, 16, 256, 2048]),
-                          (10000, [1, 16, 128])]:
-        wl = Workload(arrival_rate=16.0, duration_s=None, num_requests=n_req, drain_s=None,
-                      prompt_tokens=Lengths("exponential", 1024.0),
-                      output_tokens=Lengths("exponential", 256.0))
-        for count in counts:
-            params, reqs, seats, k_max = batch([design], wl, list(range(count)))
-            timed(engine_run, params, reqs, seats, k_max)
-            _, sec = timed(engine_run, params, reqs, seats, k_max)
-            print(f"{count:>7} {n_req:>9} {sec:>9.2f} {count / sec:>10,.1f} "
-                  f"{count * n_req / sec:>12,.0f}")
+def scaling(chunk: int | None) -> None:
+    """Cost growth with simulations and requests per simulation (the brief's 72 designs)."""
+    print("\nscaling (the brief's 72 designs; steady state after compile):")
+    print(f"{'sims':>7} {'requests/sim':>13} {'seconds':>9} {'sims/s':>10} {'requests/s':>12}")
+    base = BRIEF.read_text()
+    for n_requests, seed_list in [(100, [1, 16, 64]), (1000, [1, 16]), (10000, [1])]:
+        path = Path("/tmp") / f"servesweep_scaling_{n_requests}.toml"
+        path.write_text(base.replace("duration_s = 60.0", f"duration_s = {n_requests / 16.0}"))
+        for seeds in seed_list:
+            study = load_study(path, seeds=seeds)
+            run_study(study, chunk_size=chunk)
+            res = run_study(study, chunk_size=chunk)
+            print(f"{res.simulations:>7} {res.runs['requests'].mean():>13,.0f} "
+                  f"{res.seconds:>9.2f} {res.simulations / res.seconds:>10,.1f} "
+                  f"{res.runs['requests'].sum() / res.seconds:>12,.0f}")
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=16)
-    ap.add_argument("--twin-sims", type=int, default=12)
+    ap.add_argument("--chunk-size", type=int, default=None, help="simulations in flight")
+    ap.add_argument("--twin-sims", type=int, default=8)
     ap.add_argument("--scaling", action="store_true")
     args = ap.parse_args()
-    brief(args.seeds, args.twin_sims)
+    brief(args.seeds, args.chunk_size, args.twin_sims)
     if args.scaling:
-        scaling()
+        scaling(args.chunk_size)

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# One short run on a GPU machine that prints every figure of benchmarks/README.md's GPU table
+# and keeps the log under benchmarks/results/ (or $OUT when set) with the date and the device.
+# Needs jax with its CUDA plugin, numpy, pandas, pyarrow and matplotlib; nothing is installed.
+set -u
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
+dest="${OUT:-benchmarks/results}"
+mkdir -p "$dest"
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr ' ' '-')
+log="$dest/gpu-$(date -u +%Y-%m-%d)-${gpu:-unknown}.txt"
+{
+  date -u
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  python3 -c "import jax; print('jax', jax.__version__, jax.devices())"
+  echo "== the brief, 72 designs x 16 seeds"
+  python3 benchmarks/throughput.py --seeds 16 --chunk-size 1152 --twin-sims 4
+  echo "== a 100,000-simulation study (72 designs x 1389 seeds)"
+  python3 benchmarks/throughput.py --seeds 1389 --chunk-size 32768 --twin-sims 0
+  echo "== engine vs twin on the GPU"
+  python3 -m pytest -q -x -p no:cacheprovider tests/test_twin_agreement.py
+} 2>&1 | tee "$log"
