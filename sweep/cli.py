@@ -68,7 +68,7 @@ def _cmd_run(args) -> int:
     from .config import load_study
     from .report import render, verdict
     from .results import write_results
-    from .runner import aggregate, default_progress, device_description, run_study
+    from .runner import aggregate, default_progress, device_description, plan_chunks, run_study
 
     import jax
 
@@ -76,6 +76,7 @@ def _cmd_run(args) -> int:
     out = Path(args.out) if args.out else Path("results") / study.name
     if out.exists() and not args.force:
         raise UsageError(f"{out}: already exists; use --force to overwrite")
+    _checked(plan_chunks, study, args.chunk_size)
     for cols, reason in study.skipped:
         print(f"skipped: {reason}", file=sys.stderr)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")

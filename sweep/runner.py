@@ -19,11 +19,14 @@ import pandas as pd
 
 from .api import run_batch, stack
 from .config import Study
+from .engine import DEFAULT_LOOKAHEAD, ITL_BINS
 from .metrics import METRICS
 from .workload import Workload, sample_args, sample_batch
 
 #: Simulations in flight at once (vmapped lanes) unless the study or the user says otherwise.
 DEFAULT_CHUNK = 512
+#: Memory a CPU sweep may use for simulations in flight and queued, bytes.
+MEMORY_BUDGET_CPU = 4e9
 #: Seats of the first try (see ``run_study``).
 SMALL_SEATS = 64
 #: A compiled call simulates up to this many times ``chunk`` simulations, ``chunk`` at a time.
@@ -47,22 +50,43 @@ class _Sim:
     seed: int
 
 
+def plan_chunks(study: Study, chunk_size: int | None = None) -> tuple[int, int]:
+    """(simulations in flight, rounds of them per compiled call) within the memory budget;
+    a chunk size that cannot fit is refused before anything runs."""
+    n_max = max(p.workload.capacity for p in study.points)
+    seats_max = max(p.design.seats for p in study.points)
+    k_max = max(p.design.draft_tokens for p in study.points)
+    budget = memory_budget_bytes()
+    per_lane, per_sim = simulation_bytes(n_max, seats_max, k_max)
+    fits = max(1, int(budget // (per_lane + per_sim)))
+    chunk = chunk_size or study.chunk_size
+    if chunk and chunk > fits:
+        raise ValueError(f"run.chunk_size: {chunk} simulations in flight need ~"
+                         f"{chunk * (per_lane + per_sim) / 1e9:.1f} GB, more than the "
+                         f"{budget / 1e9:.1f} GB budget; allowed: at most {fits}")
+    chunk = chunk or min(DEFAULT_CHUNK, fits)
+    rounds = max(1, min(POOL_ROUNDS, int((budget - chunk * per_lane) // (chunk * per_sim))))
+    return chunk, rounds
+
+
 def run_study(study: Study, chunk_size: int | None = None, per_request: bool | None = None,
-              progress: Callable[[int, int, float], None] | None = None) -> SweepResult:
+              progress: Callable[[int, int, int, int, float], None] | None = None
+              ) -> SweepResult:
     """Simulate every grid point x seed of ``study``; rows come back in (design, seed) order.
 
     Each simulation first runs with at most ``SMALL_SEATS`` seats, which is exact unless the
     narrow seat array held back an admission (the engine flags it); those few rerun with all
     ``max_batch`` seats."""
-    chunk = chunk_size or study.chunk_size or DEFAULT_CHUNK
+    chunk, rounds = plan_chunks(study, chunk_size)
     want_requests = study.per_request if per_request is None else per_request
     params = [p.design.params() for p in study.points]
+    k_max = max(p.design.draft_tokens for p in study.points)
     pending: dict[int, list[_Sim]] = {}
     for i, p in enumerate(study.points):
         for seed in study.seeds:
             pending.setdefault(min(p.design.seats, SMALL_SEATS), []).append(_Sim(i, seed))
-    k_max = max(p.design.draft_tokens for p in study.points)
     total = sum(len(g) for g in pending.values())
+    seeds_done = [0] * len(study.points)
     t0 = time.perf_counter()
     metric_rows: dict[tuple[int, int], dict] = {}
     request_parts = []
@@ -73,7 +97,7 @@ def run_study(study: Study, chunk_size: int | None = None, per_request: bool | N
         groups += 1
         n_req = max(study.points[s.point].workload.capacity for s in sims)
         lanes = min(chunk, len(sims))
-        size = min(-(-len(sims) // lanes) * lanes, lanes * POOL_ROUNDS)
+        size = min(-(-len(sims) // lanes) * lanes, lanes * rounds)
         for start in range(0, len(sims), size):
             part = sims[start:start + size]
             args = [sample_args(study.points[s.point].workload, s.seed,
@@ -91,11 +115,14 @@ def run_study(study: Study, chunk_size: int | None = None, per_request: bool | N
                     pending.setdefault(study.points[s.point].design.seats, []).append(s)
                 else:
                     metric_rows[(s.point, s.seed)] = {k: mets[k][j] for k in METRICS}
+                    seeds_done[s.point] += 1
                     kept.append(j)
             if want_requests and kept:
                 request_parts.append(_request_table([part[j] for j in kept], reqs, out, kept))
             if progress:
-                progress(len(metric_rows), total, time.perf_counter() - t0)
+                designs = sum(k == len(study.seeds) for k in seeds_done)
+                progress(len(metric_rows), total, designs, len(study.points),
+                         time.perf_counter() - t0)
     runs = _runs_table(study, metric_rows)
     requests = None
     if want_requests:
@@ -201,20 +228,36 @@ def aggregate(runs: pd.DataFrame, brief) -> pd.DataFrame:
     return agg
 
 
+def memory_budget_bytes() -> float:
+    """Half the accelerator's memory, or MEMORY_BUDGET_CPU on a CPU."""
+    stats = getattr(jax.devices()[0], "memory_stats", lambda: None)() or {}
+    limit = stats.get("bytes_limit")
+    return 0.5 * limit if limit else MEMORY_BUDGET_CPU
+
+
+def simulation_bytes(n_requests: int, seats: int, k_max: int) -> tuple[int, int]:
+    """Estimated bytes of one simulation in flight (its lane: state and the decode run's
+    seats x lookahead temporaries) and of one queued simulation (its requests and results)."""
+    lane = 8 * (n_requests + seats) + 4 * ITL_BINS + 16 * seats * DEFAULT_LOOKAHEAD * (8 + k_max)
+    queued = n_requests * (16 + 20) + 4 * ITL_BINS + 256
+    return 2 * lane, queued  # x2: XLA keeps the loop carry and its update
+
+
 def device_description() -> str:
     d = jax.devices()[0]
     return f"{d.platform}:{getattr(d, 'device_kind', d.platform)} x{len(jax.devices())}"
 
 
-def default_progress(stream=sys.stderr) -> Callable[[int, int, float], None]:
+def default_progress(stream=sys.stderr) -> Callable[[int, int, int, int, float], None]:
     """A one-line bar on a terminal; plain log lines (at most ~20) otherwise."""
     tty = stream.isatty()
     last = [-1]
 
-    def show(done: int, total: int, elapsed: float) -> None:
+    def show(done: int, total: int, designs: int, designs_total: int, elapsed: float) -> None:
         rate = done / elapsed if elapsed > 0 else 0.0
         eta = (total - done) / rate if rate > 0 else math.inf
-        msg = f"{done}/{total} simulations, {rate:,.1f} sims/s, {eta:,.0f} s left"
+        msg = (f"{designs}/{designs_total} designs, {done}/{total} simulations, "
+               f"{rate:,.1f} sims/s, {eta:,.0f} s left")
         if tty:
             filled = int(30 * done / total)
             stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {msg}   ")

@@ -184,3 +184,11 @@ def test_narrow_first_try_reruns_overflowing_simulations(small, monkeypatch):
     res = runner.run_study(load_study(cfg))
     assert res.compile_groups == 2  # some simulations overflowed two seats and were rerun
     pd.testing.assert_frame_equal(res.runs, pd.read_parquet(out / "runs.parquet"))
+
+
+def test_chunk_size_beyond_memory_is_refused(small, tmp_path, capsys):
+    cfg, _ = small
+    out = tmp_path / "o"
+    assert main(["run", str(cfg), "--out", str(out), "--chunk-size", "100000000"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "chunk_size" in err[0] and not out.exists()
