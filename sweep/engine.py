@@ -403,7 +403,6 @@ def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
     m = p.max_batch.shape[0]
     lanes = min(lanes or m, m)
     n = r.arrival.shape[1]
-    take = partial(jax.tree_util.tree_map, lambda x, ids: x[ids])
     aux_of = jax.vmap(lambda rr: _aux(rr, seats, max_steps))
     fresh = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (lanes,) + x.shape),
                                    _init(n, seats))

@@ -23,14 +23,17 @@ from .engine import DEFAULT_LOOKAHEAD, ITL_BINS
 from .metrics import METRICS
 from .workload import Workload, sample_args, sample_batch
 
-#: Simulations in flight at once (vmapped lanes) unless the study or the user says otherwise.
-DEFAULT_CHUNK = 512
+#: Simulations in flight at once (vmapped lanes) unless the study or the user says otherwise:
+#: on a CPU a few dozen lanes run fastest (measured: 24-48 lanes 1.5-2x faster than 512, see
+#: benchmarks/README.md); an accelerator wants as many as memory allows.
+DEFAULT_CHUNK_CPU = 32
+DEFAULT_CHUNK_ACCELERATOR = 65536
 #: Memory a CPU sweep may use for simulations in flight and queued, bytes.
 MEMORY_BUDGET_CPU = 4e9
 #: Seats of the first try (see ``run_study``).
 SMALL_SEATS = 64
 #: A compiled call simulates up to this many times ``chunk`` simulations, ``chunk`` at a time.
-POOL_ROUNDS = 16
+POOL_ROUNDS = 64
 #: A workload with no requests: padding that ends at once.
 _NOTHING = Workload(arrival_rate=1.0, duration_s=None, num_requests=0)
 
@@ -64,7 +67,8 @@ def plan_chunks(study: Study, chunk_size: int | None = None) -> tuple[int, int]:
         raise ValueError(f"run.chunk_size: {chunk} simulations in flight need ~"
                          f"{chunk * (per_lane + per_sim) / 1e9:.1f} GB, more than the "
                          f"{budget / 1e9:.1f} GB budget; allowed: at most {fits}")
-    chunk = chunk or min(DEFAULT_CHUNK, fits)
+    default = DEFAULT_CHUNK_CPU if jax.devices()[0].platform == "cpu" else DEFAULT_CHUNK_ACCELERATOR
+    chunk = chunk or min(default, fits)
     rounds = max(1, min(POOL_ROUNDS, int((budget - chunk * per_lane) // (chunk * per_sim))))
     return chunk, rounds
 
@@ -97,7 +101,8 @@ def run_study(study: Study, chunk_size: int | None = None, per_request: bool | N
         groups += 1
         n_req = max(study.points[s.point].workload.capacity for s in sims)
         lanes = min(chunk, len(sims))
-        size = min(-(-len(sims) // lanes) * lanes, lanes * rounds)
+        calls = -(-len(sims) // (lanes * rounds))
+        size = -(-len(sims) // (calls * lanes)) * lanes  # equal calls: one shape per group
         for start in range(0, len(sims), size):
             part = sims[start:start + size]
             args = [sample_args(study.points[s.point].workload, s.seed,

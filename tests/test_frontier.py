@@ -1,5 +1,4 @@
 """Pareto frontiers: pareto_mask against brute force, frontier() and the frontier plot."""
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -7,18 +6,7 @@ import pytest
 
 from sweep.frontier import _pareto_blocked, frontier, pareto_mask, plot_frontier
 
-try:
-    from sweep.config import Limit
-except ImportError:  # sweep/config.py is being written: a minimal stand-in with the same fields
-    @dataclass(frozen=True)
-    class Limit:
-        key: str
-        min: float | None = None
-        max: float | None = None
-
-        def ok(self, value):
-            return ((self.min is None or value >= self.min)
-                    and (self.max is None or value <= self.max))
+from sweep.config import Limit
 
 
 def brute(v):

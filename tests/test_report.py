@@ -1,5 +1,4 @@
 """The verdict and text report on a synthetic aggregate shaped like seed 001's story."""
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -8,18 +7,7 @@ import pytest
 from sweep.metrics import METRICS
 from sweep.report import lever_columns, meets_brief, miss_label, render, verdict
 
-try:
-    from sweep.config import Limit
-except ImportError:  # sweep/config.py is being written: a minimal stand-in with the same fields
-    @dataclass(frozen=True)
-    class Limit:
-        key: str
-        min: float | None = None
-        max: float | None = None
-
-        def ok(self, value):
-            return ((self.min is None or value >= self.min)
-                    and (self.max is None or value <= self.max))
+from sweep.config import Limit
 
 
 BRIEF = [Limit("p95_ttft_s", max=0.5), Limit("p95_itl_ms", max=15.0),
