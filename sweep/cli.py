@@ -6,6 +6,7 @@ with status 2, leaving no output behind.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -72,6 +73,9 @@ def _cmd_run(args) -> int:
 
     import jax
 
+    # Compiled engines persist across runs (the same shapes recompile in ~10 s each otherwise).
+    jax.config.update("jax_compilation_cache_dir",
+                      os.environ.get("SERVESWEEP_CACHE", str(Path.home() / ".cache" / "servesweep")))
     study = _checked(load_study, args.config, seeds=args.seeds, max_designs=args.max_designs)
     out = Path(args.out) if args.out else Path("results") / study.name
     if out.exists() and not args.force:
@@ -143,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("sweep: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into head or less, which closed early
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":
