@@ -26,6 +26,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .design import EngineParams
+from .numerics import fixed_sum, prefix_sum
 from .rng import uniform_bits
 from .timing import pass_time
 from .workload import Requests
@@ -100,23 +101,10 @@ def _ceil_div(a, b):
     return (a + b - 1) // b
 
 
-def _prefix_sum(x, axis=-1):
-    """Prefix sums along ``axis`` in log2(n) shifted adds: XLA lowers ``cumsum`` to an O(n^2)
-    reduce-window on CPU."""
-    n = x.shape[axis]
-    shift = 1
-    while shift < n:
-        pad = [(0, 0)] * x.ndim
-        pad[axis] = (shift, 0)
-        x = x + lax.slice_in_dim(jnp.pad(x, pad), 0, n, axis=axis)
-        shift *= 2
-    return x
-
-
 def _aux(r: Requests, seats: int, max_steps) -> Aux:
     real = jnp.isfinite(r.arrival)
     a0 = jnp.where(real, r.arrival, 0.0)
-    cum = jnp.concatenate([jnp.zeros((1,), jnp.float64), jnp.cumsum(a0)])
+    cum = jnp.concatenate([jnp.zeros((1,), jnp.float64), prefix_sum(a0)])
     # Every pass emits a token and every preemption is undone by a readmission pass.
     bound = 2 * jnp.where(real, r.output, 0).sum() + seats + 16
     if max_steps is not None:
@@ -305,7 +293,7 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     prompt, output, gen, npass = r.prompt[req], r.output[req], s.seat_gen, s.seat_npass
     j = jnp.arange(lookahead, dtype=jnp.int32)
     steps_tokens = _accepted(p, r.seed, s.seat_req[:, None], npass[:, None] + j, k_max) + 1
-    gen_after = jnp.minimum(gen[:, None] + _prefix_sum(steps_tokens, axis=1), output[:, None])
+    gen_after = jnp.minimum(gen[:, None] + prefix_sum(steps_tokens, axis=1), output[:, None])
     gen_before = jnp.concatenate([gen[:, None], gen_after[:, :-1]], axis=1)
     ctx = prompt[:, None] + gen_before
     need = _ceil_div(ctx + jnp.minimum(p.draft_tokens + 1, output[:, None] - gen_before),
@@ -316,7 +304,7 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     context = jnp.where(run_col, ctx, 0).sum(axis=0).astype(jnp.float64)
     zero = jnp.zeros((lookahead,), jnp.float64)
     dt = pass_time(p.timing, zero, zero, n_run.astype(jnp.float64) + zero, context, xp=jnp)
-    ends = s.t + jnp.cumsum(dt)
+    ends = s.t + prefix_sum(dt)
     starts = jnp.concatenate([s.t[None], ends[:-1]])
     completes = (run_col & (gen_after >= output[:, None])).any(axis=0)
     after_completion = jnp.concatenate([jnp.zeros((1,), bool), jnp.cumsum(completes)[:-1] > 0])
@@ -349,7 +337,7 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
         max_queue=jnp.maximum(s.max_queue, jnp.where(m > 0, tail_last - s.head, 0)),
         peak_blocks=jnp.maximum(s.peak_blocks, jnp.where(m > 0, blocks.sum(dtype=jnp.int32), 0)),
         area=s.area + jnp.where(m > 0, _area_gain(r, aux, s.t, t_end, tail, s.finished), 0.0),
-        busy=s.busy + jnp.where(took, dt, 0.0).sum(),
+        busy=s.busy + fixed_sum(jnp.where(took, dt, 0.0)),
         itl_hist=hist, passes=s.passes + m,
     )
 

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from .design import EngineParams
 from .engine import ITL_LO_S, ITL_LOG_WIDTH, EngineOutput
+from .numerics import fixed_sum
 from .workload import Requests
 
 #: Every summary metric, in output order: name -> dtype ("f8" float64, "i8" int64, "b" bool).
@@ -61,7 +62,7 @@ def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
     unstable = (n_real > 0) & (q_last > q_mid + 0.05 * (n_real - 1 - half) + 1)
     safe_t = jnp.where(t_stop > 0, t_stop, jnp.nan)
     return {
-        "mean_ttft_s": jnp.nanmean(ttft),
+        "mean_ttft_s": fixed_sum(jnp.where(real, ttft, 0.0)) / n_real,
         "p50_ttft_s": ttft_q[0], "p95_ttft_s": ttft_q[1], "p99_ttft_s": ttft_q[2],
         "p50_tpot_ms": tpot_q[0], "p95_tpot_ms": tpot_q[1], "p99_tpot_ms": tpot_q[2],
         "p95_itl_ms": hist_percentile(out.itl_hist, 95.0) * 1e3,

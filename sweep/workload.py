@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .numerics import prefix_sum
+
 ARRIVALS = ("poisson", "constant")
 DISTS = ("fixed", "exponential", "uniform", "lognormal")
 
@@ -122,7 +124,7 @@ def _sample(n: int, seed, poisson, rate, count, duration, drain, prompt_par, out
     """Only the slot count ``n`` is static: one compilation serves every workload of that size."""
     k_arr, k_in, k_out = jax.random.split(jax.random.PRNGKey(seed), 3)
     gaps = jnp.where(poisson, jax.random.exponential(k_arr, (n,), jnp.float64), 1.0) / rate
-    arrival = jnp.cumsum(gaps)
+    arrival = prefix_sum(gaps)
     arrival = jnp.where((arrival <= duration) & (jnp.arange(n) < count), arrival, jnp.inf)
     prompt = _lengths(k_in, prompt_par, n, max_context - 1)
     output = jnp.minimum(_lengths(k_out, output_par, n, max_context - 1), max_context - prompt)

@@ -1,0 +1,32 @@
+"""Floating-point sums in a fixed order.
+
+XLA may reorder a reduction (``sum``, ``cumsum``) differently for different batch shapes, device
+counts or fusion decisions, which changes results in the last bits. Results must be
+byte-identical however a sweep is chunked or sharded, so every floating-point sum that reaches
+an output goes through these: log2(n) shifted adds whose order depends only on the length.
+(Integer sums are exact in any order and need none of this.)
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import lax
+
+
+def prefix_sum(x, axis: int = -1):
+    """Inclusive prefix sums along ``axis`` (Hillis-Steele: log2(n) shifted adds). Also avoids
+    XLA's CPU ``cumsum``, an O(n^2) reduce-window."""
+    axis = axis % x.ndim
+    n = x.shape[axis]
+    shift = 1
+    while shift < n:
+        pad = [(0, 0)] * x.ndim
+        pad[axis] = (shift, 0)
+        x = x + lax.slice_in_dim(jnp.pad(x, pad), 0, n, axis=axis)
+        shift *= 2
+    return x
+
+
+def fixed_sum(x, axis: int = -1):
+    """The sum along ``axis``, in an order that depends only on its length."""
+    return lax.index_in_dim(prefix_sum(x, axis), x.shape[axis % x.ndim] - 1, axis % x.ndim,
+                            keepdims=False)
