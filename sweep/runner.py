@@ -17,7 +17,8 @@ import jax
 import numpy as np
 import pandas as pd
 
-from .api import run_batch, stack
+from .api import stack, summarize_batch
+from .engine import simulate_batch
 from .config import Study
 from .engine import DEFAULT_LOOKAHEAD, ITL_BINS
 from .metrics import METRICS
@@ -73,14 +74,34 @@ def plan_chunks(study: Study, chunk_size: int | None = None) -> tuple[int, int]:
     return chunk, rounds
 
 
+def _dispatch(params: list, reqs, seats: int, k_max: int, lanes: int, devices) -> tuple:
+    """Split a call's simulations evenly over ``devices``, run the same compiled engine on each
+    (asynchronously: the devices work at once), and gather (EngineOutput, metrics) on the host."""
+    per = len(params) // len(devices)
+    parts = []
+    for d, device in enumerate(devices):
+        rows = slice(d * per, (d + 1) * per)
+        pp = jax.device_put(stack(params[rows]), device)
+        rr = jax.device_put(jax.tree_util.tree_map(lambda x: x[rows], reqs), device)
+        out = simulate_batch(pp, rr, seats=seats, k_max=k_max, lanes=lanes)
+        parts.append((out, summarize_batch(out, rr, pp)))
+    out = jax.tree_util.tree_map(lambda *xs: np.concatenate([np.asarray(x) for x in xs]),
+                                 *[o for o, _ in parts])
+    mets = {k: np.concatenate([np.asarray(m[k]) for _, m in parts]) for k in METRICS}
+    return out, mets
+
+
 def run_study(study: Study, chunk_size: int | None = None, per_request: bool | None = None,
-              progress: Callable[[int, int, int, int, float], None] | None = None
-              ) -> SweepResult:
+              progress: Callable[[int, int, int, int, float], None] | None = None,
+              devices=None) -> SweepResult:
     """Simulate every grid point x seed of ``study``; rows come back in (design, seed) order.
 
     Each simulation first runs with at most ``SMALL_SEATS`` seats, which is exact unless the
     narrow seat array held back an admission (the engine flags it); those few rerun with all
-    ``max_batch`` seats."""
+    ``max_batch`` seats. Simulations are spread over ``devices`` (default: every local device;
+    a CPU is one device unless XLA_FLAGS=--xla_force_host_platform_device_count=N splits it,
+    which on 2 cores measured only ~5% faster in steady state and doubled compilation)."""
+    devices = list(devices or jax.local_devices())
     chunk, rounds = plan_chunks(study, chunk_size)
     want_requests = study.per_request if per_request is None else per_request
     params = [p.design.params() for p in study.points]
@@ -100,9 +121,10 @@ def run_study(study: Study, chunk_size: int | None = None, per_request: bool | N
         sims = pending.pop(seats)
         groups += 1
         n_req = max(study.points[s.point].workload.capacity for s in sims)
-        lanes = min(chunk, len(sims))
-        calls = -(-len(sims) // (lanes * rounds))
-        size = -(-len(sims) // (calls * lanes)) * lanes  # equal calls: one shape per group
+        lanes = min(chunk, -(-len(sims) // len(devices)))
+        calls = -(-len(sims) // (len(devices) * lanes * rounds))
+        # Equal calls and equal shares per device: one compiled shape per group.
+        size = -(-len(sims) // (calls * len(devices) * lanes)) * lanes * len(devices)
         for start in range(0, len(sims), size):
             part = sims[start:start + size]
             args = [sample_args(study.points[s.point].workload, s.seed,
@@ -112,7 +134,7 @@ def run_study(study: Study, chunk_size: int | None = None, per_request: bool | N
             args += [sample_args(_NOTHING, 0, 2, n_req)] * (size - len(part))
             plist += [plist[0]] * (size - len(part))
             reqs = sample_batch(n_req, stack(args))
-            out, mets = run_batch(stack(plist), reqs, seats, k_max, lanes=lanes)
+            out, mets = _dispatch(plist, reqs, seats, k_max, lanes, devices)
             overflow = np.asarray(out.overflow)
             kept = []
             for j, s in enumerate(part):
