@@ -62,3 +62,17 @@ def test_littles_law_mg1(mg1):
     np.testing.assert_allclose(m["mean_in_system"], lam * sojourn.to_numpy(), rtol=1e-9)
     # And against the true arrival rate, statistically.
     assert abs(m["mean_in_system"].mean() / (RATE * sojourn.mean()) - 1) < 0.05
+
+
+def test_a_simulation_out_of_steps_is_flagged_not_trusted(mg1):
+    """The same simulations with a step bound far too small: every one is flagged truncated and
+    counts its unfinished requests; none pretends to be complete."""
+    design, full = mg1
+    wl = Workload(arrival_rate=RATE, duration_s=None, num_requests=1500, drain_s=None,
+                  prompt_tokens=Lengths("exponential", 256.0),
+                  output_tokens=Lengths("exponential", 16.0))
+    cut = simulate(design, wl, seeds=SEEDS, max_steps=200).metrics
+    assert cut["truncated"].all() and not full.metrics["truncated"].any()
+    assert (cut["unfinished"] > 0).all()
+    assert (cut["completed"] + cut["unfinished"] == cut["requests"]).all()
+    assert (cut["completed"] < full.metrics["completed"]).all()
