@@ -49,6 +49,7 @@ DEFAULT_LOOKAHEAD = 16
 class EngineState(NamedTuple):
     t: jax.Array  # f64 clock, seconds
     head: jax.Array  # i32 requests ever admitted (the FIFO queue is head..tail-1)
+    tail: jax.Array  # i32 requests arrived by t, as left by the last pass (read by the decode run)
     seat_req: jax.Array  # i32[S] request index, -1 if free
     seat_gen: jax.Array  # i32[S] tokens generated
     seat_npass: jax.Array  # i32[S] decode passes the request has taken (keys its draws)
@@ -116,7 +117,7 @@ def _init(n: int, seats: int) -> EngineState:
     i32 = jnp.int32
     zeros = jnp.zeros((seats,), i32)
     return EngineState(
-        t=jnp.float64(0.0), head=i32(0),
+        t=jnp.float64(0.0), head=i32(0), tail=i32(0),
         seat_req=jnp.full((seats,), -1, i32), seat_gen=zeros, seat_npass=zeros,
         seat_blocks=zeros, seat_pre=jnp.zeros((seats,), bool),
         seat_last=jnp.zeros((seats,), jnp.float64),
@@ -145,10 +146,11 @@ def _accepted(p: EngineParams, seed, req, npass, k_max: int):
 
 def _area_gain(r: Requests, aux: Aux, t, t_end, tail, finished):
     """Integral of the number in system over (t, t_end]: those present at t (none leave before
-    t_end), plus those arriving meanwhile, each from its arrival."""
-    tail_end = jnp.searchsorted(r.arrival, t_end, side="right")
+    t_end), plus those arriving meanwhile, each from its arrival. Also returns the arrivals by
+    t_end."""
+    tail_end = jnp.searchsorted(r.arrival, t_end, side="right").astype(jnp.int32)
     arriving = (tail_end - tail) * t_end - (aux.cum_arrival[tail_end] - aux.cum_arrival[tail])
-    return (tail - finished) * (t_end - t) + arriving
+    return (tail - finished) * (t_end - t) + arriving, tail_end
 
 
 def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int,
@@ -164,9 +166,8 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int,
     live = ~s.done & (s.steps < aux.max_steps)
 
     # 1. Idle jump to the next arrival; 2. stop.
-    tail0 = jnp.searchsorted(r.arrival, s.t, side="right")
     next_arrival = jnp.where(s.head < n, r.arrival[jnp.minimum(s.head, n - 1)], jnp.inf)
-    idle = (n_occ == 0) & (tail0 == s.head)
+    idle = (n_occ == 0) & (next_arrival > s.t)  # nothing running, nobody waiting
     t = jnp.where(idle & jnp.isfinite(next_arrival), jnp.maximum(s.t, next_arrival), s.t)
     tail = jnp.searchsorted(r.arrival, t, side="right").astype(jnp.int32)
     queue = tail - s.head
@@ -248,10 +249,12 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int,
     window_first = lax.dynamic_slice(s.first, (s.head,), (nseat,))
     first = lax.dynamic_update_slice(s.first, jnp.where(seats < m, t_end, window_first), (s.head,))
     finish = s.finish.at[jnp.where(done_seat, seat_req, n)].set(t_end, mode="drop")
+    area, tail_end = _area_gain(r, aux, t, t_end, tail, s.finished)
 
     return EngineState(
         t=jnp.where(live, t_end, s.t),
         head=s.head + m,
+        tail=tail_end,
         seat_req=jnp.where(done_seat, -1, seat_req),
         seat_gen=jnp.where(done_seat, 0, gen_new),
         seat_npass=jnp.where(new | done_seat, 0, s.seat_npass + decode),
@@ -264,7 +267,7 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int,
         preemptions=s.preemptions + preempt.astype(jnp.int32),
         max_queue=jnp.maximum(s.max_queue, jnp.where(work, queue - m, 0)),
         peak_blocks=jnp.maximum(s.peak_blocks, jnp.where(work, blocks.sum(dtype=jnp.int32), 0)),
-        area=s.area + jnp.where(work, _area_gain(r, aux, t, t_end, tail, s.finished), 0.0),
+        area=s.area + jnp.where(work, area, 0.0),
         busy=s.busy + dt, itl_hist=hist,
         steps=s.steps + go.astype(jnp.int32), passes=s.passes + work.astype(jnp.int32),
         overflow=s.overflow | overflow, done=s.done | (live & stop),
@@ -278,7 +281,7 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     occupied = s.seat_req >= 0
     running = occupied & ~s.seat_pre
     n_run = running.sum(dtype=jnp.int32)
-    tail = jnp.searchsorted(r.arrival, s.t, side="right").astype(jnp.int32)
+    tail = s.tail  # the general pass just before left it at s.t
     # Admission is possible during the run only into a free seat of a continuous batch: then
     # the run must end before the pass that starts after the next arrival (or at once if
     # someone waits). Blocks only shrink and seats only free at the end, so nothing else can
@@ -324,8 +327,9 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     hist = hist.at[0].add(emitted.sum(dtype=jnp.int32) - n_run * m)
     tail_last = jnp.searchsorted(r.arrival, starts[last], side="right").astype(jnp.int32)
     finish = s.finish.at[jnp.where(done_seat, s.seat_req, n)].set(t_end, mode="drop")
+    area, tail_end = _area_gain(r, aux, s.t, t_end, tail, s.finished)
     return s._replace(
-        t=t_end,
+        t=t_end, tail=tail_end,
         seat_req=jnp.where(done_seat, -1, s.seat_req),
         seat_gen=jnp.where(done_seat, 0, gen_new),
         seat_npass=jnp.where(done_seat, 0, npass + jnp.where(running, m, 0)),
@@ -336,7 +340,7 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
         tokens=s.tokens + emitted.sum(dtype=jnp.int64),
         max_queue=jnp.maximum(s.max_queue, jnp.where(m > 0, tail_last - s.head, 0)),
         peak_blocks=jnp.maximum(s.peak_blocks, jnp.where(m > 0, blocks.sum(dtype=jnp.int32), 0)),
-        area=s.area + jnp.where(m > 0, _area_gain(r, aux, s.t, t_end, tail, s.finished), 0.0),
+        area=s.area + jnp.where(m > 0, area, 0.0),
         busy=s.busy + fixed_sum(jnp.where(took, dt, 0.0)),
         itl_hist=hist, passes=s.passes + m,
     )
