@@ -148,7 +148,10 @@ class Design:
             block_tokens=np.int32(self.block_tokens),
             total_blocks=np.int32(min(self.total_blocks(), 2**31 - 1)),
             draft_tokens=np.int32(self.draft_tokens),
-            accept_thresholds=acceptance_thresholds(self.acceptance, MAX_DRAFT_TOKENS),
+            # Thresholds past k are 0 (never accept): the engine needs no mask by k.
+            accept_thresholds=np.where(np.arange(MAX_DRAFT_TOKENS) < self.draft_tokens,
+                                       acceptance_thresholds(self.acceptance, MAX_DRAFT_TOKENS),
+                                       0).astype(np.int32),
             block_bytes=np.float64(self.block_tokens * self.model_spec.kv_bytes_per_token(
                 self.kv_bits)),
             gpus=np.float64(self.gpus),
@@ -170,7 +173,7 @@ class EngineParams(NamedTuple):
     block_tokens: np.ndarray  # int32: KV allocation unit in tokens
     total_blocks: np.ndarray  # int32
     draft_tokens: np.ndarray  # int32: k
-    accept_thresholds: np.ndarray  # int32[MAX_DRAFT_TOKENS]: T_j = round(acceptance**j x 2**24)
+    accept_thresholds: np.ndarray  # int32[MAX_DRAFT_TOKENS]: round(acceptance**j x 2**24), 0 past k
     block_bytes: np.ndarray  # float64: bytes per KV block (for peak KV memory)
     gpus: np.ndarray  # float64
     price_per_gpu_s: np.ndarray  # float64, $ per GPU-second

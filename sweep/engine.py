@@ -4,11 +4,11 @@ rules as a plain event loop, one pass at a time.
 
 A step is one general pass (admission, readmission or preemption, prefill and decode: the rules
 as written) followed by a *decode run*: up to ``lookahead`` further passes in which nothing but
-decoding can happen, all taken at once. Within such a run the running set is fixed, so every
+decoding can happen, all taken at once. Within such a run no sequence joins the batch, so every
 pass is a pure function of the seats' token counts: the draws of all its passes are taken
 together (they are keyed by each request's decode-pass count), pass times are a vector, and the
-run stops before the first pass at which an event could occur (an arrival that could be
-admitted, a KV block that does not fit, the end time) or after the first completion. Runs are
+run stops before the first pass at which an event could occur (an admission the rules could
+make, a KV block that may not fit, the end time); a completion only shrinks the batch. Runs are
 an execution strategy, not a rule: the per-request results equal pass-by-pass stepping.
 
 Shapes are static: ``seats`` seats and ``N`` requests per simulation. Per-step work is
@@ -94,12 +94,15 @@ class EngineOutput(NamedTuple):
     itl_hist: jax.Array
     steps: jax.Array
     passes: jax.Array
-    overflow: jax.Array  # bool: results are those of fewer seats than max_batch; rerun wider
+    overflow: jax.Array  # bool: the seat array held back an admission; results are partial, rerun wider
     truncated: jax.Array  # bool: hit the step bound before finishing
 
 
 def _ceil_div(a, b):
-    return (a + b - 1) // b
+    """ceil(a / b) for int32 a >= 0, b >= 1. A float64 quotient is exact here (a, b < 2**31,
+    so a correctly rounded a/b never crosses an integer) and vectorises; x86 has no vector
+    integer division, and XLA's scalar one dominated the decode run."""
+    return jnp.ceil(a.astype(jnp.float64) / b).astype(jnp.int32)
 
 
 def _aux(r: Requests, seats: int, max_steps) -> Aux:
@@ -139,9 +142,8 @@ def _accepted(p: EngineParams, seed, req, npass, k_max: int):
     if k_max == 0:
         return jnp.zeros(jnp.broadcast_shapes(req.shape, npass.shape), jnp.int32)
     u = uniform_bits(seed, req, npass, xp=jnp)
-    j = jnp.arange(k_max, dtype=jnp.int32)
-    hit = (u[..., None] < p.accept_thresholds[:k_max]) & (j < p.draft_tokens)
-    return hit.sum(axis=-1, dtype=jnp.int32)
+    # Thresholds past the design's k are 0; a sum of k_max compares fuses into one loop.
+    return sum((u < p.accept_thresholds[j]).astype(jnp.int32) for j in range(k_max))
 
 
 def _area_gain(r: Requests, aux: Aux, t, t_end, tail, finished):
@@ -270,76 +272,79 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int,
         area=s.area + jnp.where(work, area, 0.0),
         busy=s.busy + dt, itl_hist=hist,
         steps=s.steps + go.astype(jnp.int32), passes=s.passes + work.astype(jnp.int32),
-        overflow=s.overflow | overflow, done=s.done | (live & stop),
+        overflow=s.overflow | overflow,
+        # An overflowed result is discarded (rerun wider), so it need not run on.
+        done=s.done | (live & stop) | overflow,
     )
 
 
 def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: int,
                 s: EngineState) -> EngineState:
-    """Up to ``lookahead`` decode-only passes at once (none if an event could intervene)."""
+    """Up to ``lookahead`` decode-only passes at once (none if an event could intervene).
+
+    Completions do not end a run: a finished sequence just leaves the batch (its blocks are not
+    counted as freed, which can only end a run early). What ends it is a pass at which the
+    rules could admit (a free seat of a continuous batch and someone waiting or arriving), a
+    KV block that may not fit, the end time, or an empty batch."""
     n = r.arrival.shape[0]
-    occupied = s.seat_req >= 0
-    running = occupied & ~s.seat_pre
-    n_run = running.sum(dtype=jnp.int32)
+    running = (s.seat_req >= 0) & ~s.seat_pre
     tail = s.tail  # the general pass just before left it at s.t
-    # Admission is possible during the run only into a free seat of a continuous batch: then
-    # the run must end before the pass that starts after the next arrival (or at once if
-    # someone waits). Blocks only shrink and seats only free at the end, so nothing else can
-    # make an admission or a readmission possible.
-    # (With fewer seats than max_batch, stopping here lets the next general pass flag overflow.)
-    can_admit = ~p.static & (occupied.sum() < p.max_batch)
-    ok = (~s.done & (s.steps < aux.max_steps) & (n_run > 0) & ~(s.seat_pre & occupied).any()
-          & (s.t < r.end_time) & ~(can_admit & (tail > s.head)))
+    ok = (~s.done & (s.steps < aux.max_steps) & ~(s.seat_pre & (s.seat_req >= 0)).any())
     next_arrival = jnp.where(tail < n, r.arrival[jnp.minimum(tail, n - 1)], jnp.inf)
 
     req = jnp.maximum(s.seat_req, 0)
     prompt, output, gen, npass = r.prompt[req], r.output[req], s.seat_gen, s.seat_npass
     j = jnp.arange(lookahead, dtype=jnp.int32)
     steps_tokens = _accepted(p, r.seed, s.seat_req[:, None], npass[:, None] + j, k_max) + 1
-    gen_after = jnp.minimum(gen[:, None] + prefix_sum(steps_tokens, axis=1), output[:, None])
+    out_col = output[:, None]
+    gen_after = jnp.minimum(gen[:, None] + prefix_sum(steps_tokens, axis=1), out_col)
     gen_before = jnp.concatenate([gen[:, None], gen_after[:, :-1]], axis=1)
+    alive = running[:, None] & (gen_before < out_col)  # decodes at pass j
     ctx = prompt[:, None] + gen_before
-    need = _ceil_div(ctx + jnp.minimum(p.draft_tokens + 1, output[:, None] - gen_before),
-                     p.block_tokens)
-    run_col = running[:, None]
-    growth = jnp.where(run_col, jnp.maximum(need - s.seat_blocks[:, None], 0), 0).sum(axis=0)
+    need = _ceil_div(ctx + jnp.minimum(p.draft_tokens + 1, out_col - gen_before), p.block_tokens)
+    held = jnp.maximum(need, s.seat_blocks[:, None])
+    growth = jnp.where(alive, held - s.seat_blocks[:, None], 0).sum(axis=0, dtype=jnp.int32)
     fits = growth <= p.total_blocks - s.seat_blocks.sum()
-    context = jnp.where(run_col, ctx, 0).sum(axis=0).astype(jnp.float64)
-    zero = jnp.zeros((lookahead,), jnp.float64)
-    dt = pass_time(p.timing, zero, zero, n_run.astype(jnp.float64) + zero, context, xp=jnp)
+    n_run = alive.sum(axis=0, dtype=jnp.int32)
+    context = jnp.where(alive, ctx, 0).sum(axis=0).astype(jnp.float64)
+    dt = pass_time(p.timing, 0.0, 0.0, n_run.astype(jnp.float64), context, xp=jnp)
     ends = s.t + prefix_sum(dt)
     starts = jnp.concatenate([s.t[None], ends[:-1]])
-    completes = (run_col & (gen_after >= output[:, None])).any(axis=0)
-    after_completion = jnp.concatenate([jnp.zeros((1,), bool), jnp.cumsum(completes)[:-1] > 0])
-    allowed = (fits & (starts < r.end_time) & ~after_completion
-               & ~(can_admit & (starts >= next_arrival)))
+    # Running seats are the occupied ones here, so a free seat exists while n_run < max_batch.
+    can_admit = ~p.static & (n_run < p.max_batch)
+    allowed = (fits & (n_run > 0) & (starts < r.end_time)
+               & ~(can_admit & ((tail > s.head) | (starts >= next_arrival))))
     m = jnp.where(ok, jnp.cumprod(allowed).sum(dtype=jnp.int32), 0)
 
     took = j < m
     last = jnp.maximum(m - 1, 0)
     t_end = jnp.where(m > 0, ends[last], s.t)
-    gen_new = jnp.where(running & (m > 0), gen_after[:, last], gen)
-    blocks = jnp.where(running & (m > 0), jnp.maximum(s.seat_blocks, need[:, last]),
-                       s.seat_blocks)
-    done_seat = running & (gen_new >= output)
+    seat_passes = (alive & took).sum(axis=1, dtype=jnp.int32)
+    seat_end = ends[jnp.maximum(seat_passes - 1, 0)]  # the seat's last token in the run
+    gen_new = jnp.where(seat_passes > 0, gen_after[:, last], gen)
+    done_seat = (seat_passes > 0) & (gen_new >= output)
+    blocks = jnp.where(seat_passes > 0, held[:, last], s.seat_blocks)
     emitted = gen_new - gen
-    hist = s.itl_hist.at[itl_bin(dt)].add(jnp.where(took, n_run, 0))
-    hist = hist.at[0].add(emitted.sum(dtype=jnp.int32) - n_run * m)
+    passes_run = jnp.where(took, n_run, 0)
+    hist = s.itl_hist.at[itl_bin(dt)].add(passes_run)
+    hist = hist.at[0].add(emitted.sum(dtype=jnp.int32) - passes_run.sum(dtype=jnp.int32))
     tail_last = jnp.searchsorted(r.arrival, starts[last], side="right").astype(jnp.int32)
-    finish = s.finish.at[jnp.where(done_seat, s.seat_req, n)].set(t_end, mode="drop")
+    finish = s.finish.at[jnp.where(done_seat, s.seat_req, n)].set(seat_end, mode="drop")
     area, tail_end = _area_gain(r, aux, s.t, t_end, tail, s.finished)
+    area = area - fixed_sum(jnp.where(done_seat, t_end - seat_end, 0.0))
+    peak = jnp.where(took, jnp.where(alive, held, 0).sum(axis=0, dtype=jnp.int32), 0).max()
     return s._replace(
         t=t_end, tail=tail_end,
         seat_req=jnp.where(done_seat, -1, s.seat_req),
         seat_gen=jnp.where(done_seat, 0, gen_new),
-        seat_npass=jnp.where(done_seat, 0, npass + jnp.where(running, m, 0)),
+        seat_npass=jnp.where(done_seat, 0, npass + seat_passes),
         seat_blocks=jnp.where(done_seat, 0, blocks),
-        seat_last=jnp.where(running & (m > 0), t_end, s.seat_last),
+        seat_last=jnp.where(seat_passes > 0, seat_end, s.seat_last),
         finish=finish,
         finished=s.finished + done_seat.sum(dtype=jnp.int32),
         tokens=s.tokens + emitted.sum(dtype=jnp.int64),
         max_queue=jnp.maximum(s.max_queue, jnp.where(m > 0, tail_last - s.head, 0)),
-        peak_blocks=jnp.maximum(s.peak_blocks, jnp.where(m > 0, blocks.sum(dtype=jnp.int32), 0)),
+        peak_blocks=jnp.maximum(s.peak_blocks, peak),
         area=s.area + jnp.where(m > 0, area, 0.0),
         busy=s.busy + fixed_sum(jnp.where(took, dt, 0.0)),
         itl_hist=hist, passes=s.passes + m,

@@ -294,7 +294,8 @@ def test_speculation_acceptance_zero():
 
 def test_speculation_acceptance_one():
     params = Design(draft_tokens=3, acceptance=1.0).params()
-    assert (np.asarray(params.accept_thresholds) == 1 << 24).all()
+    thr = np.asarray(params.accept_thresholds)
+    assert (thr[:3] == 1 << 24).all() and not thr[3:].any()  # 0 past k: never accepted
     p, o = 100, 10
     res = simulate_reference(params, make_requests([0.0], [p], [o]))
     t1 = pt(params, [p])  # g = 1
