@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .design import EngineParams
-from .numerics import fixed_sum, prefix_sum
+from .numerics import count_prefix_sum, fixed_sum, prefix_sum
 from .rng import uniform_bits
 from .timing import pass_time
 from .workload import Requests
@@ -78,6 +78,8 @@ class Aux(NamedTuple):
 
     cum_arrival: jax.Array  # f64[N+1] prefix sums of (finite) arrival times
     max_steps: jax.Array  # i32 safe bound on steps
+    arrival_blocks: jax.Array  # f64[N/B + 1, B] arrival times in blocks of B, inf-padded
+    block_last: jax.Array  # f64[N/B + 1] the last arrival time of each block
 
 
 class EngineOutput(NamedTuple):
@@ -113,7 +115,10 @@ def _aux(r: Requests, seats: int, max_steps) -> Aux:
     bound = 2 * jnp.where(real, r.output, 0).sum() + seats + 16
     if max_steps is not None:
         bound = jnp.minimum(bound, max_steps)
-    return Aux(cum, bound.astype(jnp.int32))
+    n = r.arrival.shape[0]
+    b = _count_block(n)
+    blocks = jnp.full((n // b + 1) * b, jnp.inf).at[:n].set(r.arrival).reshape(-1, b)
+    return Aux(cum, bound.astype(jnp.int32), blocks, blocks[:, -1])
 
 
 def _init(n: int, seats: int) -> EngineState:
@@ -146,11 +151,28 @@ def _accepted(p: EngineParams, seed, req, npass, k_max: int):
     return sum((u < p.accept_thresholds[j]).astype(jnp.int32) for j in range(k_max))
 
 
+def _count_block(n: int) -> int:
+    """Block length for counting arrivals: a power of two near sqrt(n)."""
+    return max(8, 1 << math.ceil(math.log2(max(n, 1)) / 2))
+
+
+def _arrived(aux: Aux, t):
+    """Requests arrived by ``t`` (``searchsorted(arrival, t, side="right")``) as two short
+    vector counts: whole blocks, then within the next block. A binary search is a chain of
+    dependent gathers, each its own kernel launch on a CPU."""
+    n_blocks, b = aux.arrival_blocks.shape
+    whole = (aux.block_last <= t).sum(dtype=jnp.int32)
+    row = lax.dynamic_index_in_dim(aux.arrival_blocks, jnp.minimum(whole, n_blocks - 1),
+                                   keepdims=False)
+    n = aux.cum_arrival.shape[0] - 1
+    return jnp.minimum(whole * b + (row <= t).sum(dtype=jnp.int32), n)
+
+
 def _area_gain(r: Requests, aux: Aux, t, t_end, tail, finished):
     """Integral of the number in system over (t, t_end]: those present at t (none leave before
     t_end), plus those arriving meanwhile, each from its arrival. Also returns the arrivals by
     t_end."""
-    tail_end = jnp.searchsorted(r.arrival, t_end, side="right").astype(jnp.int32)
+    tail_end = _arrived(aux, t_end).astype(jnp.int32)
     arriving = (tail_end - tail) * t_end - (aux.cum_arrival[tail_end] - aux.cum_arrival[tail])
     return (tail - finished) * (t_end - t) + arriving, tail_end
 
@@ -171,7 +193,7 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int,
     next_arrival = jnp.where(s.head < n, r.arrival[jnp.minimum(s.head, n - 1)], jnp.inf)
     idle = (n_occ == 0) & (next_arrival > s.t)  # nothing running, nobody waiting
     t = jnp.where(idle & jnp.isfinite(next_arrival), jnp.maximum(s.t, next_arrival), s.t)
-    tail = jnp.searchsorted(r.arrival, t, side="right").astype(jnp.int32)
+    tail = _arrived(aux, t).astype(jnp.int32)
     queue = tail - s.head
     stop = (idle & ~jnp.isfinite(next_arrival)) | (t >= r.end_time)
     go = live & ~stop
@@ -295,9 +317,11 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     req = jnp.maximum(s.seat_req, 0)
     prompt, output, gen, npass = r.prompt[req], r.output[req], s.seat_gen, s.seat_npass
     j = jnp.arange(lookahead, dtype=jnp.int32)
-    steps_tokens = _accepted(p, r.seed, s.seat_req[:, None], npass[:, None] + j, k_max) + 1
+    # The barrier keeps XLA from fusing (recomputing) the draws into every consumer.
+    steps_tokens = lax.optimization_barrier(
+        _accepted(p, r.seed, s.seat_req[:, None], npass[:, None] + j, k_max) + 1)
     out_col = output[:, None]
-    gen_after = jnp.minimum(gen[:, None] + prefix_sum(steps_tokens, axis=1), out_col)
+    gen_after = jnp.minimum(gen[:, None] + count_prefix_sum(steps_tokens), out_col)
     gen_before = jnp.concatenate([gen[:, None], gen_after[:, :-1]], axis=1)
     alive = running[:, None] & (gen_before < out_col)  # decodes at pass j
     ctx = prompt[:, None] + gen_before
@@ -328,7 +352,7 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     passes_run = jnp.where(took, n_run, 0)
     hist = s.itl_hist.at[itl_bin(dt)].add(passes_run)
     hist = hist.at[0].add(emitted.sum(dtype=jnp.int32) - passes_run.sum(dtype=jnp.int32))
-    tail_last = jnp.searchsorted(r.arrival, starts[last], side="right").astype(jnp.int32)
+    tail_last = _arrived(aux, starts[last]).astype(jnp.int32)
     finish = s.finish.at[jnp.where(done_seat, s.seat_req, n)].set(seat_end, mode="drop")
     area, tail_end = _area_gain(r, aux, s.t, t_end, tail, s.finished)
     area = area - fixed_sum(jnp.where(done_seat, t_end - seat_end, 0.0))
