@@ -191,7 +191,9 @@ def _sample(n: int, gamma: bool, seed, kind, cv, rate, count, duration, drain, p
     gaps = jnp.select([kind == POISSON, kind == GAMMA], [expo, bursty], 1.0) / rate
     t_arr, t_prompt, t_out = trace
     is_trace = kind == TRACE
-    arrival = jnp.where(is_trace, t_arr, prefix_sum(gaps))
+    # The fixed-order prefix sum is not monotone in the last bit when gaps are tiny (bursts):
+    # a running maximum (exact) keeps arrivals sorted.
+    arrival = jnp.where(is_trace, t_arr, jax.lax.associative_scan(jnp.maximum, prefix_sum(gaps)))
     arrival = jnp.where((arrival <= duration) & (jnp.arange(n) < count), arrival, jnp.inf)
     prompt = jnp.where(is_trace, jnp.clip(t_prompt, 1, max_context - 1),
                        _lengths(k_in, prompt_par, n, max_context - 1))
