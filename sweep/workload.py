@@ -164,18 +164,18 @@ def _gamma(key, shape, n: int):
     loop this is plain elementwise arithmetic, so a seed gives the same bits batched or not.
     Shapes below 1 use Gamma(a) = Gamma(a + 1) x U^(1/a). If every candidate is rejected (far
     rarer than the request-count bound's 1e-9) the draw is the mean, ``shape``."""
-    k_z, k_u, k_boost = jax.random.split(jax.random.fold_in(key, 1), 3)
+    draws = jax.random.uniform(jax.random.fold_in(key, 1), (2 * GAMMA_CANDIDATES + 1, n),
+                               jnp.float64, minval=jnp.finfo(jnp.float64).tiny)
+    u, boost = draws[:GAMMA_CANDIDATES], draws[-1]
+    z = jnp.sqrt(2.0) * jax.scipy.special.erfinv(2.0 * draws[GAMMA_CANDIDATES:-1] - 1.0)
     a = jnp.where(shape < 1.0, shape + 1.0, shape)
     d = a - 1.0 / 3.0
     c = 1.0 / jnp.sqrt(9.0 * d)
-    z = jax.random.normal(k_z, (GAMMA_CANDIDATES, n), jnp.float64)
-    u = jax.random.uniform(k_u, (GAMMA_CANDIDATES, n), jnp.float64)
     v = (1.0 + c * z) ** 3
     ok = (v > 0) & (jnp.log(u) < 0.5 * z**2 + d - d * v + d * jnp.log(jnp.where(v > 0, v, 1.0)))
     first = jnp.argmax(ok, axis=0)
     x = jnp.where(ok.any(axis=0), d * jnp.take_along_axis(v, first[None], axis=0)[0], shape)
-    boost = jax.random.uniform(k_boost, (n,), jnp.float64) ** (1.0 / shape)
-    return jnp.where(shape < 1.0, x * boost, x)
+    return jnp.where(shape < 1.0, x * boost ** (1.0 / shape), x)
 
 
 def _sample(n: int, gamma: bool, seed, kind, cv, rate, count, duration, drain, prompt_par,
