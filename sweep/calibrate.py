@@ -84,7 +84,7 @@ def _column(df, path, name, integer: bool, low: float) -> np.ndarray:
     if bad.any():
         i = int(np.argmax(bad))
         kind = "an integer" if integer else "a number"
-        raise _fail(path, f"column {name}: row {i} is {df[name].iloc[i]!r}; allowed: {kind} >= "
+        raise _fail(path, f"column {name}: row {i} is {str(df[name].iloc[i])!r}; allowed: {kind} >= "
                           f"{low:g}")
     return x
 

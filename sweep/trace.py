@@ -100,7 +100,7 @@ def _tokens(path, col, values) -> np.ndarray:
     bad = ~(np.isfinite(x) & (x >= 0) & (x == np.floor(x)) & (x <= MAX_TOKENS))
     if bad.any():
         i = int(np.argmax(bad))
-        raise _fail(path, f"column {col}: row {i} is {values.iloc[i]!r}; allowed: integers "
+        raise _fail(path, f"column {col}: row {i} is {str(values.iloc[i])!r}; allowed: integers "
                           f"in [0, {MAX_TOKENS}]")
     return np.maximum(x, 1).astype(np.int32)
 
