@@ -84,8 +84,8 @@ def _column(df, path, name, integer: bool, low: float) -> np.ndarray:
     if bad.any():
         i = int(np.argmax(bad))
         kind = "an integer" if integer else "a number"
-        raise _fail(path, f"column {name}: row {i} is {str(df[name].iloc[i])!r}; allowed: {kind} >= "
-                          f"{low:g}")
+        raise _fail(path, f"column {name}: row {i} is {str(df[name].iloc[i])!r}; allowed: "
+                          f"{kind} >= {low:g}")
     return x
 
 
