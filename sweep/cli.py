@@ -62,6 +62,19 @@ def _parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="the verdict against the config's brief")
     rep.add_argument("results", help="a folder written by 'sweep run'")
+
+    cal = sub.add_parser("calibrate", help="fit efficiency factors and overhead to measured "
+                                           "pass times or request latencies")
+    cal.add_argument("measurements", help="CSV: prefill_tokens, decode_seqs, context_tokens, "
+                                          "seconds; or prompt_tokens, output_tokens, ttft_s, "
+                                          "e2e_s (one request at a time)")
+    cal.add_argument("--gpu", required=True, help="catalog GPU the measurements ran on")
+    cal.add_argument("--model", required=True, help="catalog model, or a config.json path")
+    cal.add_argument("--gpus", type=_positive_int, default=1, help="tensor-parallel degree")
+    cal.add_argument("--weight-bits", type=_positive_int, default=16)
+    cal.add_argument("--kv-bits", type=_positive_int, default=16)
+    cal.add_argument("--out", help="profile to write (default: MEASUREMENTS with .profile.toml)")
+    cal.add_argument("--force", action="store_true", help="overwrite an existing profile")
     return ap
 
 
@@ -87,7 +100,7 @@ def _cmd_run(args) -> int:
     res = run_study(study, chunk_size=args.chunk_size,
                     per_request=args.per_request or None,
                     progress=None if args.quiet else default_progress())
-    designs = aggregate(res.runs, study.brief)
+    designs = aggregate(res.runs, study.brief, drawn=list(study.uncertain))
     tables = {"runs": res.runs, "designs": designs}
     if res.requests is not None:
         tables["requests"] = res.requests
@@ -136,9 +149,37 @@ def _cmd_report(args) -> int:
     return 0
 
 
+def _cmd_calibrate(args) -> int:
+    from .calibrate import FACTORS, fit, profile_text, read_measurements, roofline
+    from .models import get_model, load_hf_config
+
+    model = _checked(load_hf_config if args.model.endswith(".json") else get_model, args.model)
+    gpu, tp = _checked(roofline, args.gpu, model, args.gpus, args.weight_bits, args.kv_bits)
+    meas = Path(args.measurements)
+    out = Path(args.out) if args.out else meas.with_suffix(".profile.toml")
+    if out.exists() and not args.force:
+        raise UsageError(f"{out}: already exists; use --force to overwrite")
+    f = fit(tp, _checked(read_measurements, meas))
+    print(f"{model.name} on {args.gpus} x {gpu.name}, {args.weight_bits}-bit weights: "
+          f"compute_efficiency {f.compute_efficiency:.4f}, bandwidth_efficiency "
+          f"{f.bandwidth_efficiency:.4f}, overhead_ms {f.overhead_ms:.4f}")
+    print(f"fit: {f.n} measurements, R^2 {f.r2:.5f}, RMSE {f.rmse_ms:.4g} ms, max relative "
+          f"error {100 * f.max_relative_error:.2f}%")
+    for k in (k for k in FACTORS if k not in f.identified):
+        print(f"note: no measurement depends on {k}; it keeps its default")
+    tmp = out.with_name(f".{out.name}.tmp")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp.write_text(profile_text(f, gpu.name, model.name, args.gpus, args.weight_bits,
+                                args.kv_bits, meas.name))
+    tmp.replace(out)
+    print(f"-> {out} (name it in a config: [hardware] profile = \"{out.name}\")")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    command = {"run": _cmd_run, "frontier": _cmd_frontier, "report": _cmd_report}[args.command]
+    command = {"run": _cmd_run, "frontier": _cmd_frontier, "report": _cmd_report,
+               "calibrate": _cmd_calibrate}[args.command]
     try:
         return command(args)
     except UsageError as exc:

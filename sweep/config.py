@@ -16,14 +16,18 @@ import math
 import re
 import sys
 import tomllib
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from .calibrate import load_profile
 from .design import BATCHING, GPUS, KV_BITS, KV_CACHE, WEIGHT_BITS, Design
 from .hardware import CATALOG as GPU_CATALOG
 from .metrics import METRICS
 from .models import CATALOG as MODEL_CATALOG
 from .models import load_hf_config
+from .trace import load_trace
+from .uncertainty import DISTS as UNCERTAIN_DISTS
+from .uncertainty import FACTORS, USES, Uncertain
 from .workload import ARRIVALS, DISTS, Lengths, Workload
 
 #: Grid columns, in the order every ``Point.columns`` (and the results' Parquet) has them.
@@ -38,10 +42,11 @@ COLUMNS: list[str] = [
     "output_tokens_sigma",
     "batching", "kv_cache", "gpus", "weight_bits", "kv_bits", "draft_tokens", "acceptance",
     "draft_cost", "max_batch", "block_size", "max_seq_len",
+    "arrival_cv", "trace", "trace_time_scale",
 ]
 #: Columns that hold strings (a brief limit on them makes no sense).
 TEXT_COLUMNS = ("gpu", "model", "arrival", "prompt_tokens_dist", "output_tokens_dist",
-                "batching", "kv_cache")
+                "batching", "kv_cache", "trace")
 NUMERIC_COLUMNS = [c for c in COLUMNS if c not in TEXT_COLUMNS]
 
 DEFAULT_MAX_DESIGNS = 100_000
@@ -55,11 +60,14 @@ MAX_REQUESTS = 10_000_000  # Workload.validate's bound on num_requests, applied 
 # Value kinds: "num" (finite number -> float), "int" (integer, not bool), "str", "lengths".
 HARDWARE_KEYS = {"gpu": "str", "price_per_gpu_hour": "num", "compute_efficiency": "num",
                  "bandwidth_efficiency": "num", "overhead_ms": "num",
-                 "memory_overhead_fraction": "num"}
+                 "memory_overhead_fraction": "num", "profile": "str"}
 MODEL_KEYS = {"name": "str", "config_json": "str"}
 WORKLOAD_KEYS = {"arrival": "str", "arrival_rate": "num", "duration_s": "num",
                  "num_requests": "int", "drain_s": "num", "prompt_tokens": "lengths",
-                 "output_tokens": "lengths"}
+                 "output_tokens": "lengths", "arrival_cv": "num", "trace": "trace",
+                 "trace_time_scale": "num"}
+#: Workload keys a trace replaces (it gives arrivals and lengths itself).
+TRACE_REPLACES = ("arrival", "arrival_rate", "arrival_cv", "prompt_tokens", "output_tokens")
 LEVER_KEYS = {"batching": "str", "kv_cache": "str", "gpus": "int", "weight_bits": "int",
               "kv_bits": "int", "draft_tokens": "int", "acceptance": "num", "draft_cost": "num",
               "max_batch": "int", "block_size": "int", "max_seq_len": "int"}
@@ -129,6 +137,7 @@ class Study:
     chunk_size: int | None
     per_request: bool
     max_designs: int
+    uncertain: dict[str, Uncertain] = field(default_factory=dict)  # factors drawn per seed
 
 
 # --- one-line messages -------------------------------------------------------------------------
@@ -243,6 +252,8 @@ class _Parser:
     def __init__(self, text: str, path: str):
         self.text, self.path = text, path
         self.loc = _Locator(text)
+        self.uncertain: dict[str, Uncertain] = {}
+        self.traces: dict[str, object] = {}
 
     def err(self, parts, what: str, index: int | None = None) -> ConfigError:
         """A ConfigError for ``parts`` (a dotted key as a list; index: which [[exclude]])."""
@@ -314,6 +325,7 @@ class _Parser:
             if not isinstance(v, dict):
                 raise self.err([sec], f"must be a table ([{sec}]), got {_got(v)}")
             sections[sec] = v
+        self.apply_profile(sections["hardware"])
         run = self.parse_run(sections["run"], seeds_override, max_designs_override)
         seeds, chunk_size, per_request, max_designs = run
         brief = self.parse_brief(sections["brief"])
@@ -324,7 +336,7 @@ class _Parser:
         return Study(name=name, path=None if self.path.startswith("<") else self.path,
                      text=self.text, points=points, axes=axes, skipped=skipped, seeds=seeds,
                      brief=brief, chunk_size=chunk_size, per_request=per_request,
-                     max_designs=max_designs)
+                     max_designs=max_designs, uncertain=dict(self.uncertain))
 
     def syntax_error(self, exc: Exception) -> ConfigError:
         msg = str(exc)
@@ -441,11 +453,21 @@ class _Parser:
                            f"{', '.join(MODEL_CATALOG)}) or config_json (a Hugging Face "
                            "config.json path)")
         wl = sections["workload"]
-        if ("duration_s" in wl) == ("num_requests" in wl):
+        if "trace" in wl:
+            self.check_trace_keys(wl)
+        elif ("duration_s" in wl) == ("num_requests" in wl):
             what = "both duration_s and num_requests" if "duration_s" in wl else \
                 "neither duration_s nor num_requests"
             raise self.err(["workload", "num_requests" if "num_requests" in wl else "duration_s"],
                            f"{what}; allowed: exactly one of them")
+        elif "trace_time_scale" in wl:
+            raise self.err(["workload", "trace_time_scale"], "applies only with a trace; "
+                                                             "allowed: workload.trace = \"FILE\"")
+        arrivals = wl.get("arrival", Workload.arrival)
+        if "arrival_cv" in wl and "gamma" not in (arrivals if isinstance(arrivals, list)
+                                                  else [arrivals]):
+            raise self.err(["workload", "arrival_cv"], "applies only to bursty arrivals; allowed: "
+                                                       "arrival = \"gamma\" with arrival_cv > 0")
         keys = []
         for sec in order:
             for key, raw in sections[sec].items():
@@ -454,6 +476,9 @@ class _Parser:
                 values = raw if axis else [raw]
                 if axis and not values:
                     raise self.err(parts, "empty array: an axis needs at least one value")
+                if axis and key in FACTORS and any(isinstance(x, dict) for x in values):
+                    raise self.err(parts, "a distribution cannot be an axis value; allowed: an "
+                                          "axis of numbers, or one distribution table")
                 options, seen = [], {}
                 for v in values:
                     opt, ident = self.option(sec, key, v)
@@ -477,6 +502,11 @@ class _Parser:
         kind = SECTIONS[sec][key]
         if kind == "lengths":
             return self.lengths(parts, v)
+        if isinstance(v, dict) and FACTORS.get(key, ("",))[0] == sec:
+            return self.uncertain_factor(parts, v)
+        if kind == "trace":
+            trace = self.load_trace(parts, self.string(parts, v))
+            return ({"trace": v, "arrival": "trace"}, {}, {"trace": trace, "arrival": "trace"}), v
         if isinstance(v, list):
             raise self.err(parts, "an array inside an axis; allowed: one value per axis entry")
         if kind == "num":
@@ -529,13 +559,79 @@ class _Parser:
             cols[f"{prefix}_sigma"] = float(cols[f"{prefix}_sigma"])
         return (cols, {}, {prefix: lengths}), tuple(cols.values())
 
+    def uncertain_factor(self, parts, v):
+        """A factor given as a distribution: drawn per seed by the runner; the design holds its
+        centre and its column is filled per run with the draw."""
+        t = self.table(parts, v, ("dist", "mean", "sd", "low", "high"))
+        dist = t.get("dist")
+        if not isinstance(dist, str) or dist not in UNCERTAIN_DISTS:
+            raise self.err(parts + ["dist"], f"unknown distribution {_show(dist)}; allowed: "
+                                             f"{', '.join(UNCERTAIN_DISTS)}")
+        uses = USES[dist]
+        for k in t:
+            if k != "dist" and k not in uses:
+                raise self.err(parts + [k], f"does not apply to {dist}; allowed for {dist}: "
+                                            f"dist, {', '.join(uses)}")
+        for k in uses:
+            if k not in t:
+                raise self.err(parts, f"{dist} needs {k}; allowed: {{ dist = \"{dist}\", "
+                                      + ", ".join(f"{u} = NUMBER" for u in uses) + " }")
+        factor = Uncertain(dist, **{k: self.number(parts + [k], t[k]) for k in uses})
+        try:
+            factor.validate(".".join(parts))
+        except ValueError as exc:
+            key, _, what = str(exc).partition(": ")
+            raise self.err(key.split("."), what) from None
+        self.uncertain[parts[1]] = factor
+        key = parts[1]
+        return ({key: None}, {key: factor.nominal}, {}), (dist,) + tuple(t[k] for k in uses)
+
+    def resolve(self, rel: str) -> Path:
+        """A path relative to the config file (to the current folder for text configs)."""
+        base = Path.cwd() if self.path.startswith("<") else Path(self.path).parent
+        p = Path(rel)
+        return p if p.is_absolute() else base / p
+
+    def load_trace(self, parts, rel: str):
+        if rel not in self.traces:
+            try:
+                self.traces[rel] = load_trace(self.resolve(rel), name=rel)
+            except ValueError as exc:
+                msg = re.sub(r"^workload\.trace:\s*", "", str(exc))
+                raise self.err(parts, msg) from None
+        return self.traces[rel]
+
+    def check_trace_keys(self, wl):
+        for k in TRACE_REPLACES:
+            if k in wl:
+                raise self.err(["workload", k], "does not apply with workload.trace (the trace "
+                                                "gives arrivals and lengths); allowed: drop it, "
+                                                "or drop the trace")
+        if "duration_s" in wl and "num_requests" in wl:
+            raise self.err(["workload", "num_requests"], "both duration_s and num_requests; "
+                                                         "allowed: at most one of them with a "
+                                                         "trace")
+
+    def apply_profile(self, hw):
+        """``[hardware] profile``: the keys of a ``sweep calibrate`` profile, as if written here."""
+        if "profile" not in hw:
+            return
+        parts = ["hardware", "profile"]
+        rel = self.string(parts, hw.pop("profile"))
+        try:
+            profile = load_profile(self.resolve(rel))
+        except ValueError as exc:
+            raise self.err(parts, str(exc)) from None
+        for k in profile:
+            if k in hw:
+                raise self.err(["hardware", k], f"also set by hardware.profile {_show(rel)}; "
+                                                "allowed: one of them")
+        hw.update(profile)
+
     def load_model(self, parts, rel: str):
         if not rel:
             raise self.err(parts, "empty path; allowed: a path to a Hugging Face config.json")
-        base = Path.cwd() if self.path.startswith("<") else Path(self.path).parent
-        p = Path(rel)
-        if not p.is_absolute():
-            p = base / p
+        p = self.resolve(rel)
         if p.is_dir():
             p = p / "config.json"
         try:
@@ -644,6 +740,11 @@ class _Parser:
                 wkw.update(w)
             if dkw["price_per_gpu_hour"] is None:
                 cols["price_per_gpu_hour"] = float(GPU_CATALOG[dkw["gpu"]].price_per_gpu_hour)
+            if wkw["arrival"] != "gamma":
+                wkw["arrival_cv"] = _WORKLOAD_DEFAULTS["arrival_cv"]
+            cols["arrival_cv"] = float(wkw["arrival_cv"]) if wkw["arrival"] == "gamma" else None
+            if wkw["trace"] is not None:
+                cols["trace_time_scale"] = float(wkw["trace_time_scale"])
             for col, s in seen_values.items():
                 s.add(_hashable(cols[col]))
             if any(all(cols[col] in vals for col, vals in ex.items()) for ex in excludes):
@@ -659,6 +760,8 @@ class _Parser:
             wkey = tuple(wkw[f] for f in workload_fields)
             if wkey not in workload_cache:
                 workload_cache[wkey] = self.check_workload(Workload(**wkw), cols, axes)
+            if wkw["trace"] is not None:
+                cols.update(_trace_columns(workload_cache[wkey]))
             points.append(Point(design=design, workload=workload_cache[wkey], columns=cols))
 
         for i, ex in enumerate(excludes):
@@ -693,7 +796,11 @@ class _Parser:
             wl.validate()
         except ValueError as exc:
             raise self.revalidate(str(exc), cols, axes) from None
-        if wl.duration_s is not None:
+        if wl.trace is not None and wl.capacity < 1:
+            raise self.err(["workload", "duration_s"], f"keeps no request of the trace"
+                           f"{_at(cols, axes)}; allowed: a duration_s at or after its first "
+                           "arrival (time 0)")
+        if wl.duration_s is not None and wl.trace is None:
             mean = wl.arrival_rate * wl.duration_s
             if not math.isfinite(mean) or mean > MAX_REQUESTS:
                 raise self.err(["workload", "duration_s"],
@@ -719,6 +826,18 @@ def _at(cols, axes) -> str:
     if not axes:
         return ""
     return " (at " + ", ".join(f"{a}={_show(cols[a])}" for a in axes) + ")"
+
+
+def _trace_columns(wl: Workload) -> dict:
+    """What a replayed trace amounts to: its mean rate and lengths (before context clipping)."""
+    n = wl.capacity
+    t = wl.trace
+    return {"arrival_rate": t.mean_rate(wl.trace_time_scale, n),
+            "prompt_tokens_dist": "trace", "output_tokens_dist": "trace",
+            "prompt_tokens_mean": float(t.prompt[:n].mean()),
+            "output_tokens_mean": float(t.output[:n].mean()),
+            **{f"{x}_tokens_{k}": None for x in ("prompt", "output")
+               for k in ("low", "high", "sigma")}}
 
 
 def _hashable(v):

@@ -22,6 +22,7 @@ from .engine import simulate_batch
 from .config import Study
 from .engine import DEFAULT_LOOKAHEAD, ITL_BINS
 from .metrics import METRICS
+from .uncertainty import draws
 from .workload import Workload, sample_args, sample_batch
 
 #: Simulations in flight at once (vmapped lanes) unless the study or the user says otherwise:
@@ -105,6 +106,8 @@ def run_study(study: Study, chunk_size: int | None = None, per_request: bool | N
     chunk, rounds = plan_chunks(study, chunk_size)
     want_requests = study.per_request if per_request is None else per_request
     params = [p.design.params() for p in study.points]
+    drawn = {seed: draws(study.uncertain, seed) for seed in study.seeds}
+    sim_params = _uncertain_params(study, params, drawn)
     k_max = max(p.design.draft_tokens for p in study.points)
     pending: dict[int, list[_Sim]] = {}
     for i, p in enumerate(study.points):
@@ -129,7 +132,7 @@ def run_study(study: Study, chunk_size: int | None = None, per_request: bool | N
             part = sims[start:start + size]
             args = [sample_args(study.points[s.point].workload, s.seed,
                                 study.points[s.point].design.context_limit, n_req) for s in part]
-            plist = [params[s.point] for s in part]
+            plist = [sim_params(s) for s in part]
             # Pad with simulations that have no requests: they end at once.
             args += [sample_args(_NOTHING, 0, 2, n_req)] * (size - len(part))
             plist += [plist[0]] * (size - len(part))
@@ -150,7 +153,7 @@ def run_study(study: Study, chunk_size: int | None = None, per_request: bool | N
                 designs = sum(k == len(study.seeds) for k in seeds_done)
                 progress(len(metric_rows), total, designs, len(study.points),
                          time.perf_counter() - t0)
-    runs = _runs_table(study, metric_rows)
+    runs = _runs_table(study, metric_rows, drawn)
     requests = None
     if want_requests:
         requests = pd.concat(request_parts, ignore_index=True).sort_values(
@@ -158,11 +161,29 @@ def run_study(study: Study, chunk_size: int | None = None, per_request: bool | N
     return SweepResult(runs, requests, time.perf_counter() - t0, groups, total)
 
 
-def _runs_table(study: Study, metric_rows: dict) -> pd.DataFrame:
+def _uncertain_params(study: Study, params: list, drawn: dict) -> Callable:
+    """A simulation's engine arrays: its design's, with the seed's draws of the uncertain
+    factors when there are any (the same draw for every design: common random numbers)."""
+    if not study.uncertain:
+        return lambda s: params[s.point]
+    cache: dict = {}
+
+    def sim_params(s: _Sim):
+        if (s.point, s.seed) not in cache:
+            design = study.points[s.point].design.replace(**drawn[s.seed])
+            cache[(s.point, s.seed)] = design.params()
+        return cache[(s.point, s.seed)]
+
+    return sim_params
+
+
+def _runs_table(study: Study, metric_rows: dict, drawn: dict) -> pd.DataFrame:
+    """Uncertain factors' columns hold each run's draw."""
     rows = []
     for i, p in enumerate(study.points):
         for seed in study.seeds:
-            rows.append({"design": i, **p.columns, "seed": seed, **metric_rows[(i, seed)]})
+            rows.append({"design": i, **p.columns, "seed": seed, **drawn[seed],
+                         **metric_rows[(i, seed)]})
     df = pd.DataFrame(rows)
     return typed(df)
 
@@ -230,14 +251,17 @@ def meets(df: pd.DataFrame, brief) -> pd.Series:
     return ok
 
 
-def aggregate(runs: pd.DataFrame, brief) -> pd.DataFrame:
+def aggregate(runs: pd.DataFrame, brief, drawn=()) -> pd.DataFrame:
     """One row per design: lever columns, ``seeds``, and for every metric m: m (mean), m_std,
     m_ci_low, m_ci_high (95% CI of the mean, Student t); ``p_pass`` (share of seeds whose run
-    meets the brief) and ``meets_brief`` (the means meet every limit)."""
+    meets the brief) and ``meets_brief`` (the means meet every limit). The columns ``drawn``
+    (factors drawn per seed) hold their mean over the seeds."""
     lever_cols = [c for c in runs.columns if c not in METRICS and c != "seed"]
     runs = runs.assign(_pass=meets(runs, brief).astype("float64"))
     g = runs.groupby("design", sort=True, observed=True)
     first = g[lever_cols].first().reset_index(drop=True)
+    for c in drawn:
+        first[c] = g[c].mean().to_numpy()
     n = g.size().to_numpy()
     out = {"seeds": n}
     half = np.array([t975(k - 1) for k in n]) / np.sqrt(n)

@@ -1,7 +1,8 @@
-"""Workloads: request arrivals and lengths, sampled from a JAX PRNG key.
+"""Workloads: request arrivals and lengths, sampled from a JAX PRNG key or replayed from a trace.
 
 Every design that shares a workload and a seed sees exactly the same requests (common random
-numbers), so differences between designs are not sampling noise.
+numbers), so differences between designs are not sampling noise. A trace is the same for every
+seed.
 """
 from __future__ import annotations
 
@@ -15,8 +16,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from .numerics import prefix_sum
+from .trace import Trace
 
-ARRIVALS = ("poisson", "constant")
+#: Arrival processes a config may name; "trace" is set by ``[workload] trace`` instead.
+ARRIVALS = ("poisson", "constant", "gamma")
+_KINDS = ARRIVALS + ("trace",)
+POISSON, CONSTANT, GAMMA, TRACE = range(4)
+MAX_ARRIVAL_CV = 10.0
 DISTS = ("fixed", "exponential", "uniform", "lognormal")
 
 
@@ -51,7 +57,12 @@ class Lengths:
 class Workload:
     """Arrivals at ``arrival_rate`` requests/s, either for ``duration_s`` seconds or for a fixed
     ``num_requests``. The run ends ``drain_s`` after the last arrival (unserved requests are
-    censored), or, with ``drain_s=None``, when every request is done."""
+    censored), or, with ``drain_s=None``, when every request is done.
+
+    ``gamma`` arrivals have Gamma-distributed gaps with coefficient of variation ``arrival_cv``
+    (bursty above 1). A ``trace`` replaces arrivals and lengths (``arrival`` must be "trace");
+    its times are multiplied by ``trace_time_scale``, and ``duration_s`` or ``num_requests``,
+    if given, cut it short."""
 
     arrival_rate: float = 16.0
     duration_s: float | None = 60.0
@@ -60,16 +71,35 @@ class Workload:
     arrival: str = "poisson"
     prompt_tokens: Lengths = Lengths("exponential", 1024.0)
     output_tokens: Lengths = Lengths("exponential", 256.0)
+    arrival_cv: float = 1.0
+    trace: Trace | None = None
+    trace_time_scale: float = 1.0
 
     def validate(self) -> None:
-        if self.arrival not in ARRIVALS:
+        if self.arrival not in _KINDS:
             raise ValueError(f"workload.arrival: unknown arrival process {self.arrival!r}; "
                              f"allowed: {', '.join(ARRIVALS)}")
+        if (self.arrival == "trace") != (self.trace is not None):
+            raise ValueError("workload.trace: arrival = \"trace\" goes with a trace and only "
+                             "with one; allowed: a trace file, or arrival = "
+                             f"{', '.join(ARRIVALS)} without one")
         if not (isinstance(self.arrival_rate, (int, float)) and math.isfinite(self.arrival_rate)
                 and self.arrival_rate > 0):
             raise ValueError(f"workload.arrival_rate: must be a positive number of requests/s, "
                              f"got {self.arrival_rate}")
-        if (self.duration_s is None) == (self.num_requests is None):
+        if not (isinstance(self.arrival_cv, (int, float)) and math.isfinite(self.arrival_cv)
+                and 0 < self.arrival_cv <= MAX_ARRIVAL_CV):
+            raise ValueError(f"workload.arrival_cv: must be a number in (0, {MAX_ARRIVAL_CV:g}], "
+                             f"got {self.arrival_cv}")
+        if not (isinstance(self.trace_time_scale, (int, float))
+                and math.isfinite(self.trace_time_scale) and self.trace_time_scale > 0):
+            raise ValueError(f"workload.trace_time_scale: must be a positive number, got "
+                             f"{self.trace_time_scale}")
+        if self.trace is not None:
+            if self.duration_s is not None and self.num_requests is not None:
+                raise ValueError("workload: give at most one of duration_s or num_requests "
+                                 "with a trace")
+        elif (self.duration_s is None) == (self.num_requests is None):
             raise ValueError("workload: give exactly one of duration_s or num_requests")
         if self.duration_s is not None and not (math.isfinite(self.duration_s)
                                                 and self.duration_s > 0):
@@ -85,14 +115,19 @@ class Workload:
 
     @property
     def capacity(self) -> int:
-        """Static request count per simulation: a fixed count, or a Poisson count's bound
-        (mean + 6 standard deviations + 16; beyond it arrivals are dropped, p < 1e-9)."""
+        """Static request count per simulation: a fixed count, the trace's replayed rows, or a
+        random count's bound (mean + 6 standard deviations + 16; beyond it arrivals are
+        dropped, p < 1e-9). A Gamma renewal count over a long window has standard deviation
+        ~ cv x sqrt(mean), so bursty arrivals widen the bound by cv."""
+        if self.trace is not None:
+            return self.trace.count(self.trace_time_scale, self.duration_s, self.num_requests)
         if self.num_requests is not None:
             return self.num_requests
         mean = self.arrival_rate * self.duration_s
         if self.arrival == "constant":
             return int(math.floor(mean)) + 1
-        return int(math.ceil(mean + 6.0 * math.sqrt(mean) + 16))
+        spread = max(1.0, self.arrival_cv) if self.arrival == "gamma" else 1.0
+        return int(math.ceil(mean + 6.0 * spread * math.sqrt(mean) + 16))
 
 
 class Requests(NamedTuple):
@@ -119,15 +154,52 @@ def _lengths(key, par, n: int, limit):
     return jnp.clip(jnp.round(x), 1, limit).astype(jnp.int32)
 
 
-def _sample(n: int, seed, poisson, rate, count, duration, drain, prompt_par, output_par,
-            max_context) -> Requests:
-    """Only the slot count ``n`` is static: one compilation serves every workload of that size."""
+#: Candidates per Gamma draw; all are rejected with probability < 0.05**8 ~ 4e-11 per draw.
+GAMMA_CANDIDATES = 8
+
+
+def _gamma(key, shape, n: int):
+    """Gamma(shape, 1) by Marsaglia and Tsang's method (ACM TOMS 26(3), 2000) with a fixed
+    number of candidates, the first accepted one taken: unlike ``jax.random.gamma``'s rejection
+    loop this is plain elementwise arithmetic, so a seed gives the same bits batched or not.
+    Shapes below 1 use Gamma(a) = Gamma(a + 1) x U^(1/a). If every candidate is rejected (far
+    rarer than the request-count bound's 1e-9) the draw is the mean, ``shape``."""
+    draws = jax.random.uniform(jax.random.fold_in(key, 1), (2 * GAMMA_CANDIDATES + 1, n),
+                               jnp.float64, minval=jnp.finfo(jnp.float64).tiny)
+    u, boost = draws[:GAMMA_CANDIDATES], draws[-1]
+    z = jnp.sqrt(2.0) * jax.scipy.special.erfinv(2.0 * draws[GAMMA_CANDIDATES:-1] - 1.0)
+    a = jnp.where(shape < 1.0, shape + 1.0, shape)
+    d = a - 1.0 / 3.0
+    c = 1.0 / jnp.sqrt(9.0 * d)
+    v = (1.0 + c * z) ** 3
+    ok = (v > 0) & (jnp.log(u) < 0.5 * z**2 + d - d * v + d * jnp.log(jnp.where(v > 0, v, 1.0)))
+    first = jnp.argmax(ok, axis=0)
+    x = jnp.where(ok.any(axis=0), d * jnp.take_along_axis(v, first[None], axis=0)[0], shape)
+    return jnp.where(shape < 1.0, x * boost ** (1.0 / shape), x)
+
+
+def _sample(n: int, gamma: bool, seed, kind, cv, rate, count, duration, drain, prompt_par,
+            output_par, max_context, trace) -> Requests:
+    """Only the slot count ``n`` and whether Gamma gaps are drawn at all (a rejection sampler,
+    costlier than the others) are static: one compilation serves every workload of that size.
+    A trace's rows (``trace``: arrival, prompt, output, padded to ``n``) replace the draws and
+    are clipped to the context limit like them."""
     k_arr, k_in, k_out = jax.random.split(jax.random.PRNGKey(seed), 3)
-    gaps = jnp.where(poisson, jax.random.exponential(k_arr, (n,), jnp.float64), 1.0) / rate
-    arrival = prefix_sum(gaps)
+    expo = jax.random.exponential(k_arr, (n,), jnp.float64)
+    # Gamma gaps of shape 1/cv^2, scaled to mean 1, have coefficient of variation cv.
+    bursty = _gamma(k_arr, 1.0 / cv**2, n) * cv**2 if gamma else expo
+    gaps = jnp.select([kind == POISSON, kind == GAMMA], [expo, bursty], 1.0) / rate
+    t_arr, t_prompt, t_out = trace
+    is_trace = kind == TRACE
+    # The fixed-order prefix sum is not monotone in the last bit when gaps are tiny (bursts):
+    # a running maximum (exact) keeps arrivals sorted.
+    arrival = jnp.where(is_trace, t_arr, jax.lax.associative_scan(jnp.maximum, prefix_sum(gaps)))
     arrival = jnp.where((arrival <= duration) & (jnp.arange(n) < count), arrival, jnp.inf)
-    prompt = _lengths(k_in, prompt_par, n, max_context - 1)
-    output = jnp.minimum(_lengths(k_out, output_par, n, max_context - 1), max_context - prompt)
+    prompt = jnp.where(is_trace, jnp.clip(t_prompt, 1, max_context - 1),
+                       _lengths(k_in, prompt_par, n, max_context - 1))
+    output = jnp.minimum(jnp.where(is_trace, jnp.clip(t_out, 1, max_context - 1),
+                                   _lengths(k_out, output_par, n, max_context - 1)),
+                         max_context - prompt)
     last = jnp.max(jnp.where(jnp.isfinite(arrival), arrival, 0.0))
     return Requests(arrival, prompt, output, last + drain, jnp.asarray(seed, jnp.uint32))
 
@@ -146,22 +218,37 @@ def sample(wl: Workload, seed: int, max_context: int) -> Requests:
 def sample_args(wl: Workload, seed, max_context, n: int) -> tuple:
     """The traced arguments of one workload's sampler (stack them to sample a batch)."""
     inf = np.float64(np.inf)
-    return (np.uint32(seed), np.bool_(wl.arrival == "poisson"), np.float64(wl.arrival_rate),
+    if wl.trace is not None:
+        rows = wl.trace.rows(wl.trace_time_scale, n)
+    else:
+        rows = (np.full(n, np.inf), np.ones(n, np.int32), np.ones(n, np.int32))
+    return (np.uint32(seed), np.int32(_KINDS.index(wl.arrival)),
+            np.float64(wl.arrival_cv if wl.arrival == "gamma" else 1.0),
+            np.float64(wl.arrival_rate),
             np.int32(wl.num_requests if wl.num_requests is not None else n),
             inf if wl.duration_s is None else np.float64(wl.duration_s),
             inf if wl.drain_s is None else np.float64(wl.drain_s),
-            _par(wl.prompt_tokens), _par(wl.output_tokens), np.int32(max_context))
+            _par(wl.prompt_tokens), _par(wl.output_tokens), np.int32(max_context), rows)
 
 
-_sample_one = jax.jit(_sample, static_argnums=0)
+_sample_one = jax.jit(_sample, static_argnums=(0, 1))
 
 
-@partial(jax.jit, static_argnums=0)
+@partial(jax.jit, static_argnums=(0, 1))
+def _sample_batch(n: int, gamma: bool, args: tuple) -> Requests:
+    return jax.vmap(partial(_sample, n, gamma))(*args)
+
+
+def _has_gamma(kind) -> bool:
+    return bool(np.any(np.asarray(kind) == GAMMA))
+
+
 def sample_batch(n: int, args: tuple) -> Requests:
     """Requests of many (workload, seed) pairs at once: ``args`` is a stack of ``sample_args``."""
-    return jax.vmap(partial(_sample, n))(*args)
+    return _sample_batch(n, _has_gamma(args[1]), args)
 
 
 def sample_n(wl: Workload, seed, max_context, n: int) -> Requests:
     """``sample`` into exactly ``n >= wl.capacity`` slots (the rest never arrive)."""
-    return _sample_one(n, *sample_args(wl, seed, max_context, n))
+    args = sample_args(wl, seed, max_context, n)
+    return _sample_one(n, _has_gamma(args[1]), *args)

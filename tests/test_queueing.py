@@ -76,3 +76,17 @@ def test_a_simulation_out_of_steps_is_flagged_not_trusted(mg1):
     assert (cut["unfinished"] > 0).all()
     assert (cut["completed"] + cut["unfinished"] == cut["requests"]).all()
     assert (cut["completed"] < full.metrics["completed"]).all()
+
+
+def test_burstier_arrivals_wait_longer(mg1):
+    """The same queue with Gamma gaps of cv 3 instead of Poisson's 1 (same rate and shapes):
+    Kingman's G/G/1 approximation scales the mean wait by (cv_a^2 + cv_s^2) / (1 + cv_s^2),
+    here several times; the simulated mean wait must at least double."""
+    design, poisson = mg1
+    wl = Workload(arrival="gamma", arrival_cv=3.0, arrival_rate=RATE, duration_s=None,
+                  num_requests=1500, drain_s=None, prompt_tokens=Lengths("exponential", 256.0),
+                  output_tokens=Lengths("exponential", 16.0))
+    bursty = simulate(design, wl, seeds=SEEDS).metrics
+    assert bursty["completed"].eq(bursty["requests"]).all()
+    assert bursty["mean_ttft_s"].mean() > 2 * poisson.metrics["mean_ttft_s"].mean()
+    assert (bursty["max_queue"] > poisson.metrics["max_queue"].to_numpy()).mean() > 0.8

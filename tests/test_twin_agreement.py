@@ -8,6 +8,7 @@ from sweep.api import run_batch, stack
 from sweep.design import Design
 from sweep.engine import ITL_LOG_WIDTH
 from sweep.reference import simulate_reference, summarize_reference
+from sweep.trace import Trace
 from sweep.workload import Lengths, Workload, sample_n
 
 N_DESIGNS = 64
@@ -26,6 +27,20 @@ OUTS = [Lengths("exponential", 12.0), Lengths("fixed", 9.0), Lengths("uniform", 
 
 def _random_case(rng: np.random.Generator, i: int):
     """A random valid design, its (possibly shrunken) KV cache, and a random workload."""
+    d, p, small = _random_design(rng, i)
+    wl = Workload(
+        arrival_rate=2000.0 if small else float(rng.choice([2.0, 20.0, 200.0, 2000.0])),
+        duration_s=None, num_requests=int(rng.integers(20, N_REQ + 1)),
+        drain_s=None if rng.random() < 0.5 else float(rng.choice([0.0, 0.05, 0.5])),
+        arrival=str(rng.choice(["poisson", "constant"])),
+        prompt_tokens=DISTS[int(rng.integers(len(DISTS)))],
+        output_tokens=Lengths("uniform", 0, 20, 80) if small else OUTS[int(rng.integers(4))],
+    )
+    return d, p, sample_n(wl, int(rng.integers(0, 2**31)), CONTEXT, N_REQ)
+
+
+def _random_design(rng: np.random.Generator, i: int):
+    """A random valid design, its engine arrays (the KV cache shrunken when ``small``), small."""
     while True:
         gpu = GPUS[i % len(GPUS)] if i < 2 * len(GPUS) else str(rng.choice(GPUS))
         d = Design(
@@ -50,15 +65,7 @@ def _random_case(rng: np.random.Generator, i: int):
         small = rng.random() < 0.6  # a small cache under a burst: admission and preemption
         if small:
             p = p._replace(total_blocks=np.int32(rng.integers(one_seq, one_seq + 8)))
-        wl = Workload(
-            arrival_rate=2000.0 if small else float(rng.choice([2.0, 20.0, 200.0, 2000.0])),
-            duration_s=None, num_requests=int(rng.integers(20, N_REQ + 1)),
-            drain_s=None if rng.random() < 0.5 else float(rng.choice([0.0, 0.05, 0.5])),
-            arrival=str(rng.choice(["poisson", "constant"])),
-            prompt_tokens=DISTS[int(rng.integers(len(DISTS)))],
-            output_tokens=Lengths("uniform", 0, 20, 80) if small else OUTS[int(rng.integers(4))],
-        )
-        return d, p, sample_n(wl, int(rng.integers(0, 2**31)), CONTEXT, N_REQ)
+        return d, p, small
 
 
 @pytest.fixture(scope="module")
@@ -116,3 +123,51 @@ def test_per_request_times_agree(cases):
                 assert math.isnan(eng_v), (key, msg)
             else:
                 assert eng_v == pytest.approx(value, rel=1e-9, abs=1e-12), (key, msg)
+
+
+def _bursty_case(rng: np.random.Generator, i: int):
+    """A random design on Gamma arrivals (even cases) or a random trace (odd cases), some of
+    whose requests exceed the context and are clipped."""
+    d, p, small = _random_design(rng, i)
+    drain = None if rng.random() < 0.5 else float(rng.choice([0.0, 0.05, 0.5]))
+    if i % 2 == 0:
+        wl = Workload(arrival="gamma", arrival_cv=float(rng.choice([0.3, 1.0, 2.5, 6.0])),
+                      arrival_rate=float(rng.choice([20.0, 200.0, 2000.0])), duration_s=None,
+                      num_requests=int(rng.integers(20, N_REQ + 1)), drain_s=drain,
+                      prompt_tokens=DISTS[int(rng.integers(len(DISTS)))],
+                      output_tokens=Lengths("uniform", 0, 20, 80) if small else
+                      OUTS[int(rng.integers(4))])
+    else:
+        rows = int(rng.integers(20, N_REQ + 20))
+        trace = Trace("random", np.sort(rng.exponential(0.02, rows).cumsum() - 0.01).clip(0),
+                      rng.integers(1, 2 * CONTEXT, rows).astype(np.int32),
+                      rng.integers(1, 100, rows).astype(np.int32))
+        wl = Workload(arrival="trace", trace=trace, duration_s=None,
+                      num_requests=int(rng.integers(20, N_REQ + 1)), drain_s=drain,
+                      trace_time_scale=float(rng.choice([0.1, 1.0, 3.0])))
+    return d, p, sample_n(wl, int(rng.integers(0, 2**31)), CONTEXT, N_REQ)
+
+
+def test_bursty_and_trace_workloads_agree_with_the_twin():
+    """Gamma arrivals and trace replay only change the requests both simulators consume; the
+    engine and the twin still agree request by request (same shapes as above: no new compile)."""
+    rng = np.random.default_rng(51)
+    designs, params, reqs = zip(*(_bursty_case(rng, i) for i in range(N_DESIGNS)))
+    out, _ = run_batch(stack(params), stack(reqs), SEATS, K_MAX)
+    clipped = 0
+    for b in range(N_DESIGNS):
+        ref = simulate_reference(params[b], reqs[b])
+        msg = f"case {b}: {designs[b]}"
+        for eng, twin in [(out.first[b], ref.first_token), (out.finish[b], ref.finish)]:
+            eng = np.asarray(eng)
+            assert np.array_equal(np.isnan(eng), np.isnan(twin)), msg
+            ok = ~np.isnan(twin)
+            np.testing.assert_allclose(eng[ok], twin[ok], rtol=1e-9, atol=0, err_msg=msg)
+        np.testing.assert_array_equal(np.asarray(out.generated[b]), ref.generated, err_msg=msg)
+        assert int(out.preemptions[b]) == ref.preemptions, msg
+        real = np.isfinite(np.asarray(reqs[b].arrival))
+        total = np.asarray(reqs[b].prompt)[real] + np.asarray(reqs[b].output)[real]
+        assert (total <= CONTEXT).all()
+        clipped += int((np.asarray(reqs[b].prompt)[real] == CONTEXT - 1).sum())
+    assert clipped > 0  # some trace prompts were longer than the context
+    assert sum(int(x) > 0 for x in out.preemptions) >= 5

@@ -1,0 +1,295 @@
+"""Calibration: fit the roofline's efficiency factors and per-pass overhead to measurements.
+
+``sweep calibrate MEASUREMENTS.csv --gpu G --model M`` reads measured times in one of two forms:
+
+- pass times: ``prefill_tokens, decode_seqs, context_tokens, seconds`` (the arguments of
+  ``timing.pass_time``), optionally ``prefill_pairs`` (query-key pairs of the prefill; default
+  ``L (L + 1) / 2``, one prompt of ``L = prefill_tokens``);
+- request latencies measured one request at a time on an idle server: ``prompt_tokens,
+  output_tokens, ttft_s, e2e_s``. TTFT is then one prefill pass, and ``e2e_s - ttft_s`` the sum
+  of ``output_tokens - 1`` single-sequence decode passes over a growing context.
+
+It fits ``compute_efficiency``, ``bandwidth_efficiency`` (each in (0, 1]) and ``overhead_ms``
+(>= 0) by least squares on relative errors (a 0.1 ms pass counts as much as a 100 ms one):
+the roofline's ``max()`` makes the model piecewise linear in (1/eff_c, 1/eff_b, overhead), so
+each iteration fixes which passes are compute-bound, solves the linear least squares, and
+repeats until no pass changes side (from a few starts; the best fit is kept). A factor no pass
+depends on (no compute-bound pass, say) is not identified and keeps its default.
+
+The result is a hardware profile (TOML) that a config names with ``[hardware] profile``.
+"""
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .design import GPUS, KV_BITS, WEIGHT_BITS
+from .hardware import (CATALOG, DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_COMPUTE_EFFICIENCY,
+                       DEFAULT_PASS_OVERHEAD_MS, get_gpu)
+from .timing import pass_time, pass_work, timing_params
+
+PASS_COLUMNS = ("prefill_tokens", "decode_seqs", "context_tokens", "seconds")
+REQUEST_COLUMNS = ("prompt_tokens", "output_tokens", "ttft_s", "e2e_s")
+PROFILE_KEYS = ("gpu", "compute_efficiency", "bandwidth_efficiency", "overhead_ms")
+FACTORS = ("compute_efficiency", "bandwidth_efficiency", "overhead_ms")
+#: Each factor's range (lowest, highest, lowest excluded): Design.validate's.
+_RANGES = {"compute_efficiency": (0.0, 1.0, True), "bandwidth_efficiency": (0.0, 1.0, True),
+           "overhead_ms": (0.0, 1e4, False)}
+MAX_ITERATIONS = 100
+MAX_DECODE_PASSES = 10_000_000  # request rows expand to this many passes at most
+
+
+@dataclass(frozen=True)
+class Passes:
+    """Measured observations, each the time of one or more passes: pass ``j`` belongs to
+    observation ``obs[j]``; ``seconds[i]`` is observation ``i``'s measured total."""
+
+    obs: np.ndarray  # int64 [P]
+    prefill_tokens: np.ndarray  # float64 [P]
+    prefill_pairs: np.ndarray  # float64 [P]
+    decode_seqs: np.ndarray  # float64 [P]
+    context_tokens: np.ndarray  # float64 [P]
+    seconds: np.ndarray  # float64 [O]
+
+
+@dataclass(frozen=True)
+class Fit:
+    compute_efficiency: float
+    bandwidth_efficiency: float
+    overhead_ms: float
+    identified: tuple[str, ...]  # factors the data determine (the others kept their default)
+    n: int  # observations
+    r2: float  # of the measured seconds
+    rmse_ms: float
+    max_relative_error: float
+    predicted: np.ndarray  # seconds per observation
+
+    def factors(self) -> dict:
+        return {k: getattr(self, k) for k in FACTORS}
+
+
+def _fail(path, what: str) -> ValueError:
+    return ValueError(f"{path}: {what}")
+
+
+def _column(df, path, name, integer: bool, low: float) -> np.ndarray:
+    import pandas as pd
+
+    x = pd.to_numeric(df[name], errors="coerce").to_numpy(np.float64)
+    bad = ~(np.isfinite(x) & (x >= low)) | ((x != np.floor(x)) if integer else False)
+    if bad.any():
+        i = int(np.argmax(bad))
+        kind = "an integer" if integer else "a number"
+        raise _fail(path, f"column {name}: row {i} is {str(df[name].iloc[i])!r}; allowed: "
+                          f"{kind} >= {low:g}")
+    return x
+
+
+def read_measurements(path: str | Path) -> Passes:
+    """The measurements CSV as observations of passes; every refusal is one ``ValueError``."""
+    import pandas as pd
+
+    path = Path(path)
+    try:
+        df = pd.read_csv(path)
+    except Exception as exc:  # OSError, pandas' parser errors: no common base
+        raise _fail(path, f"cannot read ({type(exc).__name__}: {str(exc)[:120]})") from None
+    if all(c in df.columns for c in PASS_COLUMNS):
+        pre = _column(df, path, "prefill_tokens", True, 0)
+        seqs = _column(df, path, "decode_seqs", True, 0)
+        ctx = _column(df, path, "context_tokens", True, 0)
+        sec = _column(df, path, "seconds", False, 0)
+        pairs = (_column(df, path, "prefill_pairs", True, 0) if "prefill_pairs" in df.columns
+                 else pre * (pre + 1) / 2)
+        empty = (pre == 0) & (seqs == 0)
+        if empty.any():
+            raise _fail(path, f"row {int(np.argmax(empty))}: a pass with no prefill and no "
+                              "decode; allowed: prefill_tokens or decode_seqs > 0")
+        passes = Passes(np.arange(len(df)), pre, pairs, seqs, ctx, sec)
+    elif all(c in df.columns for c in REQUEST_COLUMNS):
+        passes = _request_passes(df, path)
+    else:
+        raise _fail(path, f"missing columns (has: {', '.join(map(str, df.columns[:8]))}); "
+                          f"allowed: {', '.join(PASS_COLUMNS)} [, prefill_pairs] or "
+                          f"{', '.join(REQUEST_COLUMNS)}")
+    if len(passes.seconds) < len(FACTORS):
+        raise _fail(path, f"{len(passes.seconds)} measurements; allowed: at least "
+                          f"{len(FACTORS)} to fit {len(FACTORS)} factors")
+    if not (passes.seconds > 0).all():
+        raise _fail(path, f"measurement {int(np.argmax(passes.seconds <= 0))} takes no time; "
+                          "allowed: times > 0")
+    return passes
+
+
+def _request_passes(df, path) -> Passes:
+    p = _column(df, path, "prompt_tokens", True, 1)
+    o = _column(df, path, "output_tokens", True, 1)
+    ttft = _column(df, path, "ttft_s", False, 0)
+    e2e = _column(df, path, "e2e_s", False, 0)
+    if (e2e < ttft).any():
+        raise _fail(path, f"row {int(np.argmax(e2e < ttft))}: e2e_s < ttft_s; allowed: "
+                          "e2e_s >= ttft_s")
+    if (o - 1).sum() > MAX_DECODE_PASSES:
+        raise _fail(path, f"{int((o - 1).sum())} decode passes; allowed: at most "
+                          f"{MAX_DECODE_PASSES}")
+    n = len(df)
+    dec = o > 1  # a one-token request has no decode observation
+    n_dec = (o[dec] - 1).astype(np.int64)
+    dec_obs = n + np.arange(dec.sum())
+    # decode pass g = 1 .. o-1 of a request reads p + g cached tokens
+    start = np.repeat(np.cumsum(n_dec) - n_dec, n_dec)
+    g = np.arange(n_dec.sum()) - start + 1
+    zeros = np.zeros(n)
+    return Passes(
+        obs=np.concatenate([np.arange(n), np.repeat(dec_obs, n_dec)]),
+        prefill_tokens=np.concatenate([p, np.zeros(len(g))]),
+        prefill_pairs=np.concatenate([p * (p + 1) / 2, np.zeros(len(g))]),
+        decode_seqs=np.concatenate([zeros, np.ones(len(g))]),
+        context_tokens=np.concatenate([zeros, np.repeat(p[dec], n_dec) + g]),
+        seconds=np.concatenate([ttft, (e2e - ttft)[dec]]))
+
+
+def roofline(gpu_name: str, model, gpus: int = 1, weight_bits: int = 16, kv_bits: int = 16):
+    """The GPU and its timing parameters at full efficiency and no overhead (what the factors
+    scale), the levers checked like a design's."""
+    gpu = get_gpu(gpu_name)
+    if gpu.timing != "roofline":
+        raise ValueError(f"--gpu: {gpu.name} uses a measured linear timing model, not the "
+                         "roofline; allowed: " + ", ".join(n for n, g in CATALOG.items()
+                                                           if g.timing == "roofline"))
+    for flag, value, options in (("--gpus", gpus, GPUS), ("--weight-bits", weight_bits,
+                                                          WEIGHT_BITS), ("--kv-bits", kv_bits,
+                                                                         KV_BITS)):
+        if value not in options:
+            raise ValueError(f"{flag}: {value} is not allowed; allowed: "
+                             f"{', '.join(map(str, options))}")
+    if gpus > 1 and gpu.interconnect_gbs <= 0:
+        raise ValueError(f"--gpus: {gpu.name} has no tensor-parallel interconnect; allowed: 1")
+    return gpu, timing_params(model, gpu, tp=gpus, weight_bits=weight_bits, kv_bits=kv_bits,
+                              compute_efficiency=1.0, bandwidth_efficiency=1.0, overhead_ms=0.0)
+
+
+def _terms(tp, m: Passes):
+    """Per pass: seconds at full compute efficiency, at full bandwidth efficiency, and of
+    all-reduces (the parts of ``timing.pass_time`` the factors scale; no speculation)."""
+    tokens = m.prefill_tokens + m.decode_seqs
+    flops, nbytes = pass_work(tp, tokens, m.prefill_pairs + m.context_tokens, m.context_tokens)
+    comm = tp.allreduces * (tp.allreduce_latency_s + tp.allreduce_s_per_token * tokens)
+    return flops / tp.flops_per_s, nbytes / tp.bytes_per_s, comm
+
+
+def _solve(a, b, c, m: Passes, x0, w):
+    """Regime iteration from ``x0`` = (1/eff_c, 1/eff_b, overhead_s); returns (x, used)."""
+    x = np.array(x0, dtype=np.float64)
+    n_obs = len(m.seconds)
+    lo = np.array([1.0, 1.0, 0.0])
+    regime = None
+    used = np.zeros(3, bool)
+    for _ in range(MAX_ITERATIONS):
+        compute = a * x[0] >= b * x[1]
+        if regime is not None and np.array_equal(compute, regime):
+            break
+        regime = compute
+        cols = np.stack([np.bincount(m.obs, np.where(compute, a, 0.0), n_obs),
+                         np.bincount(m.obs, np.where(compute, 0.0, b), n_obs),
+                         np.bincount(m.obs, np.ones_like(a), n_obs)], axis=1)
+        rhs = m.seconds - np.bincount(m.obs, c, n_obs)
+        used = np.abs(cols).sum(axis=0) > 0
+        free = used.copy()
+        for _ in range(3):  # clamp a factor that leaves its range, refit the others
+            fixed = cols[:, ~free] @ x[~free]
+            sol, *_ = np.linalg.lstsq(cols[:, free] * w[:, None], (rhs - fixed) * w, rcond=None)
+            x[free] = sol
+            out = free & (x < lo)
+            if not out.any():
+                break
+            x[out] = lo[out]
+            free &= ~out
+    return x, used
+
+
+def _predict(tp, m: Passes, x) -> np.ndarray:
+    fitted = tp._replace(flops_per_s=tp.flops_per_s / x[0], bytes_per_s=tp.bytes_per_s / x[1],
+                         overhead_s=x[2])
+    per_pass = pass_time(fitted, m.prefill_tokens, m.prefill_pairs, m.decode_seqs,
+                         m.context_tokens)
+    return np.bincount(m.obs, per_pass, len(m.seconds))
+
+
+def fit(tp, m: Passes) -> Fit:
+    """Least-squares factors for timing parameters ``tp`` from ``roofline``."""
+    a, b, c = _terms(tp, m)
+    w = 1.0 / m.seconds
+    default = (1 / DEFAULT_COMPUTE_EFFICIENCY, 1 / DEFAULT_BANDWIDTH_EFFICIENCY,
+               DEFAULT_PASS_OVERHEAD_MS * 1e-3)
+    best = None
+    for start in (default, (1 / 0.3, 1 / 0.5, 0.0), (1 / 0.9, 1 / 0.95, 1e-3)):
+        x, used = _solve(a, b, c, m, start, w)
+        x[~used] = np.array(default)[~used]
+        err = float(np.sum(((_predict(tp, m, x) - m.seconds) * w) ** 2))
+        if best is None or err < best[0]:
+            best = (err, x, used)
+    _, x, used = best
+    pred = _predict(tp, m, x)
+    y = m.seconds
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    r2 = 1.0 - float(np.sum((pred - y) ** 2)) / ss_tot if ss_tot > 0 else math.nan
+    return Fit(compute_efficiency=float(1 / x[0]), bandwidth_efficiency=float(1 / x[1]),
+               overhead_ms=float(x[2] * 1e3),
+               identified=tuple(f for f, u in zip(FACTORS, used) if u), n=len(y), r2=r2,
+               rmse_ms=float(np.sqrt(np.mean((pred - y) ** 2)) * 1e3),
+               max_relative_error=float(np.max(np.abs(pred - y) / y)), predicted=pred)
+
+
+def profile_text(f: Fit, gpu: str, model: str, gpus: int, weight_bits: int, kv_bits: int,
+                 source: str) -> str:
+    """The hardware profile: ``[hardware]`` keys a config takes, and ``[fit]`` for the record."""
+    return "\n".join([
+        f"# servesweep hardware profile, written by 'sweep calibrate' from {source}",
+        "[hardware]",
+        f'gpu = "{gpu}"',
+        f"compute_efficiency = {f.compute_efficiency!r}",
+        f"bandwidth_efficiency = {f.bandwidth_efficiency!r}",
+        f"overhead_ms = {f.overhead_ms!r}",
+        "",
+        "[fit]  # not read by configs",
+        f'model = "{model}"',
+        f"gpus = {gpus}",
+        f"weight_bits = {weight_bits}",
+        f"kv_bits = {kv_bits}",
+        f"measurements = {f.n}",
+        "identified = [" + ", ".join(f'"{k}"' for k in f.identified) + "]",
+        f"r2 = {f.r2!r}" if math.isfinite(f.r2) else "r2 = nan",
+        f"rmse_ms = {f.rmse_ms!r}",
+        f"max_relative_error = {f.max_relative_error!r}",
+        "",
+    ])
+
+
+def load_profile(path: str | Path) -> dict:
+    """A profile's ``[hardware]`` keys, checked; every refusal is one ``ValueError`` line."""
+    path = Path(path)
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read ({type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())[:120]}); allowed: a profile written by "
+                         "'sweep calibrate'") from None
+    hw = doc.get("hardware")
+    if not isinstance(hw, dict) or sorted(hw) != sorted(PROFILE_KEYS):
+        raise ValueError(f"{path}: [hardware] must hold exactly {', '.join(PROFILE_KEYS)}; "
+                         "allowed: a profile written by 'sweep calibrate'")
+    if hw["gpu"] not in CATALOG:
+        raise ValueError(f"{path}: gpu {hw['gpu']!r} is not in the catalog; allowed: "
+                         f"{', '.join(CATALOG)}")
+    for k, (lo, hi, lo_open) in _RANGES.items():
+        v = hw[k]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
+                (v > lo if lo_open else v >= lo) and v <= hi):
+            raise ValueError(f"{path}: {k} = {v!r} is out of range; allowed: "
+                             f"{'(' if lo_open else '['}{lo:g}, {hi:g}]")
+    return {k: (hw[k] if k == "gpu" else float(hw[k])) for k in PROFILE_KEYS}

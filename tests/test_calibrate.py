@@ -1,0 +1,132 @@
+"""sweep calibrate: least-squares efficiency factors and overhead, the profile it writes, and
+one-line refusals of bad measurements."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sweep.calibrate import fit, load_profile, read_measurements, roofline
+from sweep.cli import main
+from sweep.config import ConfigError, load_study
+from sweep.models import get_model
+from sweep.timing import pass_time
+
+CAL = Path(__file__).parents[1] / "configs" / "calibration"
+PASSES = CAL / "h100_llama3_8b_passes.csv"
+
+
+def test_the_fit_recovers_the_factors_of_the_shipped_measurements():
+    _, tp = roofline("H100-SXM", get_model("Llama-3-8B"))
+    f = fit(tp, read_measurements(PASSES))  # made with 0.55, 0.75, 0.35 ms and 2% noise
+    assert f.compute_efficiency == pytest.approx(0.55, rel=0.03)
+    assert f.bandwidth_efficiency == pytest.approx(0.75, rel=0.03)
+    assert f.overhead_ms == pytest.approx(0.35, rel=0.15)
+    assert f.n == 80 and f.r2 > 0.99 and f.max_relative_error < 0.08
+    assert len(f.identified) == 3
+
+
+def test_request_latencies_on_two_gpus_are_fitted_exactly(tmp_path):
+    """Noise-free TTFT and end-to-end times of requests served one at a time (a prefill, then
+    o - 1 single-sequence decodes), with tensor-parallel all-reduces: the factors come back."""
+    model = get_model("Mistral-7B")
+    _, unit = roofline("A100-80GB", model, gpus=2, weight_bits=8)
+    true = unit._replace(flops_per_s=unit.flops_per_s * 0.45,
+                         bytes_per_s=unit.bytes_per_s * 0.7, overhead_s=0.5e-3)
+    rng = np.random.default_rng(1)
+    lines = ["prompt_tokens,output_tokens,ttft_s,e2e_s"]
+    for p, o in zip(rng.integers(16, 3000, 25), rng.integers(1, 60, 25)):
+        ttft = pass_time(true, float(p), p * (p + 1) / 2, 0.0, 0.0)
+        decode = pass_time(true, 0.0, 0.0, 1.0, p + np.arange(1, o, dtype=float)).sum()
+        lines.append(f"{p},{o},{float(ttft)!r},{float(ttft + decode)!r}")
+    csv = tmp_path / "req.csv"
+    csv.write_text("\n".join(lines) + "\n")
+    f = fit(unit, read_measurements(csv))
+    assert (f.compute_efficiency, f.bandwidth_efficiency, f.overhead_ms) == pytest.approx(
+        (0.45, 0.7, 0.5), rel=1e-6)
+    assert f.r2 == pytest.approx(1.0) and f.max_relative_error < 1e-9
+
+
+def test_decode_only_measurements_leave_compute_at_its_default(tmp_path):
+    csv = tmp_path / "dec.csv"
+    _, unit = roofline("H100-SXM", get_model("Llama-3-8B"))
+    true = unit._replace(bytes_per_s=unit.bytes_per_s * 0.7, overhead_s=1e-4)
+    rows = [(0, s, s * 500) for s in (1, 4, 16, 64, 128)]
+    csv.write_text("prefill_tokens,decode_seqs,context_tokens,seconds\n" + "".join(
+        f"{p},{s},{c},{float(pass_time(true, p, 0, s, c))!r}\n" for p, s, c in rows))
+    f = fit(unit, read_measurements(csv))
+    assert f.identified == ("bandwidth_efficiency", "overhead_ms")
+    assert f.compute_efficiency == 0.6 and f.bandwidth_efficiency == pytest.approx(0.7)
+
+
+def test_cli_writes_a_profile_that_a_config_names(tmp_path, capsys):
+    out = tmp_path / "h100.toml"
+    assert main(["calibrate", str(PASSES), "--gpu", "H100-SXM", "--model", "Llama-3-8B",
+                 "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "R^2" in text and "RMSE" in text and "max relative error" in text and "80" in text
+    prof = load_profile(out)
+    assert prof["gpu"] == "H100-SXM"
+    assert prof["compute_efficiency"] == pytest.approx(0.55, rel=0.03)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('name = "c"\n[hardware]\nprofile = "h100.toml"\nprice_per_gpu_hour = 3.0\n'
+                   '[model]\nname = "Llama-3-8B"\n[workload]\nnum_requests = 10\n')
+    point = load_study(cfg).points[0]
+    assert point.design.gpu == "H100-SXM" and point.design.price_per_gpu_hour == 3.0
+    assert point.columns["compute_efficiency"] == prof["compute_efficiency"]
+    assert point.columns["overhead_ms"] == prof["overhead_ms"]
+    # Writing over it needs --force.
+    assert main(["calibrate", str(PASSES), "--gpu", "H100-SXM", "--model", "Llama-3-8B",
+                 "--out", str(out)]) == 2
+    assert main(["calibrate", str(PASSES), "--gpu", "H100-SXM", "--model", "Llama-3-8B",
+                 "--out", str(out), "--force"]) == 0
+
+
+@pytest.mark.parametrize("content, args, needle", [
+    ("a,b\n1,2\n", [], "missing columns"),
+    ("prefill_tokens,decode_seqs,context_tokens,seconds\n1,1,10,x\n2,1,10,1\n3,1,1,1\n", [],
+     "column seconds: row 0 is 'x'"),
+    ("prefill_tokens,decode_seqs,context_tokens,seconds\n1,1,10,0.1\n", [], "1 measurements"),
+    ("prefill_tokens,decode_seqs,context_tokens,seconds\n0,0,0,0.1\n1,1,1,1\n1,1,1,1\n", [],
+     "no prefill and no decode"),
+    ("prompt_tokens,output_tokens,ttft_s,e2e_s\n10,2,0.5,0.1\n", [], "e2e_s < ttft_s"),
+    ("prefill_tokens,decode_seqs,context_tokens,seconds\n1,1,1,1\n", ["--gpu", "Apple-M3-Max"],
+     "--gpu: Apple-M3-Max uses a measured linear timing model"),
+    ("prefill_tokens,decode_seqs,context_tokens,seconds\n1,1,1,1\n", ["--gpus", "3"],
+     "--gpus: 3 is not allowed"),
+    ("prefill_tokens,decode_seqs,context_tokens,seconds\n1,1,1,1\n", ["--model", "GPT-5"],
+     "unknown model"),
+    (None, [], "cannot read"),
+])
+def test_bad_measurements_exit_2_in_one_line(tmp_path, capsys, content, args, needle):
+    csv = tmp_path / "m.csv"
+    if content is not None:
+        csv.write_text(content)
+    out = tmp_path / "p.toml"
+    base = {"--gpu": "H100-SXM", "--model": "Llama-3-8B"}
+    for flag, value in zip(args[::2], args[1::2]):
+        base[flag] = value
+    argv = ["calibrate", str(csv), "--out", str(out)] + [x for kv in base.items() for x in kv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert not out.exists()
+
+
+def test_profiles_that_conflict_or_are_bad_are_refused(tmp_path):
+    good = CAL / "h100_llama3_8b.profile.toml"
+    cfg = tmp_path / "c.toml"
+    base = '[model]\nname = "Llama-3-8B"\n[workload]\nnum_requests = 10\n'
+    cfg.write_text(f'name = "c"\n[hardware]\nprofile = "{good}"\noverhead_ms = 1.0\n' + base)
+    with pytest.raises(ConfigError, match=r"c.toml:4: hardware.overhead_ms: also set by "
+                                          r"hardware.profile"):
+        load_study(cfg)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[hardware]\ngpu = "H100-SXM"\ncompute_efficiency = 1.5\n'
+                   'bandwidth_efficiency = 0.8\noverhead_ms = 0.2\n')
+    cfg.write_text('name = "c"\n[hardware]\nprofile = "bad.toml"\n' + base)
+    with pytest.raises(ConfigError, match=r"c.toml:3: hardware.profile: .*compute_efficiency "
+                                          r"= 1.5 is out of range; allowed: \(0, 1\]"):
+        load_study(cfg)
+    cfg.write_text('name = "c"\n[hardware]\nprofile = "none.toml"\n' + base)
+    with pytest.raises(ConfigError, match=r"hardware.profile: .*none.toml: cannot read"):
+        load_study(cfg)
