@@ -50,6 +50,7 @@ MAX_DESIGNS_CAP = 10_000_000  # a hard ceiling on [run] max_designs: beyond it t
 DEFAULT_SEEDS = 1  # like sweep.api.simulate
 MAX_SEEDS = 100_000
 MAX_SEED = 2**32 - 1  # seeds are uint32 in the workload sampler
+MAX_STEPS = 2**31 - 1  # the engine counts steps in int32
 MAX_REQUESTS = 10_000_000  # Workload.validate's bound on num_requests, applied to rate x duration
 
 # Value kinds: "num" (finite number -> float), "int" (integer, not bool), "str", "lengths".
@@ -63,7 +64,7 @@ WORKLOAD_KEYS = {"arrival": "str", "arrival_rate": "num", "duration_s": "num",
 LEVER_KEYS = {"batching": "str", "kv_cache": "str", "gpus": "int", "weight_bits": "int",
               "kv_bits": "int", "draft_tokens": "int", "acceptance": "num", "draft_cost": "num",
               "max_batch": "int", "block_size": "int", "max_seq_len": "int"}
-RUN_KEYS = ("seeds", "chunk_size", "per_request", "max_designs")
+RUN_KEYS = ("seeds", "chunk_size", "per_request", "max_designs", "max_steps")
 SECTIONS = {"hardware": HARDWARE_KEYS, "model": MODEL_KEYS, "workload": WORKLOAD_KEYS,
             "levers": LEVER_KEYS}
 TOP_LEVEL = ("name", "hardware", "model", "workload", "levers", "run", "brief", "exclude")
@@ -129,6 +130,7 @@ class Study:
     chunk_size: int | None
     per_request: bool
     max_designs: int
+    max_steps: int | None = None  # engine steps per simulation (None: the engine's safe bound)
 
 
 # --- one-line messages -------------------------------------------------------------------------
@@ -315,7 +317,7 @@ class _Parser:
                 raise self.err([sec], f"must be a table ([{sec}]), got {_got(v)}")
             sections[sec] = v
         run = self.parse_run(sections["run"], seeds_override, max_designs_override)
-        seeds, chunk_size, per_request, max_designs = run
+        seeds, chunk_size, per_request, max_designs, max_steps = run
         brief = self.parse_brief(sections["brief"])
         keys = self.parse_keys(doc, sections)  # [(section, key, options, is_axis)]
         excludes = self.parse_excludes(doc.get("exclude", []))
@@ -324,7 +326,7 @@ class _Parser:
         return Study(name=name, path=None if self.path.startswith("<") else self.path,
                      text=self.text, points=points, axes=axes, skipped=skipped, seeds=seeds,
                      brief=brief, chunk_size=chunk_size, per_request=per_request,
-                     max_designs=max_designs)
+                     max_designs=max_designs, max_steps=max_steps)
 
     def syntax_error(self, exc: Exception) -> ConfigError:
         msg = str(exc)
@@ -375,7 +377,13 @@ class _Parser:
         if isinstance(md, bool) or not isinstance(md, int) or not 1 <= md <= MAX_DESIGNS_CAP:
             raise self.err(md_key, f"must be an integer in [1, {MAX_DESIGNS_CAP}]{suffix}, got "
                                    f"{_got(md)}")
-        return seeds, chunk_size, per_request, md
+        max_steps = None
+        if "max_steps" in run:
+            max_steps = self.integer(["run", "max_steps"], run["max_steps"])
+            if not 1 <= max_steps <= MAX_STEPS:
+                raise self.err(["run", "max_steps"], f"{_show(max_steps)} is out of range; "
+                                                     f"allowed: an integer in [1, {MAX_STEPS}]")
+        return seeds, chunk_size, per_request, md, max_steps
 
     def parse_seeds(self, parts, v, suffix="") -> list[int]:
         allowed = (f"allowed: a count in [1, {MAX_SEEDS}] or a non-empty list of distinct "
