@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,7 +69,8 @@ class Partial:
 def _write_file(path: Path, write) -> None:
     """``write(file)`` into a temporary sibling, fsync, rename over ``path``, fsync the folder:
     a reader (or a resumed run) sees the whole file or none of it."""
-    tmp = path.parent / f".{path.name}.tmp"
+    # Unique per writer: two processes may write the same final table at once.
+    tmp = path.parent / f".{path.name}.tmp-{socket.gethostname()}-{os.getpid()}"
     try:
         with open(tmp, "wb") as fh:
             write(fh)
@@ -133,7 +135,7 @@ def next_part(out_dir: str | Path, process: int) -> int:
     """The first unused part number of ``process``; removes the process's temporary files that
     a kill left behind (no other process writes names with its number)."""
     parts = Path(out_dir) / PARTS
-    for tmp in parts.glob(f".*-p{process:05d}-*.tmp"):
+    for tmp in parts.glob(f".*-p{process:05d}-*.tmp-*"):
         tmp.unlink(missing_ok=True)
     used = [int(m[3]) for m in map(_PART.fullmatch, os.listdir(parts))
             if m and int(m[2]) == process]
