@@ -596,7 +596,7 @@ class _Parser:
             raise self.err(["run", "max_designs"],
                            f"the grid asks for {total} points ({shape}), more than max_designs = "
                            f"{max_designs}; allowed: at most {max_designs} (shrink an axis, "
-                           "[[exclude]] cannot help, or raise [run] max_designs)")
+                           "[[exclude]] cannot help, or raise [run] max_designs or --max-designs)")
 
     # -- the grid --
 
