@@ -188,6 +188,11 @@ def test_strict_refuses_truncated_simulations(tmp_path, capsys):
     assert "WARNING: truncated" in capsys.readouterr().out
     assert load_results(tmp_path / "lax").runs["truncated"].all()
     assert main(["merge", str(tmp_path / "lax"), "--strict"]) == 3
+    # --force starts over: the old parts go, the new run's take their place.
+    stale = tmp_path / "lax" / "parts" / "runs-p00000-000099.parquet"
+    stale.write_bytes(b"")
+    assert main(["run", str(cfg), "--out", str(tmp_path / "lax"), "--force", "--quiet"]) == 0
+    assert not stale.exists() and len(load_results(tmp_path / "lax").runs) == 2
 
 
 def test_foreign_and_old_parquet_files_are_refused(tmp_path):

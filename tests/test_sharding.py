@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import pandas as pd
 
 from sweep.config import parse_study
@@ -44,6 +45,7 @@ def test_four_devices_give_the_rows_of_one(tmp_path):
     cache = os.environ.get("SERVESWEEP_CACHE", str(Path.home() / ".cache" / "servesweep"))
     env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_COMPILATION_CACHE_DIR": cache,
            "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    jax.config.update("jax_compilation_cache_dir", cache)
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], input=STUDY, env=env,
                           capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
