@@ -205,8 +205,12 @@ def _manifest(study, per_request: bool, started: str) -> dict:
 def _check_out(out: Path, args, manifest: dict) -> dict | None:
     """Refuse an output folder the run may not use; the manifest to start with, or None when
     resuming a matching partial run."""
-    from .results import read_manifest
+    from .results import MANIFEST, PARTS, read_manifest
 
+    if args.force and out.is_dir() and any(out.iterdir()) and not (
+            (out / "runs.parquet").exists() or (out / PARTS / MANIFEST).exists()):
+        raise UsageError(f"{out}: not a servesweep results folder; --force deletes only those "
+                         "(allowed: an empty, new or results folder)")
     if not out.exists() or args.force:
         return manifest
     if not args.resume:
@@ -227,9 +231,9 @@ def _prepare_out(out: Path, force: bool, manifest: dict | None, study, per_reque
 
     if manifest is None:
         return
-    if force and out.exists():
-        shutil.rmtree(out)
     try:
+        if force and out.exists():
+            shutil.rmtree(out)
         start_parts(out, manifest, grid_table(study))
     except OSError as exc:
         raise UsageError(f"{out}: cannot create the results folder: "

@@ -193,6 +193,11 @@ def test_strict_refuses_truncated_simulations(tmp_path, capsys):
     stale.write_bytes(b"")
     assert main(["run", str(cfg), "--out", str(tmp_path / "lax"), "--force", "--quiet"]) == 0
     assert not stale.exists() and len(load_results(tmp_path / "lax").runs) == 2
+    precious = tmp_path / "precious"
+    (precious / "notes").mkdir(parents=True)
+    assert main(["run", str(cfg), "--out", str(precious), "--force", "--quiet"]) == 2
+    assert "not a servesweep results folder" in capsys.readouterr().err
+    assert (precious / "notes").exists()
 
 
 def test_foreign_and_old_parquet_files_are_refused(tmp_path):
