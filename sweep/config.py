@@ -50,6 +50,7 @@ MAX_DESIGNS_CAP = 10_000_000  # a hard ceiling on [run] max_designs: beyond it t
 DEFAULT_SEEDS = 1  # like sweep.api.simulate
 MAX_SEEDS = 100_000
 MAX_SEED = 2**32 - 1  # seeds are uint32 in the workload sampler
+MAX_MODEL_FILE = 16 * 2**20  # a config.json is a few kB
 MAX_STEPS = 2**31 - 1  # the engine counts steps in int32
 MAX_REQUESTS = 10_000_000  # Workload.validate's bound on num_requests, applied to rate x duration
 
@@ -546,11 +547,24 @@ class _Parser:
             p = base / p
         if p.is_dir():
             p = p / "config.json"
+        allowed = "allowed: a readable Hugging Face config.json"
+        # A device or a pipe (/dev/zero, a FIFO) would be read forever.
+        if p.exists() and not p.is_file():
+            raise self.err(parts, f"{_show(str(p))} is not a regular file; {allowed}")
+        if p.is_file() and p.stat().st_size > MAX_MODEL_FILE:
+            raise self.err(parts, f"{_show(str(p))} is {p.stat().st_size} bytes; {allowed} of "
+                                  f"at most {MAX_MODEL_FILE} bytes")
         try:
             model = load_hf_config(p)
         except ValueError as exc:
             msg = re.sub(r"^model\.config_json:\s*", "", str(exc))
-            raise self.err(parts, f"{msg}; allowed: a readable Hugging Face config.json") from None
+            raise self.err(parts, f"{msg}; {allowed}") from None
+        except RecursionError:
+            raise self.err(parts, f"{_show(str(p))} is nested too deeply; {allowed}") from None
+        if model.head_dim < 1 or model.kv_heads > model.heads:
+            raise self.err(parts, f"{_show(str(p))}: {model.heads} attention heads, "
+                                  f"{model.kv_heads} KV heads, head dim {model.head_dim}; "
+                                  f"{allowed} with 1 <= KV heads <= heads and head dim >= 1")
         if p.name != "config.json" and model.name == p.parent.name:
             # load_hf_config names a model after its folder (HF layout: NAME/config.json); a
             # file named otherwise is named after itself.

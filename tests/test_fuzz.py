@@ -5,10 +5,14 @@ exception, never a hang, never a grid too large to hold. Only the loader runs (f
 from __future__ import annotations
 
 import datetime as dt
+import itertools
+import json
 import math
+import os
 import random
 import signal
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -162,3 +166,47 @@ def test_hostile_config_through_the_command(name, text, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Traceback" not in err[0]
     assert not out.exists()
+
+
+HF_FIELDS = ["num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+             "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings",
+             "num_local_experts", "num_experts_per_tok", "tie_word_embeddings"]
+HF_VALUES = [0, -1, 1, 3, 10**6, 10**30, 1e300, math.nan, math.inf, "8", None, True, [8], {}]
+
+
+def model_files(root):
+    """Hostile Hugging Face config.json files: each field of a real one mutated, and files that
+    are not files (a pipe, a device, a folder without config.json), deeply nested, huge."""
+    real = json.loads((Path(__file__).parent / "data" / "llama3_8b_config.json").read_text())
+    files = []
+    for i, (field, value) in enumerate(itertools.product(HF_FIELDS, HF_VALUES)):
+        path = root / f"m{i}.json"
+        path.write_text(json.dumps({**real, field: value}))
+        files.append((f"{field}={value!r}"[:40], path))
+    (root / "deep.json").write_text("[" * 100000 + "]" * 100000)
+    (root / "bigint.json").write_text('{"hidden_size": ' + "9" * 5000 + "}")
+    (root / "big.json").write_text(" " * (17 * 2**20) + "{}")
+    (root / "list.json").write_text("[]")
+    (root / "binary.json").write_bytes(bytes(range(256)))
+    os.mkfifo(root / "fifo")
+    (root / "empty_dir").mkdir()
+    files += [(p, root / p) for p in ("deep.json", "bigint.json", "big.json", "list.json",
+                                      "binary.json", "fifo", "empty_dir")]
+    return files + [("/dev/zero", Path("/dev/zero"))]
+
+
+def test_hostile_model_files(tmp_path):
+    files = model_files(tmp_path)
+    assert len(files) >= 150
+    for name, path in files:
+        text = document({**BASE, "model": {"config_json": str(path)}})
+        with watchdog(60):
+            try:
+                study = parse_study(text, "fuzz.toml")
+            except ConfigError as exc:
+                msg = str(exc)
+                assert "\n" not in msg and "cannot be read" not in msg, (name, msg)
+                assert "model.config_json" in msg or "levers" in msg or "workload" in msg, \
+                    (name, msg)
+                continue
+        assert 1 <= len(study.points) <= study.max_designs, name
