@@ -129,7 +129,7 @@ def _cmd_run(args) -> int:
     barrier("servesweep: output ready")
     for cols, reason in study.skipped:
         print(f"skipped: {reason}", file=sys.stderr)
-    saved = read_parts(out).metrics
+    saved = read_parts(out, requests=False).metrics
     pid, total = jax.process_index(), len(study.points) * len(study.seeds)
     number = next_part(out, pid)
     info = {"started": started, "device": _device(), "jax": jax.__version__}
@@ -157,13 +157,13 @@ def _cmd_run(args) -> int:
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-    partial = read_parts(out)
-    if len(partial.metrics) < total:
-        print(f"process {pid}: its share is done ({len(partial.metrics)} of {total} simulations "
-              f"saved in {out / PARTS}); the last process to finish writes the tables, or run "
+    saved = read_parts(out, requests=False).metrics
+    if len(saved) < total:
+        print(f"process {pid}: its share is done ({len(saved)} of {total} simulations saved in "
+              f"{out / PARTS}); the last process to finish writes the tables, or run "
               f"'sweep merge {out}' when all are done")
         return 0
-    return _finish(out, partial, args.strict)
+    return _finish(out, read_parts(out), args.strict)
 
 
 class _Stop:

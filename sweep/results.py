@@ -153,8 +153,9 @@ def write_part(out_dir: str | Path, process: int, number: int, metrics: pd.DataF
     _write_table(parts / f"runs-{name}", metrics, {"process": process, **info})
 
 
-def read_parts(out_dir: str | Path) -> Partial:
-    """Everything saved in ``out_dir/parts`` by every process."""
+def read_parts(out_dir: str | Path, requests: bool = True) -> Partial:
+    """Everything saved in ``out_dir/parts`` by every process (``requests=False``: not the
+    per-request rows, the bulk of the data)."""
     out = Path(out_dir)
     manifest = read_manifest(out)
     grid, _ = _read(out / PARTS / "grid.parquet")
@@ -163,16 +164,16 @@ def read_parts(out_dir: str | Path) -> Partial:
         m = _PART.fullmatch(name)
         if m:
             found.setdefault(m[1], {})[(m[2], m[3])] = out / PARTS / name
-    metrics, infos, requests = [], [], []
+    metrics, infos, request_parts = [], [], []
     for key, path in found.get("runs", {}).items():
         df, info = _read(path)
         metrics.append(df)
         infos.append(info)
-        if key in found.get("requests", {}):
-            requests.append(_read(found["requests"][key])[0])
+        if requests and key in found.get("requests", {}):
+            request_parts.append(_read(found["requests"][key])[0])
     empty = pd.DataFrame({"design": pd.Series(dtype="int64"), "seed": pd.Series(dtype="int64")})
     return Partial(manifest, grid, pd.concat(metrics, ignore_index=True) if metrics else empty,
-                   requests, infos)
+                   request_parts, infos)
 
 
 def _read(path: Path) -> tuple[pd.DataFrame, dict]:

@@ -220,3 +220,23 @@ def test_an_output_folder_that_cannot_be_created_is_one_line(reference, tmp_path
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot create" in err[0]
     assert blocker.read_text() == "not a folder"
+
+
+def test_leftovers_of_a_kill_are_ignored(reference, tmp_path):
+    """A kill between a chunk's two files leaves a requests part without its runs part, and a
+    kill mid-write a temporary file: neither reaches the tables, and the temporary goes."""
+    from sweep.results import next_part
+
+    _, whole = reference
+    out = tmp_path / "copy"
+    (out / "parts").mkdir(parents=True)
+    for p in (whole / "parts").iterdir():
+        (out / "parts" / p.name).write_bytes(p.read_bytes())
+    last = max(int(p.stem.rsplit("-", 1)[1]) for p in _runs_parts(out))
+    orphan = out / "parts" / f"requests-p00000-{last + 1:06d}.parquet"
+    orphan.write_bytes((whole / "parts" / "requests-p00000-000001.parquet").read_bytes())
+    temp = out / "parts" / f".runs-p00000-{last + 2:06d}.parquet.tmp-host-1"
+    temp.write_bytes(b"half a file")
+    assert main(["merge", str(out)]) == 0
+    _assert_same_dataset(whole, out)
+    assert next_part(out, 0) == last + 2 and not temp.exists()
