@@ -60,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("config", help="the TOML sweep definition")
     run.add_argument("--out", help="results folder (default: results/<name>)")
     run.add_argument("--seeds", type=_positive_int, help="seeds per design (overrides [run])")
-    run.add_argument("--chunk-size", type=_positive_int, help="simulations per compiled batch")
+    run.add_argument("--chunk-size", type=_positive_int,
+                     help="simulations in flight per device (default: what memory allows)")
     run.add_argument("--max-designs", type=_positive_int,
                      help="refuse grids with more designs than this (default 100000)")
     run.add_argument("--per-request", action="store_true",
