@@ -68,9 +68,14 @@ def _runs_parts(out):
 
 
 def _wait_for_parts(proc, out, n):
-    """Poll until ``out`` holds at least ``n`` saved chunks (the process must still run)."""
+    """Poll until ``out`` holds at least ``n`` saved chunks (the process must still run; a
+    generous deadline turns a hang into a failure)."""
+    deadline = time.monotonic() + 600
     while len(_runs_parts(out)) < n:
         assert proc.poll() is None, proc.communicate()
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"no part {n} after 600 s: {proc.communicate()}")
         time.sleep(0.005)
 
 
@@ -108,7 +113,7 @@ def test_ctrl_c_saves_the_chunk_in_flight_and_says_how_to_resume(reference, tmp_
     proc = _start(cfg, out)
     _wait_for_parts(proc, out, 1)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate()
+    _, err = proc.communicate(timeout=600)
     assert proc.returncode == 130, err
     lines = [line for line in err.splitlines() if "resume" in line]
     assert len(lines) == 1 and f"--out {out} --resume" in lines[0] and "Traceback" not in err
