@@ -1,17 +1,22 @@
 """The ``sweep`` command: run a study, draw its frontier, report its verdict.
 
 User errors (a bad config, a missing results folder, an unknown column) print one line and exit
-with status 2, leaving no output behind.
+with status 2, leaving no output behind. ``--strict`` turns simulations that hit their step
+bound into exit status 3; an interrupted run (Ctrl-C, SIGTERM) keeps its finished chunks, says
+how to resume and exits with 128 + the signal (130 for Ctrl-C).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import signal
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
 EXIT_USAGE = 2
+EXIT_TRUNCATED = 3
 
 
 class UsageError(Exception):
@@ -37,6 +42,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="sweep", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
@@ -45,13 +60,33 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("config", help="the TOML sweep definition")
     run.add_argument("--out", help="results folder (default: results/<name>)")
     run.add_argument("--seeds", type=_positive_int, help="seeds per design (overrides [run])")
-    run.add_argument("--chunk-size", type=_positive_int, help="simulations per compiled batch")
+    run.add_argument("--chunk-size", type=_positive_int,
+                     help="simulations in flight per device (default: what memory allows)")
     run.add_argument("--max-designs", type=_positive_int,
                      help="refuse grids with more designs than this (default 100000)")
     run.add_argument("--per-request", action="store_true",
                      help="also write every request's times (requests.parquet)")
-    run.add_argument("--force", action="store_true", help="overwrite an existing results folder")
+    again = run.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true",
+                       help="continue the interrupted sweep in --out: simulate only what is missing")
+    again.add_argument("--force", action="store_true", help="overwrite an existing results folder")
+    run.add_argument("--strict", action="store_true",
+                     help=f"a simulation that hits its step bound is an error (exit "
+                          f"{EXIT_TRUNCATED})")
     run.add_argument("--quiet", action="store_true", help="no progress output")
+    run.add_argument("--coordinator", help="HOST:PORT of process 0 of a multi-process sweep "
+                                           "(default: $SERVESWEEP_COORDINATOR; found inside srun)")
+    run.add_argument("--num-processes", type=_positive_int,
+                     help="processes sharing the sweep (default: $SERVESWEEP_NUM_PROCESSES, "
+                          "$SLURM_NTASKS, else 1)")
+    run.add_argument("--process-id", type=_non_negative_int,
+                     help="this process, 0..N-1 (default: $SERVESWEEP_PROCESS_ID, "
+                          "$SLURM_PROCID, $JOB_COMPLETION_INDEX)")
+
+    mg = sub.add_parser("merge", help="join the parts every process wrote into the final tables")
+    mg.add_argument("results", help="a folder written by 'sweep run' (by one or more processes)")
+    mg.add_argument("--strict", action="store_true",
+                    help=f"a simulation that hit its step bound is an error (exit {EXIT_TRUNCATED})")
 
     fr = sub.add_parser("frontier", help="Pareto-optimal designs of a results folder, and a plot")
     fr.add_argument("results", help="a folder written by 'sweep run'")
@@ -78,46 +113,186 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+class Truncated(Exception):
+    """--strict: a simulation hit its step bound; exit status 3."""
+
+
 def _cmd_run(args) -> int:
+    from .cluster import barrier, initialize, resolve
     from .config import load_study
-    from .report import render, verdict
-    from .results import write_results
-    from .runner import aggregate, default_progress, device_description, plan_chunks, run_study
+    from .results import PARTS, next_part, read_parts, write_part
+    from .runner import default_progress, iter_chunks, plan_chunks
 
     import jax
 
     # Compiled engines persist across runs (the same shapes recompile in ~10 s each otherwise).
     jax.config.update("jax_compilation_cache_dir",
                       os.environ.get("SERVESWEEP_CACHE", str(Path.home() / ".cache" / "servesweep")))
+    cluster = _checked(resolve, args.coordinator, args.num_processes, args.process_id, os.environ)
     study = _checked(load_study, args.config, seeds=args.seeds, max_designs=args.max_designs)
     out = Path(args.out) if args.out else Path("results") / study.name
-    if out.exists() and not args.force:
-        raise UsageError(f"{out}: already exists; use --force to overwrite")
+    per_request = args.per_request or study.per_request
+    if cluster:
+        initialize(cluster)
     _checked(plan_chunks, study, args.chunk_size)
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    fresh = _check_out(out, args, _manifest(study, per_request, started))
+    barrier("servesweep: output checked")
+    if jax.process_index() == 0:
+        _prepare_out(out, args.force, fresh, study, per_request, started)
+    barrier("servesweep: output ready")
     for cols, reason in study.skipped:
         print(f"skipped: {reason}", file=sys.stderr)
-    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    res = run_study(study, chunk_size=args.chunk_size,
-                    per_request=args.per_request or None,
-                    progress=None if args.quiet else default_progress())
-    designs = aggregate(res.runs, study.brief, drawn=list(study.uncertain))
-    tables = {"runs": res.runs, "designs": designs}
-    if res.requests is not None:
-        tables["requests"] = res.requests
-    meta = {
-        "name": study.name, "config_path": study.path, "config_text": study.text,
-        "axes": study.axes, "seeds": study.seeds,
-        "brief": [{"key": lim.key, "min": lim.min, "max": lim.max} for lim in study.brief],
-        "skipped": [reason for _, reason in study.skipped],
-        "jax": jax.__version__, "device": device_description(), "started": started,
-        "seconds": round(res.seconds, 3),
+    saved = read_parts(out, requests=False).metrics
+    pid, total = jax.process_index(), len(study.points) * len(study.seeds)
+    number = next_part(out, pid)
+    info = {"started": started, "device": _device(), "jax": jax.__version__}
+    stop = _Stop()
+    handlers = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        chunks = iter_chunks(study, chunk_size=args.chunk_size, per_request=per_request,
+                             skip=set(zip(saved["design"], saved["seed"])),
+                             share=(pid, jax.process_count()),
+                             progress=None if args.quiet else default_progress())
+        done = len(saved)
+        for chunk in chunks:
+            if len(chunk.metrics):
+                write_part(out, pid, number, chunk.metrics, chunk.requests,
+                           {**info, "seconds": chunk.seconds})
+                number += 1
+                done += len(chunk.metrics)
+            if args.strict:
+                _refuse_truncated(chunk.metrics, out)
+            if stop.signum is not None:
+                print(f"sweep run: interrupted; {done} of {total} simulations saved in "
+                      f"{out / PARTS}; resume with: sweep run {args.config} --out {out} --resume",
+                      file=sys.stderr)
+                return 128 + stop.signum
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    saved = read_parts(out, requests=False).metrics
+    if len(saved) < total:
+        print(f"process {pid}: its share is done ({len(saved)} of {total} simulations saved in "
+              f"{out / PARTS}); the last process to finish writes the tables, or run "
+              f"'sweep merge {out}' when all are done")
+        return 0
+    return _finish(out, read_parts(out), args.strict)
+
+
+class _Stop:
+    """SIGINT/SIGTERM handler: let the chunk in flight finish and be saved, then stop; a second
+    signal stops at once (the saved chunks stay)."""
+
+    def __init__(self):
+        self.signum = None
+
+    def __call__(self, signum, frame):
+        if self.signum is not None:
+            raise KeyboardInterrupt
+        self.signum = signum
+        print("sweep run: stopping after the chunk in flight (again to stop now)", file=sys.stderr)
+
+
+def _device() -> str:
+    from .runner import device_description
+
+    return device_description()
+
+
+def _manifest(study, per_request: bool, started: str) -> dict:
+    """What a sweep runs (``identity``: a resumed run must match it) and the results' metadata."""
+    import jax
+
+    return {
+        "identity": {"config_text": study.text, "seeds": study.seeds, "per_request": per_request},
+        "meta": {
+            "name": study.name, "config_path": study.path, "config_text": study.text,
+            "axes": study.axes, "seeds": study.seeds,
+            "brief": [{"key": lim.key, "min": lim.min, "max": lim.max} for lim in study.brief],
+            "skipped": [reason for _, reason in study.skipped], "per_request": per_request,
+            "drawn": list(study.uncertain),
+            "jax": jax.__version__, "device": _device(), "started": started,
+        },
     }
-    write_results(out, tables, meta, force=args.force)
-    print(f"{len(study.points)} designs x {len(study.seeds)} seeds = {res.simulations} "
-          f"simulations in {res.seconds:.1f} s ({res.simulations / max(res.seconds, 1e-9):,.1f} "
-          f"sims/s) on {device_description()} -> {out}")
-    print(render(verdict(designs, study.brief), study.brief, study.axes))
+
+
+def _check_out(out: Path, args, manifest: dict) -> dict | None:
+    """Refuse an output folder the run may not use; the manifest to start with, or None when
+    resuming a matching partial run."""
+    from .results import MANIFEST, PARTS, read_manifest
+
+    if args.force and out.is_dir() and any(out.iterdir()) and not (
+            (out / "runs.parquet").exists() or (out / PARTS / MANIFEST).exists()):
+        raise UsageError(f"{out}: not a servesweep results folder; --force deletes only those "
+                         "(allowed: an empty, new or results folder)")
+    if not out.exists() or args.force:
+        return manifest
+    if not args.resume:
+        raise UsageError(f"{out}: already exists; use --resume to continue an interrupted sweep "
+                         "or --force to overwrite")
+    old = _checked(read_manifest, out)
+    if old.get("identity") != manifest["identity"]:
+        raise UsageError(f"{out}: holds a sweep of another config, seeds or --per-request; "
+                         "allowed: --resume with the same config and options, or --force to "
+                         "start over")
+    return None
+
+
+def _prepare_out(out: Path, force: bool, manifest: dict | None, study, per_request: bool,
+                 started: str) -> None:
+    from .results import start_parts
+    from .runner import grid_table
+
+    if manifest is None:
+        return
+    try:
+        if force and out.exists():
+            shutil.rmtree(out)
+        start_parts(out, manifest, grid_table(study))
+    except OSError as exc:
+        raise UsageError(f"{out}: cannot create the results folder: "
+                         f"{exc.strerror or exc}") from None
+
+
+def _refuse_truncated(runs, out: Path) -> None:
+    cut = runs[runs["truncated"].astype(bool)]
+    if len(cut):
+        raise Truncated(f"{len(cut)} simulation(s) hit their step bound (e.g. design "
+                        f"{cut['design'].iloc[0]} seed {cut['seed'].iloc[0]}) and --strict "
+                        f"refuses them; raise [run] max_steps (finished chunks stay in {out})")
+
+
+def _finish(out: Path, partial, strict: bool) -> int:
+    """Join every process's parts into the final tables and print the verdict."""
+    from .config import Limit
+    from .report import render, verdict
+    from .results import write_results
+    from .runner import aggregate, requests_table, runs_table
+
+    meta = dict(partial.manifest["meta"])
+    runs = _checked(runs_table, partial.grid, partial.metrics, meta["seeds"])
+    if strict:
+        _refuse_truncated(runs, out)
+    brief = [Limit(**lim) for lim in meta["brief"]]
+    designs = aggregate(runs, brief, drawn=meta.get("drawn", ()))
+    tables = {"runs": runs, "designs": designs}
+    if meta["per_request"]:
+        tables["requests"] = requests_table(partial.requests)
+    meta["seconds"] = round(sum(i["seconds"] for i in partial.infos), 3)
+    meta["processes"] = len({i["process"] for i in partial.infos})
+    write_results(out, tables, meta)
+    print(f"{len(designs)} designs x {len(meta['seeds'])} seeds = {len(runs)} simulations in "
+          f"{meta['seconds']:.1f} s ({len(runs) / max(meta['seconds'], 1e-9):,.1f} sims/s) on "
+          f"{meta['device']} -> {out}")
+    print(render(verdict(designs, brief), brief, meta["axes"]))
     return 0
+
+
+def _cmd_merge(args) -> int:
+    from .results import read_parts
+
+    return _finish(Path(args.results), _checked(read_parts, args.results), args.strict)
 
 
 def _cmd_frontier(args) -> int:
@@ -178,13 +353,16 @@ def _cmd_calibrate(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    command = {"run": _cmd_run, "frontier": _cmd_frontier, "report": _cmd_report,
-               "calibrate": _cmd_calibrate}[args.command]
+    command = {"run": _cmd_run, "merge": _cmd_merge, "frontier": _cmd_frontier,
+               "report": _cmd_report, "calibrate": _cmd_calibrate}[args.command]
     try:
         return command(args)
     except UsageError as exc:
         print(f"sweep {args.command}: error: " + " ".join(str(exc).splitlines()), file=sys.stderr)
         return EXIT_USAGE
+    except Truncated as exc:
+        print(f"sweep {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_TRUNCATED
     except KeyboardInterrupt:
         print("sweep: interrupted", file=sys.stderr)
         return 130

@@ -55,6 +55,8 @@ MAX_DESIGNS_CAP = 10_000_000  # a hard ceiling on [run] max_designs: beyond it t
 DEFAULT_SEEDS = 1  # like sweep.api.simulate
 MAX_SEEDS = 100_000
 MAX_SEED = 2**32 - 1  # seeds are uint32 in the workload sampler
+MAX_MODEL_FILE = 16 * 2**20  # a config.json is a few kB
+MAX_STEPS = 2**31 - 1  # the engine counts steps in int32
 MAX_REQUESTS = 10_000_000  # Workload.validate's bound on num_requests, applied to rate x duration
 
 # Value kinds: "num" (finite number -> float), "int" (integer, not bool), "str", "lengths".
@@ -71,7 +73,7 @@ TRACE_REPLACES = ("arrival", "arrival_rate", "arrival_cv", "prompt_tokens", "out
 LEVER_KEYS = {"batching": "str", "kv_cache": "str", "gpus": "int", "weight_bits": "int",
               "kv_bits": "int", "draft_tokens": "int", "acceptance": "num", "draft_cost": "num",
               "max_batch": "int", "block_size": "int", "max_seq_len": "int"}
-RUN_KEYS = ("seeds", "chunk_size", "per_request", "max_designs")
+RUN_KEYS = ("seeds", "chunk_size", "per_request", "max_designs", "max_steps")
 SECTIONS = {"hardware": HARDWARE_KEYS, "model": MODEL_KEYS, "workload": WORKLOAD_KEYS,
             "levers": LEVER_KEYS}
 TOP_LEVEL = ("name", "hardware", "model", "workload", "levers", "run", "brief", "exclude")
@@ -138,6 +140,7 @@ class Study:
     per_request: bool
     max_designs: int
     uncertain: dict[str, Uncertain] = field(default_factory=dict)  # factors drawn per seed
+    max_steps: int | None = None  # engine steps per simulation (None: the engine's safe bound)
 
 
 # --- one-line messages -------------------------------------------------------------------------
@@ -327,7 +330,7 @@ class _Parser:
             sections[sec] = v
         self.apply_profile(sections["hardware"])
         run = self.parse_run(sections["run"], seeds_override, max_designs_override)
-        seeds, chunk_size, per_request, max_designs = run
+        seeds, chunk_size, per_request, max_designs, max_steps = run
         brief = self.parse_brief(sections["brief"])
         keys = self.parse_keys(doc, sections)  # [(section, key, options, is_axis)]
         excludes = self.parse_excludes(doc.get("exclude", []))
@@ -336,7 +339,8 @@ class _Parser:
         return Study(name=name, path=None if self.path.startswith("<") else self.path,
                      text=self.text, points=points, axes=axes, skipped=skipped, seeds=seeds,
                      brief=brief, chunk_size=chunk_size, per_request=per_request,
-                     max_designs=max_designs, uncertain=dict(self.uncertain))
+                     max_designs=max_designs, uncertain=dict(self.uncertain),
+                     max_steps=max_steps)
 
     def syntax_error(self, exc: Exception) -> ConfigError:
         msg = str(exc)
@@ -387,7 +391,13 @@ class _Parser:
         if isinstance(md, bool) or not isinstance(md, int) or not 1 <= md <= MAX_DESIGNS_CAP:
             raise self.err(md_key, f"must be an integer in [1, {MAX_DESIGNS_CAP}]{suffix}, got "
                                    f"{_got(md)}")
-        return seeds, chunk_size, per_request, md
+        max_steps = None
+        if "max_steps" in run:
+            max_steps = self.integer(["run", "max_steps"], run["max_steps"])
+            if not 1 <= max_steps <= MAX_STEPS:
+                raise self.err(["run", "max_steps"], f"{_show(max_steps)} is out of range; "
+                                                     f"allowed: an integer in [1, {MAX_STEPS}]")
+        return seeds, chunk_size, per_request, md, max_steps
 
     def parse_seeds(self, parts, v, suffix="") -> list[int]:
         allowed = (f"allowed: a count in [1, {MAX_SEEDS}] or a non-empty list of distinct "
@@ -634,11 +644,24 @@ class _Parser:
         p = self.resolve(rel)
         if p.is_dir():
             p = p / "config.json"
+        allowed = "allowed: a readable Hugging Face config.json"
+        # A device or a pipe (/dev/zero, a FIFO) would be read forever.
+        if p.exists() and not p.is_file():
+            raise self.err(parts, f"{_show(str(p))} is not a regular file; {allowed}")
+        if p.is_file() and p.stat().st_size > MAX_MODEL_FILE:
+            raise self.err(parts, f"{_show(str(p))} is {p.stat().st_size} bytes; {allowed} of "
+                                  f"at most {MAX_MODEL_FILE} bytes")
         try:
             model = load_hf_config(p)
         except ValueError as exc:
             msg = re.sub(r"^model\.config_json:\s*", "", str(exc))
-            raise self.err(parts, f"{msg}; allowed: a readable Hugging Face config.json") from None
+            raise self.err(parts, f"{msg}; {allowed}") from None
+        except RecursionError:
+            raise self.err(parts, f"{_show(str(p))} is nested too deeply; {allowed}") from None
+        if model.head_dim < 1 or model.kv_heads > model.heads:
+            raise self.err(parts, f"{_show(str(p))}: {model.heads} attention heads, "
+                                  f"{model.kv_heads} KV heads, head dim {model.head_dim}; "
+                                  f"{allowed} with 1 <= KV heads <= heads and head dim >= 1")
         if p.name != "config.json" and model.name == p.parent.name:
             # load_hf_config names a model after its folder (HF layout: NAME/config.json); a
             # file named otherwise is named after itself.
@@ -684,7 +707,7 @@ class _Parser:
             raise self.err(["run", "max_designs"],
                            f"the grid asks for {total} points ({shape}), more than max_designs = "
                            f"{max_designs}; allowed: at most {max_designs} (shrink an axis, "
-                           "[[exclude]] cannot help, or raise [run] max_designs)")
+                           "[[exclude]] cannot help, or raise [run] max_designs or --max-designs)")
 
     # -- the grid --
 

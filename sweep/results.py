@@ -4,12 +4,19 @@ Layout of ``results/<name>/``: ``runs.parquet`` (one row per design x seed), ``d
 (one row per design, aggregated over seeds), optionally ``requests.parquet`` (one row per
 request). Every file carries the same JSON metadata under the key ``servesweep``: the schema
 version, the config text, the brief, package/JAX/device versions and the start time.
+
+While a sweep runs, ``parts/`` holds what it has finished: ``manifest.json`` (what is being run),
+``grid.parquet`` (one row per design) and one ``runs-pPPPPP-NNNNNN.parquet`` (plus
+``requests-...`` with per-request output) per finished chunk of process P. Every file is written
+to a temporary name, fsynced and renamed, so a kill at any moment leaves only whole files; the
+final tables are joined from the parts and written the same way, ``runs.parquet`` last.
 """
 from __future__ import annotations
 
 import json
 import os
-import shutil
+import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +30,9 @@ from .config import Limit
 SCHEMA_VERSION = 1
 META_KEY = b"servesweep"
 FILES = ("runs", "designs", "requests")
+PARTS = "parts"
+MANIFEST = "manifest.json"
+_PART = re.compile(r"(runs|requests)-p(\d{5})-(\d{6})\.parquet")
 
 
 class ResultsError(ValueError):
@@ -45,35 +55,125 @@ class Results:
         return list(self.meta["axes"])
 
 
-def write_results(out_dir: str | Path, tables: dict[str, pd.DataFrame], meta: dict,
-                  force: bool = False) -> Path:
-    """Write every table into a temporary sibling folder, then move it into place, so that a
-    reader never sees a half-written study."""
-    out = Path(out_dir)
-    if out.exists() and not force:
-        raise ResultsError(f"{out}: already exists; use --force to overwrite")
-    meta = {"schema_version": SCHEMA_VERSION, "package": f"servesweep {__version__}", **meta}
-    blob = json.dumps(meta, default=str).encode()
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+@dataclass
+class Partial:
+    """A sweep's saved parts: what it runs and the rows finished so far, by any process."""
+
+    manifest: dict
+    grid: pd.DataFrame
+    metrics: pd.DataFrame  # design, seed and every metric of each finished simulation
+    requests: list[pd.DataFrame]  # per-request rows of the finished chunks
+    infos: list[dict]  # each runs part's metadata: process, seconds, started, device, jax
+
+
+def _write_file(path: Path, write) -> None:
+    """``write(file)`` into a temporary sibling, fsync, rename over ``path``, fsync the folder:
+    a reader (or a resumed run) sees the whole file or none of it."""
+    # Unique per writer: two processes may write the same final table at once.
+    tmp = path.parent / f".{path.name}.tmp-{socket.gethostname()}-{os.getpid()}"
     try:
-        for name, df in tables.items():
-            table = pa.Table.from_pandas(df, preserve_index=False)
-            table = table.replace_schema_metadata({**(table.schema.metadata or {}),
-                                                   META_KEY: blob})
-            path = tmp / f"{name}.parquet"
-            with open(path, "wb") as fh:
-                pq.write_table(table, fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
+        with open(tmp, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.unlink(missing_ok=True)
         raise
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_table(path: Path, df: pd.DataFrame, meta: dict) -> None:
+    blob = json.dumps({"schema_version": SCHEMA_VERSION, **meta}, default=str).encode()
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY: blob})
+    _write_file(path, lambda fh: pq.write_table(table, fh))
+
+
+def write_results(out_dir: str | Path, tables: dict[str, pd.DataFrame], meta: dict) -> Path:
+    """Write the final tables into ``out_dir``, each file atomically and ``runs.parquet`` (what
+    marks a folder as results) last."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"package": f"servesweep {__version__}", **meta}
+    for name in sorted(tables, key=lambda n: n == "runs"):
+        _write_table(out / f"{name}.parquet", tables[name], meta)
     return out
+
+
+def start_parts(out_dir: str | Path, manifest: dict, grid: pd.DataFrame) -> None:
+    """Create ``out_dir/parts`` with the manifest and the grid of a fresh sweep."""
+    parts = Path(out_dir) / PARTS
+    parts.mkdir(parents=True, exist_ok=True)
+    _write_table(parts / "grid.parquet", grid, {})
+    blob = json.dumps({"schema_version": SCHEMA_VERSION, **manifest}, default=str, indent=1)
+    _write_file(parts / MANIFEST, lambda fh: fh.write(blob.encode()))
+
+
+def read_manifest(out_dir: str | Path) -> dict:
+    """The manifest of a partial (or finished) sweep in ``out_dir``."""
+    path = Path(out_dir) / PARTS / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ResultsError(f"{out_dir}: not a resumable sweep (no {PARTS}/{MANIFEST}); use "
+                           "--force to overwrite it or choose another --out") from None
+    except (OSError, ValueError) as exc:
+        raise ResultsError(f"{path}: unreadable manifest ({exc}); use --force to start over")
+    if not isinstance(manifest, dict) or manifest.get("schema_version") != SCHEMA_VERSION:
+        raise ResultsError(f"{path}: written by another servesweep (schema version "
+                           f"{manifest.get('schema_version') if isinstance(manifest, dict) else '?'}"
+                           f", this one writes {SCHEMA_VERSION}); use --force to start over")
+    return manifest
+
+
+def next_part(out_dir: str | Path, process: int) -> int:
+    """The first unused part number of ``process``; removes the process's temporary files that
+    a kill left behind (no other process writes names with its number)."""
+    parts = Path(out_dir) / PARTS
+    for tmp in parts.glob(f".*-p{process:05d}-*.tmp-*"):
+        tmp.unlink(missing_ok=True)
+    used = [int(m[3]) for m in map(_PART.fullmatch, os.listdir(parts))
+            if m and int(m[2]) == process]
+    return max(used, default=0) + 1
+
+
+def write_part(out_dir: str | Path, process: int, number: int, metrics: pd.DataFrame,
+               requests: pd.DataFrame | None, info: dict) -> None:
+    """Save a finished chunk: its requests first, then its runs (a chunk is done once its runs
+    part exists; a requests part without one is ignored)."""
+    parts = Path(out_dir) / PARTS
+    name = f"p{process:05d}-{number:06d}.parquet"
+    if requests is not None:
+        _write_table(parts / f"requests-{name}", requests, {})
+    _write_table(parts / f"runs-{name}", metrics, {"process": process, **info})
+
+
+def read_parts(out_dir: str | Path, requests: bool = True) -> Partial:
+    """Everything saved in ``out_dir/parts`` by every process (``requests=False``: not the
+    per-request rows, the bulk of the data)."""
+    out = Path(out_dir)
+    manifest = read_manifest(out)
+    grid, _ = _read(out / PARTS / "grid.parquet")
+    found = {}
+    for name in sorted(os.listdir(out / PARTS)):
+        m = _PART.fullmatch(name)
+        if m:
+            found.setdefault(m[1], {})[(m[2], m[3])] = out / PARTS / name
+    metrics, infos, request_parts = [], [], []
+    for key, path in found.get("runs", {}).items():
+        df, info = _read(path)
+        metrics.append(df)
+        infos.append(info)
+        if requests and key in found.get("requests", {}):
+            request_parts.append(_read(found["requests"][key])[0])
+    empty = pd.DataFrame({"design": pd.Series(dtype="int64"), "seed": pd.Series(dtype="int64")})
+    return Partial(manifest, grid, pd.concat(metrics, ignore_index=True) if metrics else empty,
+                   request_parts, infos)
 
 
 def _read(path: Path) -> tuple[pd.DataFrame, dict]:
@@ -85,7 +185,13 @@ def _read(path: Path) -> tuple[pd.DataFrame, dict]:
     if raw is None:
         raise ResultsError(f"{path}: not a servesweep results file (no '{META_KEY.decode()}' "
                            "metadata)")
-    meta = json.loads(raw)
+    try:
+        meta = json.loads(raw)
+    except ValueError:
+        meta = None
+    if not isinstance(meta, dict):
+        raise ResultsError(f"{path}: not a servesweep results file (its '{META_KEY.decode()}' "
+                           "metadata is not a JSON object)")
     version = meta.get("schema_version")
     if version != SCHEMA_VERSION:
         raise ResultsError(f"{path}: results schema version {version}, this servesweep reads "
@@ -97,6 +203,10 @@ def load_results(path: str | Path) -> Results:
     """Load a study's results folder (or any one of its Parquet files)."""
     path = Path(path)
     folder = path.parent if path.suffix == ".parquet" else path
+    if not (folder / "runs.parquet").exists() and (folder / PARTS / MANIFEST).exists():
+        raise ResultsError(f"{folder}: a sweep not finished yet (no runs.parquet, only parts); "
+                           f"finish it with 'sweep run CONFIG --out {folder} --resume', or "
+                           f"'sweep merge {folder}' once every process is done")
     if not (folder / "runs.parquet").exists():
         raise ResultsError(f"{folder}: no runs.parquet here; give a folder written by 'sweep run'")
     runs, meta = _read(folder / "runs.parquet")

@@ -1,9 +1,11 @@
 """The sweep runner: a study's grid -> engine arrays -> chunks of vmapped simulations -> tables.
 
 Simulations are grouped by seat count (one compilation per group); each group is cut into chunks
-of ``chunk_size`` simulations, the last chunk padded by repeating its final simulation so that
-every chunk has the same shape. A simulation's result depends only on its own design, workload
-and seed, never on its chunk-mates, so any chunking gives the same rows.
+of equal shape (the last padded with simulations that have no requests). A simulation's result
+depends only on its own design, workload and seed, never on its chunk-mates, so any chunking,
+any device count and any split over processes give the same rows: ``iter_chunks`` yields the
+finished rows chunk by chunk (the CLI saves each as a part, so a killed run can resume), and
+``runs_table`` joins rows from anywhere into the (design, seed)-ordered table.
 """
 from __future__ import annotations
 
@@ -11,11 +13,13 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pandas as pd
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .api import stack, summarize_batch
 from .engine import simulate_batch
@@ -32,12 +36,16 @@ DEFAULT_CHUNK_CPU = 32
 DEFAULT_CHUNK_ACCELERATOR = 65536
 #: Memory a CPU sweep may use for simulations in flight and queued, bytes.
 MEMORY_BUDGET_CPU = 4e9
-#: Seats of the first try (see ``run_study``).
+#: Seats of the first try (see ``iter_chunks``).
 SMALL_SEATS = 64
-#: A compiled call simulates up to this many times ``chunk`` simulations, ``chunk`` at a time.
-POOL_ROUNDS = 64
+#: A compiled call (one chunk, one saved part) simulates up to this many times ``chunk``
+#: simulations per device, ``chunk`` at a time: enough for the lane pool to refill, few enough
+#: that a killed run loses little.
+POOL_ROUNDS = 16
 #: A workload with no requests: padding that ends at once.
 _NOTHING = Workload(arrival_rate=1.0, duration_s=None, num_requests=0)
+_DTYPES = {"f8": "float64", "i8": "int64", "b": "bool"}
+
 
 @dataclass
 class SweepResult:
@@ -47,6 +55,17 @@ class SweepResult:
     compile_groups: int
     simulations: int = 0
     extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class Chunk:
+    """The finished simulations of one compiled call (those that overflowed the narrow seat
+    array are rerun in a later chunk)."""
+
+    metrics: pd.DataFrame  # design, seed and every metric, one row per finished simulation
+    requests: pd.DataFrame | None  # their requests, when asked for
+    seats: int  # the call's seat tier (one compilation per tier)
+    seconds: float  # wall time of the call
 
 
 @dataclass(frozen=True)
@@ -69,66 +88,86 @@ def plan_chunks(study: Study, chunk_size: int | None = None) -> tuple[int, int]:
         raise ValueError(f"run.chunk_size: {chunk} simulations in flight need ~"
                          f"{chunk * (per_lane + per_sim) / 1e9:.1f} GB, more than the "
                          f"{budget / 1e9:.1f} GB budget; allowed: at most {fits}")
-    default = DEFAULT_CHUNK_CPU if jax.devices()[0].platform == "cpu" else DEFAULT_CHUNK_ACCELERATOR
+    platform = jax.local_devices()[0].platform
+    default = DEFAULT_CHUNK_CPU if platform == "cpu" else DEFAULT_CHUNK_ACCELERATOR
     chunk = chunk or min(default, fits)
     rounds = max(1, min(POOL_ROUNDS, int((budget - chunk * per_lane) // (chunk * per_sim))))
     return chunk, rounds
 
 
-def _dispatch(params: list, reqs, seats: int, k_max: int, lanes: int, devices) -> tuple:
-    """Split a call's simulations evenly over ``devices``, run the same compiled engine on each
-    (asynchronously: the devices work at once), and gather (EngineOutput, metrics) on the host."""
-    per = len(params) // len(devices)
+def _dispatch(params: list, reqs, seats: int, k_max: int, lanes: int, devices,
+              max_steps) -> tuple:
+    """Shard a call's simulations over a 1-D mesh of ``devices`` (axis ``sims``), run the same
+    single-device compiled engine on every shard (asynchronously: the devices work at once), and
+    gather (EngineOutput, metrics) on the host in mesh order.
+
+    Not one SPMD program over the mesh: ``jit`` of the sharded batch and ``shard_map`` both
+    compile a different HLO module, whose fusions (FMA contraction) changed the last bit of
+    finish times for some simulations (measured; openxla/xla#41579); the same executable per
+    shard keeps the rows byte-identical to one device."""
+    sharding = NamedSharding(Mesh(np.array(devices), ("sims",)), PartitionSpec("sims"))
+    pp = jax.device_put(stack(params), sharding)
+    rr = jax.device_put(reqs, sharding)
     parts = []
-    for d, device in enumerate(devices):
-        rows = slice(d * per, (d + 1) * per)
-        pp = jax.device_put(stack(params[rows]), device)
-        rr = jax.device_put(jax.tree_util.tree_map(lambda x: x[rows], reqs), device)
-        out = simulate_batch(pp, rr, seats=seats, k_max=k_max, lanes=lanes)
-        parts.append((out, summarize_batch(out, rr, pp)))
+    for device in devices:
+        p_d, r_d = (jax.tree_util.tree_map(lambda x: _shard_on(x, device), t) for t in (pp, rr))
+        out = simulate_batch(p_d, r_d, seats=seats, k_max=k_max, lanes=lanes,
+                             max_steps=max_steps)
+        parts.append((out, summarize_batch(out, r_d, p_d)))
     out = jax.tree_util.tree_map(lambda *xs: np.concatenate([np.asarray(x) for x in xs]),
                                  *[o for o, _ in parts])
     mets = {k: np.concatenate([np.asarray(m[k]) for _, m in parts]) for k in METRICS}
     return out, mets
 
 
-def run_study(study: Study, chunk_size: int | None = None, per_request: bool | None = None,
-              progress: Callable[[int, int, int, int, float], None] | None = None,
-              devices=None) -> SweepResult:
-    """Simulate every grid point x seed of ``study``; rows come back in (design, seed) order.
+def _shard_on(x: jax.Array, device) -> jax.Array:
+    return next(s.data for s in x.addressable_shards if s.device == device)
 
-    Each simulation first runs with at most ``SMALL_SEATS`` seats, which is exact unless the
-    narrow seat array held back an admission (the engine flags it); those few rerun with all
-    ``max_batch`` seats. Simulations are spread over ``devices`` (default: every local device;
-    a CPU is one device unless XLA_FLAGS=--xla_force_host_platform_device_count=N splits it,
-    which on 2 cores measured only ~5% faster in steady state and doubled compilation)."""
+
+def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool | None = None,
+                devices=None, skip=frozenset(), share: tuple[int, int] = (0, 1),
+                progress: Callable[[int, int, int, int, float], None] | None = None
+                ) -> Iterator[Chunk]:
+    """Simulate this process's share of the grid points x seeds, less the (design, seed) pairs
+    in ``skip`` (already saved), yielding the finished rows call by call.
+
+    ``share = (index, count)``: simulation k of the (design, seed) order belongs to process
+    ``k % count``. Each simulation first runs with at most ``SMALL_SEATS`` seats, which is exact
+    unless the narrow seat array held back an admission (the engine flags it); those few rerun
+    with all ``max_batch`` seats in a later chunk. Simulations are spread over ``devices``
+    (default: every local device; a CPU is one device unless
+    XLA_FLAGS=--xla_force_host_platform_device_count=N splits it, which on 2 cores measured only
+    ~5% faster in steady state and doubled compilation)."""
     devices = list(devices or jax.local_devices())
     chunk, rounds = plan_chunks(study, chunk_size)
     want_requests = study.per_request if per_request is None else per_request
+    max_steps = None if study.max_steps is None else jnp.int32(study.max_steps)
     params = [p.design.params() for p in study.points]
     drawn = {seed: draws(study.uncertain, seed) for seed in study.seeds}
     sim_params = _uncertain_params(study, params, drawn)
     k_max = max(p.design.draft_tokens for p in study.points)
+    index, count = share
+    mine = [_Sim(i, seed) for k, (i, seed) in enumerate(
+        (i, seed) for i in range(len(study.points)) for seed in study.seeds) if k % count == index]
     pending: dict[int, list[_Sim]] = {}
-    for i, p in enumerate(study.points):
-        for seed in study.seeds:
-            pending.setdefault(min(p.design.seats, SMALL_SEATS), []).append(_Sim(i, seed))
-    total = sum(len(g) for g in pending.values())
-    seeds_done = [0] * len(study.points)
+    left = [0] * len(study.points)  # simulations of each point still to run here
+    for s in mine:
+        if (s.point, s.seed) not in skip:
+            pending.setdefault(min(study.points[s.point].design.seats, SMALL_SEATS), []).append(s)
+            left[s.point] += 1
+    total, done = len(mine), len(mine) - sum(left)
+    designs_total = len({s.point for s in mine})
     t0 = time.perf_counter()
-    metric_rows: dict[tuple[int, int], dict] = {}
-    request_parts = []
-    groups = 0
     while pending:
         seats = min(pending)
         sims = pending.pop(seats)
-        groups += 1
         n_req = max(study.points[s.point].workload.capacity for s in sims)
         lanes = min(chunk, -(-len(sims) // len(devices)))
         calls = -(-len(sims) // (len(devices) * lanes * rounds))
         # Equal calls and equal shares per device: one compiled shape per group.
         size = -(-len(sims) // (calls * len(devices) * lanes)) * lanes * len(devices)
         for start in range(0, len(sims), size):
+            t_call = time.perf_counter()
             part = sims[start:start + size]
             args = [sample_args(study.points[s.point].workload, s.seed,
                                 study.points[s.point].design.context_limit, n_req) for s in part]
@@ -137,28 +176,42 @@ def run_study(study: Study, chunk_size: int | None = None, per_request: bool | N
             args += [sample_args(_NOTHING, 0, 2, n_req)] * (size - len(part))
             plist += [plist[0]] * (size - len(part))
             reqs = sample_batch(n_req, stack(args))
-            out, mets = _dispatch(plist, reqs, seats, k_max, lanes, devices)
+            out, mets = _dispatch(plist, reqs, seats, k_max, lanes, devices, max_steps)
             overflow = np.asarray(out.overflow)
-            kept = []
+            kept = [j for j, s in enumerate(part) if not overflow[j]]
             for j, s in enumerate(part):
                 if overflow[j]:
                     pending.setdefault(study.points[s.point].design.seats, []).append(s)
                 else:
-                    metric_rows[(s.point, s.seed)] = {k: mets[k][j] for k in METRICS}
-                    seeds_done[s.point] += 1
-                    kept.append(j)
-            if want_requests and kept:
-                request_parts.append(_request_table([part[j] for j in kept], reqs, out, kept))
+                    left[s.point] -= 1
+            done += len(kept)
+            sims_kept = [part[j] for j in kept]
+            metrics = pd.DataFrame({
+                "design": np.array([s.point for s in sims_kept], dtype=np.int64),
+                "seed": np.array([s.seed for s in sims_kept], dtype=np.int64),
+                **{c: np.array([drawn[s.seed][c] for s in sims_kept], dtype=np.float64)
+                   for c in study.uncertain},
+                **{k: mets[k][kept].astype(_DTYPES[kind]) for k, kind in METRICS.items()}})
+            requests = (_request_table(sims_kept, reqs, out, kept) if want_requests else None)
             if progress:
-                designs = sum(k == len(study.seeds) for k in seeds_done)
-                progress(len(metric_rows), total, designs, len(study.points),
-                         time.perf_counter() - t0)
-    runs = _runs_table(study, metric_rows, drawn)
+                designs = sum(1 for i in {s.point for s in mine} if left[i] == 0)
+                progress(done, total, designs, designs_total, time.perf_counter() - t0)
+            yield Chunk(metrics, requests, seats, time.perf_counter() - t_call)
+
+
+def run_study(study: Study, chunk_size: int | None = None, per_request: bool | None = None,
+              progress: Callable[[int, int, int, int, float], None] | None = None,
+              devices=None) -> SweepResult:
+    """Simulate every grid point x seed of ``study`` in memory; rows come back in (design,
+    seed) order (see ``iter_chunks``)."""
+    t0 = time.perf_counter()
+    chunks = list(iter_chunks(study, chunk_size, per_request, devices, progress=progress))
+    runs = runs_table(grid_table(study), pd.concat([c.metrics for c in chunks]), study.seeds)
     requests = None
-    if want_requests:
-        requests = pd.concat(request_parts, ignore_index=True).sort_values(
-            ["design", "seed", "request"], kind="stable", ignore_index=True)
-    return SweepResult(runs, requests, time.perf_counter() - t0, groups, total)
+    if chunks and chunks[0].requests is not None:
+        requests = requests_table([c.requests for c in chunks])
+    return SweepResult(runs, requests, time.perf_counter() - t0,
+                       len({c.seats for c in chunks}), len(runs))
 
 
 def _uncertain_params(study: Study, params: list, drawn: dict) -> Callable:
@@ -177,15 +230,37 @@ def _uncertain_params(study: Study, params: list, drawn: dict) -> Callable:
     return sim_params
 
 
-def _runs_table(study: Study, metric_rows: dict, drawn: dict) -> pd.DataFrame:
-    """Uncertain factors' columns hold each run's draw."""
-    rows = []
-    for i, p in enumerate(study.points):
-        for seed in study.seeds:
-            rows.append({"design": i, **p.columns, "seed": seed, **drawn[seed],
-                         **metric_rows[(i, seed)]})
-    df = pd.DataFrame(rows)
-    return typed(df)
+def grid_table(study: Study) -> pd.DataFrame:
+    """One typed row per grid point: ``design`` and every column of the config."""
+    return typed(pd.DataFrame([{"design": i, **p.columns} for i, p in enumerate(study.points)]))
+
+
+def runs_table(grid: pd.DataFrame, metrics: pd.DataFrame, seeds: list[int]) -> pd.DataFrame:
+    """The grid's columns, ``seed`` and the metrics, one row per design x seed in (design, seed)
+    order, from metric rows in any order; refuses missing or repeated simulations."""
+    key = pd.MultiIndex.from_frame(metrics[["design", "seed"]])
+    if key.has_duplicates:
+        d, s = key[key.duplicated()][0]
+        raise ValueError(f"runs: design {d} seed {s} was simulated twice (two processes with "
+                         "the same process id?); allowed: each simulation once")
+    want = pd.MultiIndex.from_product([grid["design"], seeds], names=["design", "seed"])
+    missing = want.difference(key, sort=False)
+    if len(missing):
+        raise ValueError(f"runs: {len(missing)} of {len(want)} simulations are missing (e.g. "
+                         f"design {missing[0][0]} seed {missing[0][1]}); allowed: a complete "
+                         "run (resume it with --resume)")
+    values = metrics.set_index(["design", "seed"]).loc[want].reset_index(drop=True)
+    rows = grid.iloc[np.repeat(np.arange(len(grid)), len(seeds))].reset_index(drop=True)
+    rows["seed"] = np.tile(np.asarray(seeds, dtype=np.int64), len(grid))
+    for col in values.columns.difference(list(METRICS)):  # factors drawn per seed
+        rows[col] = values[col]
+    return pd.concat([rows, values[list(METRICS)]], axis=1)
+
+
+def requests_table(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """Per-request rows from any chunks, ordered by design, seed and request."""
+    return pd.concat(parts, ignore_index=True).sort_values(
+        ["design", "seed", "request"], kind="stable", ignore_index=True)
 
 
 def typed(df: pd.DataFrame) -> pd.DataFrame:
@@ -212,7 +287,7 @@ def typed(df: pd.DataFrame) -> pd.DataFrame:
 
 def _request_table(sims, reqs, out, rows) -> pd.DataFrame:
     """Per-request rows of the simulations ``sims``, found at batch rows ``rows``."""
-    rows = np.asarray(rows)
+    rows = np.asarray(rows, dtype=np.int64)
     arrival = np.asarray(reqs.arrival)[rows]
     real = np.isfinite(arrival)
     n = arrival.shape[1]
@@ -280,10 +355,11 @@ def aggregate(runs: pd.DataFrame, brief, drawn=()) -> pd.DataFrame:
 
 
 def memory_budget_bytes() -> float:
-    """Half the accelerator's memory, or MEMORY_BUDGET_CPU on a CPU."""
-    stats = getattr(jax.devices()[0], "memory_stats", lambda: None)() or {}
+    """Half the accelerator's free memory (room for XLA's temporaries), or MEMORY_BUDGET_CPU on
+    a CPU."""
+    stats = getattr(jax.local_devices()[0], "memory_stats", lambda: None)() or {}
     limit = stats.get("bytes_limit")
-    return 0.5 * limit if limit else MEMORY_BUDGET_CPU
+    return 0.5 * (limit - stats.get("bytes_in_use", 0)) if limit else MEMORY_BUDGET_CPU
 
 
 def simulation_bytes(n_requests: int, seats: int, k_max: int) -> tuple[int, int]:

@@ -192,16 +192,3 @@ def test_chunk_size_beyond_memory_is_refused(small, tmp_path, capsys):
     assert main(["run", str(cfg), "--out", str(out), "--chunk-size", "100000000"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "chunk_size" in err[0] and not out.exists()
-
-
-def test_simulations_split_over_devices_give_the_same_rows(small):
-    """Each device takes an equal share of a call's simulations; the rows do not change (two
-    shares on the same device exercise the split and the gather)."""
-    import jax
-
-    from sweep.runner import run_study
-
-    cfg, out = small
-    device = jax.local_devices()[0]
-    split = run_study(load_study(cfg), devices=[device, device])
-    pd.testing.assert_frame_equal(split.runs, pd.read_parquet(out / "runs.parquet"))

@@ -1,0 +1,55 @@
+"""The design axis sharded over several devices (a 1-D mesh of four XLA host devices, in a
+subprocess: the device count is fixed when JAX starts) gives byte-identical rows to one device."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import pandas as pd
+
+from sweep.config import parse_study
+from sweep.runner import run_study
+
+REPO = Path(__file__).parents[1]
+STUDY = """
+name = "sharded"
+[model]
+name = "Llama-3-8B"
+[workload]
+arrival_rate = [10.0, 25.0, 40.0]
+num_requests = 50
+prompt_tokens = { dist = "exponential", mean = 256 }
+output_tokens = { dist = "lognormal", mean = 16, sigma = 1.0 }
+[levers]
+batching = ["static", "continuous"]
+draft_tokens = 2
+max_batch = 8
+[run]
+seeds = 3
+"""
+SCRIPT = """
+import sys
+import jax
+from sweep.config import parse_study
+from sweep.runner import run_study
+assert len(jax.local_devices()) == 4, jax.local_devices()
+res = run_study(parse_study(sys.stdin.read()), chunk_size=2, per_request=True)
+res.runs.to_pickle(sys.argv[1] + "/runs.pkl")
+res.requests.to_pickle(sys.argv[1] + "/requests.pkl")
+"""
+
+
+def test_four_devices_give_the_rows_of_one(tmp_path):
+    # Each device compiles its own executable: the CLI's persistent cache spares later runs.
+    cache = os.environ.get("SERVESWEEP_CACHE", str(Path.home() / ".cache" / "servesweep"))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_COMPILATION_CACHE_DIR": cache,
+           "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    jax.config.update("jax_compilation_cache_dir", cache)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], input=STUDY, env=env,
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    one = run_study(parse_study(STUDY), chunk_size=2, per_request=True)
+    assert len(one.runs) == 18  # 18 simulations: not a multiple of 4, the last shard is padded
+    pd.testing.assert_frame_equal(one.runs, pd.read_pickle(tmp_path / "runs.pkl"))
+    pd.testing.assert_frame_equal(one.requests, pd.read_pickle(tmp_path / "requests.pkl"))
