@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -96,28 +98,46 @@ def plan_chunks(study: Study, chunk_size: int | None = None) -> tuple[int, int]:
 
 
 def _dispatch(params: list, reqs, seats: int, k_max: int, lanes: int, devices,
-              max_steps) -> tuple:
+              max_steps, count: int) -> tuple:
     """Shard a call's simulations over a 1-D mesh of ``devices`` (axis ``sims``), run the same
     single-device compiled engine on every shard (asynchronously: the devices work at once), and
-    gather (EngineOutput, metrics) on the host in mesh order.
+    gather (EngineOutput, metrics) on the host in mesh order. The first ``count`` rows are real;
+    they are dealt round-robin so every device gets its share (rows past them are padding).
 
     Not one SPMD program over the mesh: ``jit`` of the sharded batch and ``shard_map`` both
     compile a different HLO module, whose fusions (FMA contraction) changed the last bit of
     finish times for some simulations (measured; openxla/xla#41579); the same executable per
     shard keeps the rows byte-identical to one device."""
+    n_dev, size = len(devices), len(params)
+    order = _dealt(size, count, n_dev)
     sharding = NamedSharding(Mesh(np.array(devices), ("sims",)), PartitionSpec("sims"))
-    pp = jax.device_put(stack(params), sharding)
-    rr = jax.device_put(reqs, sharding)
-    parts = []
-    for device in devices:
-        p_d, r_d = (jax.tree_util.tree_map(lambda x: _shard_on(x, device), t) for t in (pp, rr))
+    pp = jax.device_put(stack([params[i] for i in order]), sharding)
+    rr = jax.device_put(jax.tree_util.tree_map(lambda x: x[order], reqs), sharding)
+
+    def run_on(d: int):
+        p_d, r_d = (jax.tree_util.tree_map(lambda x: _shard_on(x, devices[d]), t)
+                    for t in (pp, rr))
         out = simulate_batch(p_d, r_d, seats=seats, k_max=k_max, lanes=lanes,
-                             max_steps=max_steps)
-        parts.append((out, summarize_batch(out, r_d, p_d)))
-    out = jax.tree_util.tree_map(lambda *xs: np.concatenate([np.asarray(x) for x in xs]),
+                             max_steps=max_steps, count=np.int32(len(range(d, count, n_dev))))
+        return out, summarize_batch(out, r_d, p_d)
+
+    # Each device compiles its own executable; threads compile them at once.
+    with ThreadPoolExecutor(n_dev) as pool:
+        parts = list(pool.map(run_on, range(n_dev)))
+    back = np.argsort(order)
+    out = jax.tree_util.tree_map(lambda *xs: np.concatenate([np.asarray(x) for x in xs])[back],
                                  *[o for o, _ in parts])
-    mets = {k: np.concatenate([np.asarray(m[k]) for _, m in parts]) for k in METRICS}
+    mets = {k: np.concatenate([np.asarray(m[k]) for _, m in parts])[back] for k in METRICS}
     return out, mets
+
+
+def _dealt(size: int, count: int, n_dev: int) -> np.ndarray:
+    """Row order putting real row j (j < count) in device j % n_dev's shard, ahead of padding."""
+    per = size // n_dev
+    slots = [list(range(d, count, n_dev)) for d in range(n_dev)]
+    pad = iter(range(count, size))
+    return np.array([i for d in range(n_dev) for i in slots[d] + [next(pad) for _ in
+                                                                    range(per - len(slots[d]))]])
 
 
 def _shard_on(x: jax.Array, device) -> jax.Array:
@@ -150,22 +170,34 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
     mine = [_Sim(i, seed) for k, (i, seed) in enumerate(
         (i, seed) for i in range(len(study.points)) for seed in study.seeds) if k % count == index]
     pending: dict[int, list[_Sim]] = {}
+    bound: dict[int, list[_Sim]] = {}  # seat tier -> every simulation that may run in it
     left = [0] * len(study.points)  # simulations of each point still to run here
     for s in mine:
         if (s.point, s.seed) not in skip:
-            pending.setdefault(min(study.points[s.point].design.seats, SMALL_SEATS), []).append(s)
+            seats = study.points[s.point].design.seats
+            pending.setdefault(min(seats, SMALL_SEATS), []).append(s)
+            bound.setdefault(min(seats, SMALL_SEATS), []).append(s)
+            if seats > SMALL_SEATS:  # may overflow the narrow first try
+                bound.setdefault(seats, []).append(s)
             left[s.point] += 1
+    # One compiled shape per tier, fixed up front so that the wide tiers (needed only by the
+    # simulations that overflow) can compile in the background while the narrow ones run.
+    shapes = {seats: _call_shape(len(sims), chunk, rounds, len(devices),
+                                 max(study.points[s.point].workload.capacity for s in sims))
+              for seats, sims in bound.items()}
+    warm = {seats: _Background(_warm, shapes[seats], seats, k_max, devices, max_steps,
+                               params[0])
+            for seats in shapes if pending and seats not in pending
+            and sum(len(v) for v in pending.values()) > shapes[min(pending)][0]}
     total, done = len(mine), len(mine) - sum(left)
     designs_total = len({s.point for s in mine})
     t0 = time.perf_counter()
     while pending:
         seats = min(pending)
         sims = pending.pop(seats)
-        n_req = max(study.points[s.point].workload.capacity for s in sims)
-        lanes = min(chunk, -(-len(sims) // len(devices)))
-        calls = -(-len(sims) // (len(devices) * lanes * rounds))
-        # Equal calls and equal shares per device: one compiled shape per group.
-        size = -(-len(sims) // (calls * len(devices) * lanes)) * lanes * len(devices)
+        size, lanes, n_req = shapes[seats]
+        if seats in warm:
+            warm.pop(seats).wait()
         for start in range(0, len(sims), size):
             t_call = time.perf_counter()
             part = sims[start:start + size]
@@ -176,7 +208,8 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
             args += [sample_args(_NOTHING, 0, 2, n_req)] * (size - len(part))
             plist += [plist[0]] * (size - len(part))
             reqs = sample_batch(n_req, stack(args))
-            out, mets = _dispatch(plist, reqs, seats, k_max, lanes, devices, max_steps)
+            out, mets = _dispatch(plist, reqs, seats, k_max, lanes, devices, max_steps,
+                                  len(part))
             overflow = np.asarray(out.overflow)
             kept = [j for j, s in enumerate(part) if not overflow[j]]
             for j, s in enumerate(part):
@@ -197,6 +230,43 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
                 designs = sum(1 for i in {s.point for s in mine} if left[i] == 0)
                 progress(done, total, designs, designs_total, time.perf_counter() - t0)
             yield Chunk(metrics, requests, seats, time.perf_counter() - t_call)
+
+
+def _call_shape(sims: int, chunk: int, rounds: int, n_dev: int, n_req: int
+                ) -> tuple[int, int, int]:
+    """(simulations per call, lanes per device, requests per simulation) for up to ``sims``
+    simulations: equal calls, equal shares per device."""
+    lanes = min(chunk, -(-sims // n_dev))
+    calls = -(-sims // (n_dev * lanes * rounds))
+    return -(-sims // (calls * n_dev * lanes)) * lanes * n_dev, lanes, n_req
+
+
+def _warm(shape: tuple[int, int, int], seats: int, k_max: int, devices, max_steps, params):
+    """Compile a tier's engine by calling it on empty inputs (nothing is simulated)."""
+    size, lanes, n_req = shape
+    reqs = sample_batch(n_req, stack([sample_args(_NOTHING, 0, 2, n_req)] * size))
+    _dispatch([params] * size, reqs, seats, k_max, lanes, devices, max_steps, 0)
+
+
+class _Background:
+    """A call on a daemon thread (compilation releases the GIL, so it overlaps the main
+    thread's simulations on another core); ``wait`` re-raises its error."""
+
+    def __init__(self, fn, *args):
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(fn, args), daemon=True)
+        self.thread.start()
+
+    def _run(self, fn, args):
+        try:
+            fn(*args)
+        except BaseException as exc:  # handed to the caller by wait()
+            self.error = exc
+
+    def wait(self):
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
 
 
 def run_study(study: Study, chunk_size: int | None = None, per_request: bool | None = None,
