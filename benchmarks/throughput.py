@@ -12,6 +12,7 @@ timed test.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import resource
 import time
 from pathlib import Path
@@ -43,7 +44,9 @@ def brief(seeds: int, chunk: int | None, twin_sims: int) -> None:
     t0 = time.perf_counter()
     first = run_study(study, chunk_size=chunk)
     first_s = time.perf_counter() - t0
+    cpu0 = time.process_time()
     steady = run_study(study, chunk_size=chunk)
+    cpu = time.process_time() - cpu0
     sims = steady.simulations
     requests = int(steady.runs["requests"].sum())
     print(f"device: {jax.devices()[0].platform} ({jax.devices()[0].device_kind}) "
@@ -54,6 +57,7 @@ def brief(seeds: int, chunk: int | None, twin_sims: int) -> None:
     print(f"  steady state: {steady.seconds:.2f} s: {sims / steady.seconds:,.1f} simulations/s, "
           f"{requests / steady.seconds:,.0f} requests/s; compile ~ "
           f"{max(first.seconds - steady.seconds, 0):.1f} s")
+    print(f"  steady state CPU time (all threads): {cpu:.2f} s ({sims / cpu:,.1f} sims per CPU-s)")
     print(f"  peak host RSS {peak_rss_gb():.2f} GB; peak device memory {device_memory_gb()}")
 
     if twin_sims < 1:
@@ -72,20 +76,24 @@ def brief(seeds: int, chunk: int | None, twin_sims: int) -> None:
 
 
 def scaling(chunk: int | None) -> None:
-    """Cost growth with simulations and requests per simulation (the brief's 72 designs)."""
-    print("\nscaling (the brief's 72 designs; steady state after compile):")
+    """Cost growth with simulations (1 to 16,384) and requests per simulation (100 to 10,000),
+    cycling through the brief's 72 designs."""
+    print("\nscaling (the brief's designs; steady state after compile):")
     print(f"{'sims':>7} {'requests/sim':>13} {'seconds':>9} {'sims/s':>10} {'requests/s':>12}")
     base = BRIEF.read_text()
-    for n_requests, seed_list in [(100, [1, 16, 64]), (1000, [1, 16]), (10000, [1])]:
+    for n_requests, sims_list in [(100, [1, 72, 1152, 16384]), (1000, [1, 72, 1152]),
+                                  (10000, [1, 72])]:
         path = Path("/tmp") / f"servesweep_scaling_{n_requests}.toml"
         path.write_text(base.replace("duration_s = 60.0", f"duration_s = {n_requests / 16.0}"))
-        for seeds in seed_list:
-            study = load_study(path, seeds=seeds)
+        for sims in sims_list:
+            study = load_study(path, seeds=max(1, sims // 72))
+            if sims < len(study.points):
+                study = dataclasses.replace(study, points=study.points[:sims])
             run_study(study, chunk_size=chunk)
             res = run_study(study, chunk_size=chunk)
             print(f"{res.simulations:>7} {res.runs['requests'].mean():>13,.0f} "
                   f"{res.seconds:>9.2f} {res.simulations / res.seconds:>10,.1f} "
-                  f"{res.runs['requests'].sum() / res.seconds:>12,.0f}")
+                  f"{res.runs['requests'].sum() / res.seconds:>12,.0f}", flush=True)
 
 
 if __name__ == "__main__":
