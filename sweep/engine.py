@@ -244,11 +244,16 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int,
 
     # 6. The pass.
     f64 = jnp.float64
-    pre_len = jnp.where(new, new_prompt, 0) + jnp.where(readmitted, r_len, 0)
+    # A transferred request (a decode pool's) is not prefilled: its admission decodes one token
+    # over its cached context (docs/model.md "Disaggregated prefill and decode").
+    load = new & p.transferred
+    pre_len = jnp.where(new & ~load, new_prompt, 0) + jnp.where(readmitted, r_len, 0)
     decode = running & work
     dt = pass_time(p.timing, pre_len.sum(dtype=f64),
                    (pre_len.astype(jnp.int64) * (pre_len + 1) // 2).sum(dtype=f64),
-                   decode.sum(dtype=f64), jnp.where(decode, ctx, 0).sum(dtype=f64), xp=jnp)
+                   (decode | load).sum(dtype=f64),
+                   (jnp.where(decode, ctx, 0) + jnp.where(load, new_prompt, 0)).sum(dtype=f64),
+                   xp=jnp)
     dt = jnp.where(work, dt, 0.0)
     t_end = t + dt
 
