@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from . import topology
 from .api import stack, summarize_batch
 from .engine import simulate_batch
 from .config import Study
@@ -82,6 +83,7 @@ def plan_chunks(study: Study, chunk_size: int | None = None) -> tuple[int, int]:
     k_max = max(p.design.draft_tokens for p in study.points)
     budget = memory_budget_bytes()
     per_lane, per_sim = simulation_bytes(n_max, seats_max, k_max)
+    per_sim *= _widest(study)  # a simulation's replicas are queued as simulations of their own
     fits = max(1, int(budget // (per_lane + per_sim)))
     chunk = chunk_size or study.chunk_size
     if chunk and chunk > fits:
@@ -95,28 +97,41 @@ def plan_chunks(study: Study, chunk_size: int | None = None) -> tuple[int, int]:
     return chunk, rounds
 
 
+def _widest(study: Study) -> int:
+    """Servers of the study's widest simulation in one engine call (its replicas)."""
+    return max(p.design.replicas for p in study.points)
+
+
 def _dispatch(params: list, reqs, seats: int, k_max: int, lanes: int, devices,
-              max_steps) -> tuple:
-    """Shard a call's simulations over a 1-D mesh of ``devices`` (axis ``sims``), run the same
-    single-device compiled engine on every shard (asynchronously: the devices work at once), and
-    gather (EngineOutput, metrics) on the host in mesh order.
+              max_steps, widest: int = 1) -> tuple:
+    """Shard a call's simulations (their ``topology.Plan``s) over a 1-D mesh of ``devices``
+    (axis ``sims``), run the same single-device compiled engine on every shard (asynchronously:
+    the devices work at once), gather the EngineOutput on the host in mesh order, merge the
+    servers of each simulation (``topology.run``), and summarize the same way.
 
     Not one SPMD program over the mesh: ``jit`` of the sharded batch and ``shard_map`` both
     compile a different HLO module, whose fusions (FMA contraction) changed the last bit of
     finish times for some simulations (measured; openxla/xla#41579); the same executable per
     shard keeps the rows byte-identical to one device."""
     sharding = NamedSharding(Mesh(np.array(devices), ("sims",)), PartitionSpec("sims"))
-    pp = jax.device_put(stack(params), sharding)
-    rr = jax.device_put(reqs, sharding)
-    parts = []
-    for device in devices:
-        p_d, r_d = (jax.tree_util.tree_map(lambda x: _shard_on(x, device), t) for t in (pp, rr))
-        out = simulate_batch(p_d, r_d, seats=seats, k_max=k_max, lanes=lanes,
-                             max_steps=max_steps)
-        parts.append((out, summarize_batch(out, r_d, p_d)))
-    out = jax.tree_util.tree_map(lambda *xs: np.concatenate([np.asarray(x) for x in xs]),
-                                 *[o for o, _ in parts])
-    mets = {k: np.concatenate([np.asarray(m[k]) for _, m in parts]) for k in METRICS}
+
+    def sharded(trees):
+        placed = [jax.device_put(t, sharding) for t in trees]
+        return [[jax.tree_util.tree_map(lambda x: _shard_on(x, d), t) for t in placed]
+                for d in devices]
+
+    def call(server_params, server_reqs):
+        outs = [simulate_batch(p_d, r_d, seats=seats, k_max=k_max, lanes=lanes,
+                               max_steps=max_steps)
+                for p_d, r_d in sharded([stack(server_params), server_reqs])]
+        return jax.tree_util.tree_map(lambda *xs: np.concatenate([np.asarray(x) for x in xs]),
+                                      *outs)
+
+    # ``widest`` servers per simulation whatever the chunk holds: one compiled shape per study.
+    out = topology.run(params, reqs, call, len(params) * widest)
+    parts = [summarize_batch(o_d, r_d, p_d) for o_d, r_d, p_d in
+             sharded([out, reqs, stack([p.system for p in params])])]
+    mets = {k: np.concatenate([np.asarray(m[k]) for m in parts]) for k in METRICS}
     return out, mets
 
 
@@ -142,7 +157,7 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
     chunk, rounds = plan_chunks(study, chunk_size)
     want_requests = study.per_request if per_request is None else per_request
     max_steps = None if study.max_steps is None else jnp.int32(study.max_steps)
-    params = [p.design.params() for p in study.points]
+    params = [topology.plan(p.design) for p in study.points]
     drawn = {seed: draws(study.uncertain, seed) for seed in study.seeds}
     sim_params = _uncertain_params(study, params, drawn)
     k_max = max(p.design.draft_tokens for p in study.points)
@@ -176,7 +191,8 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
             args += [sample_args(_NOTHING, 0, 2, n_req)] * (size - len(part))
             plist += [plist[0]] * (size - len(part))
             reqs = sample_batch(n_req, stack(args))
-            out, mets = _dispatch(plist, reqs, seats, k_max, lanes, devices, max_steps)
+            out, mets = _dispatch(plist, reqs, seats, k_max, lanes, devices, max_steps,
+                                  _widest(study))
             overflow = np.asarray(out.overflow)
             kept = [j for j, s in enumerate(part) if not overflow[j]]
             for j, s in enumerate(part):
@@ -215,8 +231,8 @@ def run_study(study: Study, chunk_size: int | None = None, per_request: bool | N
 
 
 def _uncertain_params(study: Study, params: list, drawn: dict) -> Callable:
-    """A simulation's engine arrays: its design's, with the seed's draws of the uncertain
-    factors when there are any (the same draw for every design: common random numbers)."""
+    """A simulation's plan: its design's, with the seed's draws of the uncertain factors when
+    there are any (the same draw for every design: common random numbers)."""
     if not study.uncertain:
         return lambda s: params[s.point]
     cache: dict = {}
@@ -224,7 +240,7 @@ def _uncertain_params(study: Study, params: list, drawn: dict) -> Callable:
     def sim_params(s: _Sim):
         if (s.point, s.seed) not in cache:
             design = study.points[s.point].design.replace(**drawn[s.seed])
-            cache[(s.point, s.seed)] = design.params()
+            cache[(s.point, s.seed)] = topology.plan(design)
         return cache[(s.point, s.seed)]
 
     return sim_params

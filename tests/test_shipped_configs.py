@@ -11,7 +11,8 @@ from sweep.cli import main
 from sweep.config import load_study
 
 CONFIGS = Path(__file__).parents[1] / "configs"
-SEEDS = {"bursty": 2, "trace_replay": 3, "uncertainty": 3, "calibrated": 6}  # x designs = 12
+SEEDS = {"bursty": 2, "trace_replay": 3, "uncertainty": 3, "calibrated": 6, "replicas": 4,
+         "disaggregated": 3}  # x designs = 12
 
 
 def shrunk(name: str, tmp_path: Path) -> Path:
@@ -50,5 +51,15 @@ def test_shipped_config_runs(name, tmp_path):
         assert runs.groupby("seed")["compute_efficiency"].nunique().eq(1).all()
         assert runs["compute_efficiency"].nunique() == 3
         assert runs["acceptance"].between(0.5, 0.8).all()
+    elif name == "replicas":
+        assert sorted(runs["replicas"].unique()) == [1, 2, 4]
+        assert (runs["router"] == "round_robin").all()
+        # the same requests, every GPU paid for: more replicas never wait longer for a seat
+        by = runs.groupby("replicas")["mean_ttft_s"].mean()
+        assert by[4] <= by[1]
+    elif name == "disaggregated":
+        assert sorted(runs["prefill_gpus"].unique()) == [1, 2]
+        assert (runs["decode_gpus"] == 2).all() and runs["gpus"].isna().all()
+        assert sorted(runs["kv_link_gbps"].unique()) == [100.0, 400.0]
     else:
         assert runs["compute_efficiency"].iloc[0] == pytest.approx(0.55, rel=0.03)
