@@ -20,7 +20,7 @@ GPUS = (1, 2, 4, 8)
 WEIGHT_BITS = (16, 8, 4)
 KV_BITS = (16, 8)
 MAX_DRAFT_TOKENS = 16
-ROUTERS = ("round_robin",)  # "least_outstanding" is refused: the engine does not simulate it yet
+ROUTERS = ("round_robin", "least_outstanding")
 MAX_REPLICAS = 64
 #: Default KV link: one 400 Gb/s NDR InfiniBand port (NVIDIA ConnectX-7 datasheet), as the
 #: inter-node link between a prefill and a decode instance (DistServe, Splitwise).
@@ -113,9 +113,6 @@ class Design:
                 raise ValueError(f"levers.{key}: must be an integer in [{lo}, {hi}], got {value!r}")
 
         integer("replicas", self.replicas, 1, MAX_REPLICAS)
-        if self.router == "least_outstanding":
-            raise ValueError("levers.router: \"least_outstanding\" is not simulated yet; "
-                             f"allowed: {', '.join(ROUTERS)}")
         allowed("router", self.router, ROUTERS)
         if self.disaggregated:
             for key in ("prefill_gpus", "decode_gpus"):

@@ -57,6 +57,7 @@ class RefResult:
     passes: int
     tokens: int  # total tokens generated
     truncated: bool  # hit max_steps before the simulation was done
+    replica: np.ndarray | None = None  # int [N]: each request's replica, behind a router
 
 
 def simulate_reference(params: EngineParams, req: Requests,
@@ -258,24 +259,53 @@ def simulate_reference(params: EngineParams, req: Requests,
         max_queue=max_queue, peak_blocks=peak_blocks, area_in_system=area, steps=steps, passes=passes, tokens=tokens, truncated=truncated)
 
 
-def simulate_replicas_reference(params: EngineParams, req: Requests,
-                                replicas: int) -> RefResult:
-    """Round-robin replicas (docs/model.md "Replicas"): request i (in arrival order) is served
-    by replica i mod N, each replica a server of its own; one replica is the plain server."""
+def simulate_replicas_reference(params: EngineParams, req: Requests, replicas: int,
+                                router: str = "round_robin") -> RefResult:
+    """Replicas behind a router (docs/model.md "Replicas"), each a server of its own: round
+    robin sends request i (in arrival order) to replica i mod N; least outstanding to the
+    replica with the fewest requests sent there and unfinished at its arrival (ties: the
+    lowest), found as the fixed point of choosing again from the finish times the choices so
+    far lead to (rounds: see ``topology.run``). One replica is the plain server."""
     arrival, prompt, output, n = _columns(req)
-    parts = []
-    for j in range(replicas):
-        idx = list(range(j, n, replicas))
-        sub = Requests(arrival[idx], prompt[idx], output[idx], req.end_time, req.seed)
-        parts.append((idx, simulate_reference(params, sub)))
-    if replicas == 1:
-        return parts[0][1]
-    first, finish = np.full(n, np.nan), np.full(n, np.nan)
-    generated = np.zeros(n, dtype=np.int64)
-    for idx, res in parts:
-        first[idx], finish[idx], generated[idx] = res.first_token, res.finish, res.generated
+    chosen = [i % replicas for i in range(n)]
+    for _ in range(n + 1):
+        parts = []
+        for j in range(replicas):
+            idx = [i for i in range(n) if chosen[i] == j]
+            sub = Requests(arrival[idx], prompt[idx], output[idx], req.end_time, req.seed)
+            parts.append((idx, simulate_reference(params, sub)))
+        if replicas == 1:
+            return parts[0][1]
+        first, finish = np.full(n, np.nan), np.full(n, np.nan)
+        generated = np.zeros(n, dtype=np.int64)
+        for idx, res in parts:
+            first[idx], finish[idx], generated[idx] = res.first_token, res.finish, res.generated
+        again = chosen if router == "round_robin" else _least_outstanding(arrival, finish, chosen,
+                                                                          replicas)
+        if again == chosen:
+            break
+        chosen = again
     gaps = np.concatenate([res.itl_gaps for _, res in parts])
-    return _merged(arrival, [res for _, res in parts], first, finish, generated, gaps)
+    merged = _merged(arrival, [res for _, res in parts], first, finish, generated, gaps)
+    merged.truncated |= again != chosen
+    merged.replica = np.asarray(chosen, dtype=np.int64)
+    return merged
+
+
+def _least_outstanding(arrival, finish, chosen: list, replicas: int) -> list:
+    """Each request's least-outstanding replica under ``chosen`` and its finish times: one sweep
+    over arrivals and finishes in time order."""
+    real = [i for i in range(len(arrival)) if math.isfinite(arrival[i])]
+    ends = sorted((float(finish[j]), j) for j in real if math.isfinite(finish[j]))
+    outstanding = [0] * replicas
+    again, e = list(chosen), 0
+    for i in real:
+        while e < len(ends) and ends[e][0] <= arrival[i]:
+            outstanding[chosen[ends[e][1]]] -= 1
+            e += 1
+        again[i] = min(range(replicas), key=lambda j: (outstanding[j], j))
+        outstanding[chosen[i]] += 1
+    return again
 
 
 def simulate_disaggregated_reference(prefill: EngineParams, decode: EngineParams,

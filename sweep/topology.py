@@ -31,6 +31,7 @@ class Plan(NamedTuple):
     gpus: list  # GPUs of each server: first call's, then the decode pool's
     kv_bytes_per_token: float  # KV bytes a transfer moves per prompt token
     link_bytes_per_s: float  # kv_link_gbps x 1e9 / 8 (bits to bytes)
+    router: str = "round_robin"
 
 
 def plan(design: Design) -> Plan:
@@ -45,7 +46,7 @@ def plan(design: Design) -> Plan:
                     design.kv_link_gbps * 1e9 / 8)
     one = design.pool(design.gpus).params()
     return Plan([one] * design.replicas, None, one._replace(gpus=np.float64(design.total_gpus)),
-                [design.gpus] * design.replicas, 0.0, math.inf)
+                [design.gpus] * design.replicas, 0.0, math.inf, design.router)
 
 
 def plain(p: Plan) -> bool:
@@ -58,17 +59,36 @@ def nothing(n: int) -> Requests:
                     np.float64(np.inf), np.uint32(0))
 
 
-def round_robin(r: Requests, replicas: int) -> list[Requests]:
-    """Replica j's requests: j, j + N, j + 2N, ... of the arrival order, padded to the length."""
+def round_robin(n: int, replicas: int) -> np.ndarray:
+    """The round-robin router's choice for each request: i mod N."""
+    return np.arange(n) % replicas
+
+
+def least_outstanding(r: Requests, finish, chosen, replicas: int) -> np.ndarray:
+    """Each request's replica with the fewest outstanding requests (earlier requests sent there,
+    unfinished at its arrival; ties: the lowest replica) given the choices ``chosen`` and the
+    finish times they led to. The true choices are its unique fixed point (see ``run``)."""
+    real = np.isfinite(r.arrival)
+    done_at = np.where(np.isfinite(finish), finish, np.inf)
+    counts = np.zeros((r.arrival.shape[0], replicas), np.int64)
+    for j in range(replicas):
+        mine = real & (chosen == j)
+        sent = np.cumsum(mine) - mine
+        counts[:, j] = sent - np.searchsorted(np.sort(done_at[mine]), r.arrival, side="right")
+    return np.where(real, np.argmin(counts, axis=1), chosen)
+
+
+def split(r: Requests, chosen, replicas: int) -> list[Requests]:
+    """Replica j's requests: those sent to it, in arrival order, padded to the length."""
     n = r.arrival.shape[0]
+    pad = nothing(n)
     subs = []
     for j in range(replicas):
-        pad = nothing(n)
-        k = len(range(j, n, replicas))
-        subs.append(Requests(
-            np.concatenate([r.arrival[j::replicas], pad.arrival[k:]]),
-            np.concatenate([r.prompt[j::replicas], pad.prompt[k:]]),
-            np.concatenate([r.output[j::replicas], pad.output[k:]]), r.end_time, r.seed))
+        idx = np.flatnonzero(chosen == j)
+        k = idx.size
+        subs.append(Requests(np.concatenate([r.arrival[idx], pad.arrival[k:]]),
+                             np.concatenate([r.prompt[idx], pad.prompt[k:]]),
+                             np.concatenate([r.output[idx], pad.output[k:]]), r.end_time, r.seed))
     return subs
 
 
@@ -130,16 +150,17 @@ def _combine(r: Requests, outs: list, gpus: list, first, finish, generated, hist
         truncated=np.bool_(any(bool(o.truncated) for o in outs)))
 
 
-def merge_replicas(r: Requests, outs: list, gpus: list) -> EngineOutput:
-    """Round-robin replicas' results in the original request order; one replica is itself."""
+def merge_replicas(r: Requests, outs: list, gpus: list, chosen) -> EngineOutput:
+    """Replicas' results in the original request order; one replica is itself."""
     if len(outs) == 1:
         return outs[0]
-    n, N = r.arrival.shape[0], len(outs)
+    n = r.arrival.shape[0]
     first, finish = np.full(n, np.nan), np.full(n, np.nan)
     generated = np.zeros(n, np.int64)
     for j, o in enumerate(outs):
-        k = len(range(j, n, N))
-        first[j::N], finish[j::N], generated[j::N] = o.first[:k], o.finish[:k], o.generated[:k]
+        idx = np.flatnonzero(chosen == j)
+        k = idx.size
+        first[idx], finish[idx], generated[idx] = o.first[:k], o.finish[:k], o.generated[:k]
     hist = sum(np.asarray(o.itl_hist, np.int64) for o in outs)
     return _combine(r, outs, gpus, first, finish, generated, hist)
 
@@ -172,42 +193,69 @@ def run(plans: list, reqs: Requests, call: Callable, width: int) -> EngineOutput
     """Simulate ``plans[m]`` on requests ``reqs[m]`` for every m: ``call(params list,
     stacked Requests) -> EngineOutput`` runs one engine call; the first call is padded to
     ``width`` servers (fixed per study: one compiled shape), the decode pools' call to
-    ``len(plans)``. Plain designs alone are one call on the requests as given."""
+    ``len(plans)``. Plain designs alone are one call on the requests as given.
+
+    A least-outstanding router's choices are found by rounds: simulate the replicas with the
+    choices so far, choose again from the finish times, repeat until nothing changes. Choices
+    right for the requests before i give the right finish times before ``a_i`` (a pass that
+    ends by then began before), hence the right choice for i: each round settles at least one
+    more request, and a round that changes nothing has the router's own choices. A simulation
+    still changing after ``n + 1`` rounds (n requests; a step bound can break the argument) is
+    flagged truncated."""
     m = len(plans)
     if all(plain(p) for p in plans):
         return call([p.first[0] for p in plans], reqs)
     rows = [_pick(reqs, k) for k in range(m)]
     n = rows[0].arrival.shape[0]
-    params, subs, owner = [], [], []
+    chosen = [round_robin(n, len(p.first)) for p in plans]
+
+    def first_call(ks) -> dict:
+        params, subs, owner = [], [], {}
+        for k in ks:
+            p, r = plans[k], rows[k]
+            parts = ([prefill_requests(r)] if p.decode is not None
+                     else split(r, chosen[k], len(p.first)))
+            owner[k] = range(len(subs), len(subs) + len(parts))
+            params += p.first
+            subs += parts
+        if len(subs) > width:
+            raise ValueError(f"topology.run: {len(subs)} servers in a call of width {width}")
+        params += [plans[0].first[0]] * (width - len(subs))
+        subs += [nothing(n)] * (width - len(subs))
+        out = call(params, _stack(subs))
+        return {k: [_pick(out, j) for j in owner[k]] for k in ks}
+
+    firsts = first_call(range(m))
+    todo = [k for k, p in enumerate(plans) if p.router == "least_outstanding" and len(p.first) > 1]
+    for _ in range(n + 1):
+        changed = []
+        for k in todo:
+            got = merge_replicas(rows[k], firsts[k], plans[k].gpus, chosen[k])
+            new = least_outstanding(rows[k], got.finish, chosen[k], len(plans[k].first))
+            if not np.array_equal(new, chosen[k]):
+                chosen[k] = new
+                changed.append(k)
+        todo = changed
+        if not todo:
+            break
+        firsts.update(first_call(todo))
+    unsettled = set(todo)
+
+    dec_params, dec_reqs, orders = [], [], {}
     for k, (p, r) in enumerate(zip(plans, rows)):
-        parts = [prefill_requests(r)] if p.decode is not None else round_robin(r, len(p.first))
-        params += p.first
-        subs += parts
-        owner.append(range(len(subs) - len(parts), len(subs)))
-    if len(subs) > width:
-        raise ValueError(f"topology.run: {len(subs)} servers in a call of width {width}")
-    params += [plans[0].first[0]] * (width - len(subs))
-    subs += [nothing(n)] * (width - len(subs))
-    out1 = call(params, _stack(subs))
-    firsts = [[_pick(out1, j) for j in owner[k]] for k in range(m)]
-    if all(p.decode is None for p in plans):
-        return _stack([merge_replicas(rows[k], firsts[k], plans[k].gpus) for k in range(m)])
-    dec_params, dec_reqs, orders = [], [], []
-    for p, r, f in zip(plans, rows, firsts):
         if p.decode is None:
             dec_params.append(plans[0].first[0])
             dec_reqs.append(nothing(n))
-            orders.append(None)
         else:
-            dr, order = decode_requests(r, transfer_ready(r, f[0].first, p))
+            dr, orders[k] = decode_requests(r, transfer_ready(r, firsts[k][0].first, p))
             dec_params.append(p.decode)
             dec_reqs.append(dr)
-            orders.append(order)
-    out2 = call(dec_params, _stack(dec_reqs))
+    out2 = call(dec_params, _stack(dec_reqs)) if orders else None
     merged = []
-    for k, (p, r, f) in enumerate(zip(plans, rows, firsts)):
+    for k, (p, r) in enumerate(zip(plans, rows)):
         if p.decode is None:
-            merged.append(merge_replicas(r, f, p.gpus))
+            o = merge_replicas(r, firsts[k], p.gpus, chosen[k])
+            merged.append(o._replace(truncated=np.bool_(True)) if k in unsettled else o)
         else:
-            merged.append(merge_pools(r, f[0], _pick(out2, k), orders[k], p.gpus))
+            merged.append(merge_pools(r, firsts[k][0], _pick(out2, k), orders[k], p.gpus))
     return _stack(merged)

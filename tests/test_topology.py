@@ -1,4 +1,4 @@
-"""Replicas behind a round-robin router and disaggregated prefill/decode pools: the engine's
+"""Replicas behind a router and disaggregated prefill/decode pools: the engine's
 composition (sweep/topology.py) and the event-driven twin's agree request by request, and
 switching either off changes nothing."""
 import math
@@ -51,8 +51,9 @@ def _cases(kind: str, seed: int):
         d, _, small = _random_design(rng, i)
         if i % 4 == 1:  # a full paged cache under a burst: preemptions
             d, small = d.replace(batching="continuous", kv_cache="paged", max_batch=SEATS), True
-        if kind == "replicas":
-            d = d.replace(replicas=int(rng.integers(1, 6)))
+        if kind != "disaggregated":
+            d = d.replace(replicas=int(rng.integers(1, 6)),
+                          router="least_outstanding" if kind == "lor" else "round_robin")
         else:
             g = d.gpus
             d = d.replace(gpus=1, prefill_gpus=int(rng.choice([1, g])), decode_gpus=g,
@@ -74,21 +75,23 @@ def _cases(kind: str, seed: int):
 
 def _twin(d, p, r):
     if p.decode is None:
-        return simulate_replicas_reference(p.first[0], r, len(p.first))
+        return simulate_replicas_reference(p.first[0], r, len(p.first), p.router)
     return simulate_disaggregated_reference(p.first[0], p.decode, r, p.kv_bytes_per_token,
                                             p.link_bytes_per_s)
 
 
-@pytest.mark.parametrize("kind", ["replicas", "disaggregated"])
+@pytest.mark.parametrize("kind", ["replicas", "lor", "disaggregated"])
 def test_engine_and_twin_agree_per_request(kind):
-    cases = _cases(kind, 20261201 if kind == "replicas" else 20261202)
+    cases = _cases(kind, {"replicas": 20261201, "disaggregated": 20261202, "lor": 20261203}[kind])
     designs, plans, reqs = zip(*cases)
     width = sum(len(p.first) for p in plans)
     out = topology.run(list(plans), stack(reqs), _call, width)
-    preempted = 0
+    preempted = moved = 0
     for b, (d, p, r) in enumerate(cases):
         msg = f"case {b}: {d}"
         ref = _twin(d, p, r)
+        if kind == "lor" and len(p.first) > 1:
+            moved += _check_least_outstanding(r, ref, len(p.first))
         for name, eng, twin in [("first", out.first[b], ref.first_token),
                                 ("finish", out.finish[b], ref.finish)]:
             assert np.array_equal(np.isnan(eng), np.isnan(twin)), (name, msg)
@@ -110,10 +113,25 @@ def test_engine_and_twin_agree_per_request(kind):
             else:
                 assert v == pytest.approx(float(value), rel=1e-9, abs=1e-12), (key, msg)
     assert preempted >= 1
-    if kind == "replicas":
+    if kind != "disaggregated":
         assert {len(p.first) for p in plans} >= {1, 2, 3}
+        assert (moved > 0) == (kind == "lor")
     else:
         assert {d.kv_link_gbps for d in designs} >= {1.0, 400.0}
+
+
+def _check_least_outstanding(r, ref, n_rep) -> int:
+    """Every request went to a replica with the fewest outstanding requests (sent there
+    earlier, unfinished at its arrival), the lowest of them on a tie: by brute force. Returns
+    how many went elsewhere than round robin would send them."""
+    a = np.asarray(r.arrival)
+    done = np.where(np.isnan(ref.finish), np.inf, ref.finish)
+    moved = 0
+    for i in np.flatnonzero(np.isfinite(a)):
+        counts = [int(np.sum((ref.replica[:i] == j) & (done[:i] > a[i]))) for j in range(n_rep)]
+        assert ref.replica[i] == int(np.argmin(counts)), (i, counts)
+        moved += int(ref.replica[i] != i % n_rep)
+    return moved
 
 
 def test_one_replica_is_the_plain_engine():
@@ -138,15 +156,15 @@ def test_replicas_split_round_robin_and_cost_every_gpu():
     p = topology.plan(d)
     assert len(p.first) == 3 and float(p.system.gpus) == 6.0
     r = sample_n(Workload(num_requests=10, duration_s=None), 0, 8192, 12)
-    subs = topology.round_robin(r, 3)
+    r = type(r)(*(np.asarray(x) for x in r))
+    subs = topology.split(r, topology.round_robin(12, 3), 3)
     np.testing.assert_array_equal(subs[1].arrival[:3], np.asarray(r.arrival)[[1, 4, 7]])
     assert np.isinf(subs[1].arrival[4:]).all()
 
 
 def test_design_refuses_bad_topologies():
-    with pytest.raises(ValueError, match=r"^levers.router: .*allowed: round_robin$"):
-        Design(router="least_outstanding").validate()
-    with pytest.raises(ValueError, match=r"^levers.router: .*allowed: round_robin$"):
+    with pytest.raises(ValueError,
+                       match=r"^levers.router: .*allowed: round_robin, least_outstanding$"):
         Design(router="random").validate()
     with pytest.raises(ValueError, match=r"^levers.replicas: "):
         Design(replicas=0).validate()
