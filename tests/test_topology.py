@@ -8,6 +8,7 @@ import pytest
 
 from sweep import topology
 from sweep.api import stack
+from sweep.config import ConfigError, parse_study
 from sweep.design import Design
 from sweep.engine import ITL_LOG_WIDTH, simulate_batch
 from sweep.metrics import summarize
@@ -178,3 +179,38 @@ def test_design_refuses_bad_topologies():
         Design(prefill_gpus=1, decode_gpus=1, replicas=2).validate()
     with pytest.raises(ValueError, match=r"^design: replicas"):
         Design(replicas=2).params()
+
+
+MINIMAL = '''\
+name = "t"
+[model]
+name = "Llama-3-8B"
+[workload]
+num_requests = 10
+[levers]
+'''
+
+
+@pytest.mark.parametrize("levers, key, what", [
+    ("gpus = 2\nprefill_gpus = 1\ndecode_gpus = 1\n", "levers.gpus", "not used with prefill_gpus"),
+    ("prefill_gpus = 1\n", "levers.decode_gpus", "missing"),
+    ("prefill_gpus = 3\ndecode_gpus = 1\n", "levers.prefill_gpus", "allowed: 1, 2, 4, 8"),
+    ('router = "random"\n', "levers.router", "allowed: round_robin, least_outstanding"),
+    ("replicas = 0\n", "levers.replicas", "integer in [1, 64]"),
+    ("prefill_gpus = 1\ndecode_gpus = 1\nkv_link_gbps = -1.0\n", "levers.kv_link_gbps", "(0.0"),
+])
+def test_config_refuses_in_one_line(levers, key, what):
+    with pytest.raises(ConfigError) as err:
+        parse_study(MINIMAL + levers)
+    msg = str(err.value)
+    assert "\n" not in msg and f"{key}:" in msg and what in msg, msg
+
+
+def test_config_columns_of_pools_and_replicas():
+    pools = parse_study(MINIMAL + "prefill_gpus = [1, 2]\ndecode_gpus = 4\n")
+    cols = [p.columns for p in pools.points]
+    assert [c["prefill_gpus"] for c in cols] == [1, 2] and cols[0]["gpus"] is None
+    assert cols[0]["kv_link_gbps"] == 400.0 and pools.points[0].design.total_gpus == 5
+    reps = parse_study(MINIMAL + 'replicas = 3\nrouter = "least_outstanding"\n').points[0]
+    assert reps.columns["kv_link_gbps"] is None and reps.design.total_gpus == 3
+    assert reps.columns["router"] == "least_outstanding"
