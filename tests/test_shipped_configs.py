@@ -1,5 +1,5 @@
 """Every shipped config of issue #5's features runs under 'sweep run', shrunk to 40 requests, 8
-seats and 12 simulations each (so the engine compiles for two shapes in all)."""
+seats and 12 simulations each (so the engine compiles for a few shapes in all)."""
 import re
 import shutil
 from pathlib import Path
