@@ -225,5 +225,5 @@ class EngineParams(NamedTuple):
     accept_thresholds: np.ndarray  # int32[MAX_DRAFT_TOKENS]: round(acceptance**j x 2**24), 0 past k
     block_bytes: np.ndarray  # float64: bytes per KV block (for peak KV memory)
     gpus: np.ndarray  # float64
-    transferred: np.ndarray  # bool: requests arrive prefilled (a decode pool, see sweep/topology.py)
+    transferred: np.ndarray  # bool: requests arrive prefilled (a decode pool: sweep/topology.py)
     price_per_gpu_s: np.ndarray  # float64, $ per GPU-second

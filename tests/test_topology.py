@@ -12,8 +12,8 @@ from sweep.config import ConfigError, parse_study
 from sweep.design import Design
 from sweep.engine import ITL_LOG_WIDTH, simulate_batch
 from sweep.metrics import summarize
-from sweep.reference import (simulate_disaggregated_reference, simulate_reference,
-                             simulate_replicas_reference, summarize_reference)
+from sweep.reference import (simulate_disaggregated_reference, simulate_replicas_reference,
+                             summarize_reference)
 from sweep.workload import Lengths, Workload, sample_n
 from tests.test_twin_agreement import CONTEXT, K_MAX, N_DESIGNS, N_REQ, SEATS, _random_design
 
@@ -214,3 +214,17 @@ def test_config_columns_of_pools_and_replicas():
     reps = parse_study(MINIMAL + 'replicas = 3\nrouter = "least_outstanding"\n').points[0]
     assert reps.columns["kv_link_gbps"] is None and reps.design.total_gpus == 3
     assert reps.columns["router"] == "least_outstanding"
+
+
+def test_rows_do_not_depend_on_the_chunking():
+    from sweep.runner import run_study
+    small = MINIMAL.replace("num_requests = 10", "num_requests = 24\narrival_rate = 60.0")
+    study = parse_study(small + 'max_batch = 4\nreplicas = [1, 3]\nrouter = "least_outstanding"\n'
+                        "[run]\nseeds = 2\n")
+    pools = parse_study(small + "max_batch = 4\nprefill_gpus = 1\ndecode_gpus = [1, 2]\n"
+                        "[run]\nseeds = 2\n")
+    for s in (study, pools):
+        whole = run_study(s, per_request=True)
+        apart = run_study(s, chunk_size=1, per_request=True)
+        assert whole.runs.equals(apart.runs) and whole.requests.equals(apart.requests)
+        assert not whole.runs["truncated"].any()
