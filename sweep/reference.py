@@ -293,18 +293,18 @@ def simulate_replicas_reference(params: EngineParams, req: Requests, replicas: i
 
 
 def _least_outstanding(arrival, finish, chosen: list, replicas: int) -> list:
-    """Each request's least-outstanding replica under ``chosen`` and its finish times: one sweep
-    over arrivals and finishes in time order."""
-    real = [i for i in range(len(arrival)) if math.isfinite(arrival[i])]
-    ends = sorted((float(finish[j]), j) for j in real if math.isfinite(finish[j]))
-    outstanding = [0] * replicas
-    again, e = list(chosen), 0
-    for i in real:
-        while e < len(ends) and ends[e][0] <= arrival[i]:
-            outstanding[chosen[ends[e][1]]] -= 1
-            e += 1
-        again[i] = min(range(replicas), key=lambda j: (outstanding[j], j))
-        outstanding[chosen[i]] += 1
+    """The router's choices again (docs/model.md "Replicas"): in arrival order, each request to
+    the replica with the fewest requests sent there by the new choices and not finished at its
+    arrival by the finish times ``chosen`` led to, ties to the lowest."""
+    again = list(chosen)
+    for i in range(len(arrival)):
+        if not math.isfinite(arrival[i]):
+            continue
+        outstanding = [0] * replicas
+        for j in range(i):
+            if not finish[j] <= arrival[i]:  # nan (never finished) is outstanding
+                outstanding[again[j]] += 1
+        again[i] = min(range(replicas), key=lambda k: (outstanding[k], k))
     return again
 
 

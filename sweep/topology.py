@@ -65,17 +65,24 @@ def round_robin(n: int, replicas: int) -> np.ndarray:
 
 
 def least_outstanding(r: Requests, finish, chosen, replicas: int) -> np.ndarray:
-    """Each request's replica with the fewest outstanding requests (earlier requests sent there,
-    unfinished at its arrival; ties: the lowest replica) given the choices ``chosen`` and the
-    finish times they led to. The true choices are its unique fixed point (see ``run``)."""
+    """The router's choices again, request by request in arrival order, each to the replica with
+    the fewest outstanding requests (sent there by these new choices, not finished at its arrival
+    by the finish times ``finish`` that ``chosen`` led to; ties: the lowest replica). Choices
+    right before i give the right choice for i (see ``run``), and counting the new choices makes
+    the later ones follow the requests that moved, so rounds settle many requests at once."""
     real = np.isfinite(r.arrival)
-    done_at = np.where(np.isfinite(finish), finish, np.inf)
-    counts = np.zeros((r.arrival.shape[0], replicas), np.int64)
-    for j in range(replicas):
-        mine = real & (chosen == j)
-        sent = np.cumsum(mine) - mine
-        counts[:, j] = sent - np.searchsorted(np.sort(done_at[mine]), r.arrival, side="right")
-    return np.where(real, np.argmin(counts, axis=1), chosen)
+    again = np.array(chosen)
+    ends = sorted((float(f), j) for j, f in enumerate(finish) if real[j] and np.isfinite(f))
+    outstanding = [0] * replicas
+    e = 0
+    for i in np.flatnonzero(real):
+        a = float(r.arrival[i])
+        while e < len(ends) and ends[e][0] <= a:  # finishes after arrival: only of j < i
+            outstanding[again[ends[e][1]]] -= 1
+            e += 1
+        again[i] = outstanding.index(min(outstanding))
+        outstanding[again[i]] += 1
+    return again
 
 
 def split(r: Requests, chosen, replicas: int) -> list[Requests]:
@@ -196,7 +203,7 @@ def run(plans: list, reqs: Requests, call: Callable, width: int) -> EngineOutput
     ``len(plans)``. Plain designs alone are one call on the requests as given.
 
     A least-outstanding router's choices are found by rounds: simulate the replicas with the
-    choices so far, choose again from the finish times, repeat until nothing changes. Choices
+    choices so far, choose again (``least_outstanding``), repeat until nothing changes. Choices
     right for the requests before i give the right finish times before ``a_i`` (a pass that
     ends by then began before), hence the right choice for i: each round settles at least one
     more request, and a round that changes nothing has the router's own choices. A simulation
