@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from . import topology
 from .design import Design, EngineParams
 from .engine import EngineOutput, simulate_batch
 from .metrics import METRICS, summarize
@@ -47,7 +48,7 @@ def simulate(designs: Design | list[Design], workload: Workload, seeds: int | li
     cache: dict[tuple[int, int], Requests] = {}
     plist, rlist, rows = [], [], []
     for d_idx, d in enumerate(designs):
-        p = d.params()
+        p = topology.plan(d)
         ctx = d.context_limit
         for seed in seeds:
             if (ctx, seed) not in cache:
@@ -58,8 +59,12 @@ def simulate(designs: Design | list[Design], workload: Workload, seeds: int | li
     seats = max(d.seats for d in designs)
     k_max = max(d.draft_tokens for d in designs)
     reqs = stack(rlist)
-    out, mets = run_batch(stack(plist), reqs, seats, k_max,
-                          None if max_steps is None else jnp.int32(max_steps))
+    steps = None if max_steps is None else jnp.int32(max_steps)
+    out = topology.run(plist, reqs, lambda pp, rr: simulate_batch(
+        stack(pp), rr, seats=seats, k_max=k_max, max_steps=steps),
+        len(plist) * max(d.replicas for d in designs))
+    mets = {k: np.asarray(v) for k, v in
+            summarize_batch(out, reqs, stack([p.system for p in plist])).items()}
     metrics = pd.DataFrame(rows)
     for name in METRICS:
         metrics[name] = mets[name]

@@ -43,10 +43,11 @@ COLUMNS: list[str] = [
     "batching", "kv_cache", "gpus", "weight_bits", "kv_bits", "draft_tokens", "acceptance",
     "draft_cost", "max_batch", "block_size", "max_seq_len",
     "arrival_cv", "trace", "trace_time_scale",
+    "replicas", "router", "prefill_gpus", "decode_gpus", "kv_link_gbps",
 ]
 #: Columns that hold strings (a brief limit on them makes no sense).
 TEXT_COLUMNS = ("gpu", "model", "arrival", "prompt_tokens_dist", "output_tokens_dist",
-                "batching", "kv_cache", "trace")
+                "batching", "kv_cache", "trace", "router")
 NUMERIC_COLUMNS = [c for c in COLUMNS if c not in TEXT_COLUMNS]
 
 DEFAULT_MAX_DESIGNS = 100_000
@@ -72,7 +73,9 @@ WORKLOAD_KEYS = {"arrival": "str", "arrival_rate": "num", "duration_s": "num",
 TRACE_REPLACES = ("arrival", "arrival_rate", "arrival_cv", "prompt_tokens", "output_tokens")
 LEVER_KEYS = {"batching": "str", "kv_cache": "str", "gpus": "int", "weight_bits": "int",
               "kv_bits": "int", "draft_tokens": "int", "acceptance": "num", "draft_cost": "num",
-              "max_batch": "int", "block_size": "int", "max_seq_len": "int"}
+              "max_batch": "int", "block_size": "int", "max_seq_len": "int",
+              "replicas": "int", "router": "str", "prefill_gpus": "int", "decode_gpus": "int",
+              "kv_link_gbps": "num"}
 RUN_KEYS = ("seeds", "chunk_size", "per_request", "max_designs", "max_steps")
 SECTIONS = {"hardware": HARDWARE_KEYS, "model": MODEL_KEYS, "workload": WORKLOAD_KEYS,
             "levers": LEVER_KEYS}
@@ -462,6 +465,10 @@ class _Parser:
                            f"{what}; allowed: exactly one of name (a catalog model: "
                            f"{', '.join(MODEL_CATALOG)}) or config_json (a Hugging Face "
                            "config.json path)")
+        levers = sections["levers"]
+        if "gpus" in levers and ("prefill_gpus" in levers or "decode_gpus" in levers):
+            raise self.err(["levers", "gpus"], "not used with prefill_gpus and decode_gpus (each "
+                                               "pool's GPUs); allowed: leave gpus unset")
         wl = sections["workload"]
         if "trace" in wl:
             self.check_trace_keys(wl)
@@ -716,7 +723,7 @@ class _Parser:
         for c in ("gpu", "compute_efficiency", "bandwidth_efficiency", "overhead_ms",
                   "memory_overhead_fraction", "batching", "kv_cache", "gpus", "weight_bits",
                   "kv_bits", "draft_tokens", "acceptance", "draft_cost", "max_batch",
-                  "block_size"):
+                  "block_size", "replicas", "router"):
             base_cols[c] = _DESIGN_DEFAULTS[c]
         base_cols["arrival"] = _WORKLOAD_DEFAULTS["arrival"]
         base_cols["arrival_rate"] = float(_WORKLOAD_DEFAULTS["arrival_rate"])
@@ -768,6 +775,9 @@ class _Parser:
             cols["arrival_cv"] = float(wkw["arrival_cv"]) if wkw["arrival"] == "gamma" else None
             if wkw["trace"] is not None:
                 cols["trace_time_scale"] = float(wkw["trace_time_scale"])
+            pools = dkw["prefill_gpus"] is not None or dkw["decode_gpus"] is not None
+            cols["gpus"] = None if pools else dkw["gpus"]  # the pools have their own
+            cols["kv_link_gbps"] = float(dkw["kv_link_gbps"]) if pools else None
             for col, s in seen_values.items():
                 s.add(_hashable(cols[col]))
             if any(all(cols[col] in vals for col, vals in ex.items()) for ex in excludes):

@@ -20,6 +20,11 @@ GPUS = (1, 2, 4, 8)
 WEIGHT_BITS = (16, 8, 4)
 KV_BITS = (16, 8)
 MAX_DRAFT_TOKENS = 16
+ROUTERS = ("round_robin", "least_outstanding")
+MAX_REPLICAS = 64
+#: Default KV link: one 400 Gb/s NDR InfiniBand port (NVIDIA ConnectX-7 datasheet), as the
+#: inter-node link between a prefill and a decode instance (DistServe, Splitwise).
+DEFAULT_KV_LINK_GBPS = 400.0
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,11 @@ class Design:
     overhead_ms: float = DEFAULT_PASS_OVERHEAD_MS
     memory_overhead_fraction: float = DEFAULT_OVERHEAD_FRACTION
     price_per_gpu_hour: float | None = None  # None: the catalog's price
+    replicas: int = 1  # identical servers behind a router (docs/model.md "Replicas")
+    router: str = "round_robin"
+    prefill_gpus: int | None = None  # both set: disaggregated prefill and decode pools
+    decode_gpus: int | None = None
+    kv_link_gbps: float = DEFAULT_KV_LINK_GBPS  # prefill -> decode KV transfer, Gb/s
 
     @property
     def gpu_spec(self) -> GPU:
@@ -52,6 +62,22 @@ class Design:
     @property
     def model_spec(self) -> Model:
         return self.model if isinstance(self.model, Model) else get_model(self.model)
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.prefill_gpus is not None or self.decode_gpus is not None
+
+    def pool(self, gpus: int) -> "Design":
+        """One server of this design: ``gpus`` GPUs, no router, no disaggregation."""
+        return self.replace(gpus=gpus, replicas=1, router="round_robin", prefill_gpus=None,
+                            decode_gpus=None, kv_link_gbps=DEFAULT_KV_LINK_GBPS)
+
+    @property
+    def total_gpus(self) -> int:
+        """Every GPU the design pays for."""
+        if self.disaggregated:
+            return self.prefill_gpus + self.decode_gpus
+        return self.replicas * self.gpus
 
     @property
     def seats(self) -> int:
@@ -86,6 +112,24 @@ class Design:
             if not (isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi):
                 raise ValueError(f"levers.{key}: must be an integer in [{lo}, {hi}], got {value!r}")
 
+        integer("replicas", self.replicas, 1, MAX_REPLICAS)
+        allowed("router", self.router, ROUTERS)
+        if self.disaggregated:
+            for key in ("prefill_gpus", "decode_gpus"):
+                if getattr(self, key) is None:
+                    raise ValueError(f"levers.{key}: missing; allowed: both prefill_gpus and "
+                                     "decode_gpus, or neither")
+                allowed(key, getattr(self, key), GPUS)
+            if self.gpus != 1:
+                raise ValueError("levers.gpus: not used with prefill_gpus and decode_gpus; "
+                                 "allowed: leave gpus unset")
+            if self.replicas != 1:
+                raise ValueError("levers.replicas: must be 1 with prefill_gpus and decode_gpus; "
+                                 "allowed: 1")
+            number("kv_link_gbps", self.kv_link_gbps, 0.0, 1e6, lo_open=True)
+            self.pool(self.prefill_gpus).validate()
+            self.pool(self.decode_gpus).validate()
+            return
         gpu, model = self.gpu_spec, self.model_spec
         allowed("batching", self.batching, BATCHING)
         allowed("kv_cache", self.kv_cache, KV_CACHE)
@@ -137,8 +181,12 @@ class Design:
             draft_tokens=self.draft_tokens, draft_cost=self.draft_cost)
 
     def params(self) -> "EngineParams":
-        """The design as engine arrays (validated first)."""
+        """One server's engine arrays (validated first); a design with replicas or
+        disaggregated pools runs as several servers: ``sweep.topology.plan``."""
         self.validate()
+        if self.replicas != 1 or self.disaggregated:
+            raise ValueError("design: replicas and prefill/decode pools are several servers; "
+                             "allowed: sweep.topology.plan(design)")
         gpu = self.gpu_spec
         price = gpu.price_per_gpu_hour if self.price_per_gpu_hour is None else self.price_per_gpu_hour
         return EngineParams(
@@ -155,6 +203,7 @@ class Design:
             block_bytes=np.float64(self.block_tokens * self.model_spec.kv_bytes_per_token(
                 self.kv_bits)),
             gpus=np.float64(self.gpus),
+            transferred=np.bool_(False),
             price_per_gpu_s=np.float64(price / 3600.0),
         )
 
@@ -176,4 +225,5 @@ class EngineParams(NamedTuple):
     accept_thresholds: np.ndarray  # int32[MAX_DRAFT_TOKENS]: round(acceptance**j x 2**24), 0 past k
     block_bytes: np.ndarray  # float64: bytes per KV block (for peak KV memory)
     gpus: np.ndarray  # float64
+    transferred: np.ndarray  # bool: requests arrive prefilled (a decode pool: sweep/topology.py)
     price_per_gpu_s: np.ndarray  # float64, $ per GPU-second

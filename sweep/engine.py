@@ -244,11 +244,16 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int,
 
     # 6. The pass.
     f64 = jnp.float64
-    pre_len = jnp.where(new, new_prompt, 0) + jnp.where(readmitted, r_len, 0)
+    # A transferred request (a decode pool's) is not prefilled: its admission decodes one token
+    # over its cached context (docs/model.md "Disaggregated prefill and decode").
+    load = new & p.transferred
+    pre_len = jnp.where(new & ~load, new_prompt, 0) + jnp.where(readmitted, r_len, 0)
     decode = running & work
     dt = pass_time(p.timing, pre_len.sum(dtype=f64),
                    (pre_len.astype(jnp.int64) * (pre_len + 1) // 2).sum(dtype=f64),
-                   decode.sum(dtype=f64), jnp.where(decode, ctx, 0).sum(dtype=f64), xp=jnp)
+                   (decode | load).sum(dtype=f64),
+                   (jnp.where(decode, ctx, 0) + jnp.where(load, new_prompt, 0)).sum(dtype=f64),
+                   xp=jnp)
     dt = jnp.where(work, dt, 0.0)
     t_end = t + dt
 
@@ -415,16 +420,13 @@ def _where(mask, a, b):
 @partial(jax.jit, static_argnames=("seats", "k_max", "lanes", "lookahead", "block_steps"))
 def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
                    lanes: int | None = None, lookahead: int = DEFAULT_LOOKAHEAD,
-                   block_steps: int = DEFAULT_BLOCK_STEPS, max_steps=None,
-                   count=None) -> EngineOutput:
-    """Simulate the first ``count`` (default all) of the M simulations stacked along the
-    leading axis of ``p`` and ``r``, ``lanes`` (default all) at a time: steps are vmapped over
-    the lanes, and every ``block_steps`` steps the lanes whose simulation ended take the next
-    ones, so a short simulation does not wait for the longest of its batch. ``count`` is traced:
-    calls with fewer simulations than M share one compiled program (rows past ``count`` come
-    back zero). A simulation's result depends on nothing but its own inputs."""
+                   block_steps: int = DEFAULT_BLOCK_STEPS, max_steps=None) -> EngineOutput:
+    """Simulate every one of the M simulations stacked along the leading axis of ``p`` and
+    ``r``, ``lanes`` (default all) at a time: steps are vmapped over the lanes, and every
+    ``block_steps`` steps the lanes whose simulation ended take the next ones, so a short
+    simulation does not wait for the longest of its batch. A simulation's result depends on
+    nothing but its own inputs."""
     m = p.max_batch.shape[0]
-    count = jnp.int32(m) if count is None else jnp.minimum(jnp.asarray(count, jnp.int32), m)
     lanes = min(lanes or m, m)
     n = r.arrival.shape[1]
     aux_of = jax.vmap(lambda rr: _aux(rr, seats, max_steps))
@@ -446,7 +448,7 @@ def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
             lambda o, x: o.at[jnp.where(ended, pool.sim, m)].set(x, mode="drop"),
             pool.out, results)
         new_id = pool.next + jnp.cumsum(ended, dtype=jnp.int32) - 1
-        start = ended & (new_id < count)
+        start = ended & (new_id < m)
         pp, rr, aux = load(jnp.where(start, new_id, 0))
         return _Pool(
             s=_where(start, fresh, s), p=_where(start, pp, pool.p), r=_where(start, rr, pool.r),
@@ -458,6 +460,5 @@ def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
     pp, rr, aux = load(ids)
     empty = jax.eval_shape(jax.vmap(_finish), fresh, rr)
     out = jax.tree_util.tree_map(lambda x: jnp.zeros((m,) + x.shape[1:], x.dtype), empty)
-    pool = _Pool(fresh, pp, rr, aux, jnp.where(ids < count, ids, -1),
-                 jnp.minimum(jnp.int32(lanes), count), out)
+    pool = _Pool(fresh, pp, rr, aux, ids, jnp.int32(lanes), out)
     return lax.while_loop(lambda q: (q.sim >= 0).any(), block, pool).out

@@ -57,6 +57,7 @@ class RefResult:
     passes: int
     tokens: int  # total tokens generated
     truncated: bool  # hit max_steps before the simulation was done
+    replica: np.ndarray | None = None  # int [N]: each request's replica, behind a router
 
 
 def simulate_reference(params: EngineParams, req: Requests,
@@ -89,6 +90,7 @@ def simulate_reference(params: EngineParams, req: Requests,
     k = int(params.draft_tokens)
     thresholds = np.asarray(params.accept_thresholds)[:k]
     tparams = timing.TimingParams(*(np.float64(v) for v in params.timing))
+    transferred = bool(params.transferred)  # a decode pool: admissions arrive prefilled
 
     # Real requests (finite arrival) form a prefix, since arrivals are sorted.
 
@@ -160,6 +162,7 @@ def simulate_reference(params: EngineParams, req: Requests,
 
         # 4. Readmission of the earliest preempted request, at most one per step.
         prefills: list[tuple[_Seat, int]] = []  # (seat, prefill length L)
+        loads: list[_Seat] = []  # transferred admissions: one decode over the cached context
         preempted = [s for s in occupied.values() if s.preempted]
         if preempted:
             s = min(preempted, key=lambda s: s.req)
@@ -184,7 +187,11 @@ def simulate_reference(params: EngineParams, req: Requests,
                 occupied[seat_index] = s
                 used_blocks += need
                 head += 1
-                prefills.append((s, s.p))
+                if transferred:
+                    loads.append(s)
+                    prefills.append((s, 0))  # emits one token, prefills nothing
+                else:
+                    prefills.append((s, s.p))
 
         max_queue = max(max_queue, tail - head)
         peak_blocks = max(peak_blocks, used_blocks)
@@ -192,8 +199,8 @@ def simulate_reference(params: EngineParams, req: Requests,
         # 6. The pass. Integer sums are exact Python ints, then float64.
         p_tokens = sum(L for _, L in prefills)
         p_pairs = sum(L * (L + 1) // 2 for _, L in prefills)
-        d_seqs = len(running)
-        d_context = sum(s.p + s.g for s in running)
+        d_seqs = len(running) + len(loads)
+        d_context = sum(s.p + s.g for s in running) + sum(s.p for s in loads)
         if not prefills and not running and max_steps is None and math.isinf(end_time):
             # SPEC: an empty pass (nothing to prefill or decode) is run literally (its time is
             # the pass time of no work), but it means nothing can ever change: the head request
@@ -250,6 +257,109 @@ def simulate_reference(params: EngineParams, req: Requests,
         first_token=first_token, finish=finish, generated=generated, t_stop=float(t_stop),
         itl_gaps=np.asarray(itl_gaps, dtype=np.float64), preemptions=preemptions,
         max_queue=max_queue, peak_blocks=peak_blocks, area_in_system=area, steps=steps, passes=passes, tokens=tokens, truncated=truncated)
+
+
+def simulate_replicas_reference(params: EngineParams, req: Requests, replicas: int,
+                                router: str = "round_robin") -> RefResult:
+    """Replicas behind a router (docs/model.md "Replicas"), each a server of its own: round
+    robin sends request i (in arrival order) to replica i mod N; least outstanding to the
+    replica with the fewest requests sent there and unfinished at its arrival (ties: the
+    lowest), found as the fixed point of choosing again from the finish times the choices so
+    far lead to (rounds: see ``topology.run``). One replica is the plain server."""
+    arrival, prompt, output, n = _columns(req)
+    chosen = [i % replicas for i in range(n)]
+    for _ in range(n + 1):
+        parts = []
+        for j in range(replicas):
+            idx = [i for i in range(n) if chosen[i] == j]
+            sub = Requests(arrival[idx], prompt[idx], output[idx], req.end_time, req.seed)
+            parts.append((idx, simulate_reference(params, sub)))
+        if replicas == 1:
+            return parts[0][1]
+        first, finish = np.full(n, np.nan), np.full(n, np.nan)
+        generated = np.zeros(n, dtype=np.int64)
+        for idx, res in parts:
+            first[idx], finish[idx], generated[idx] = res.first_token, res.finish, res.generated
+        again = chosen if router == "round_robin" else _least_outstanding(arrival, finish, chosen,
+                                                                          replicas)
+        if again == chosen:
+            break
+        chosen = again
+    gaps = np.concatenate([res.itl_gaps for _, res in parts])
+    merged = _merged(arrival, [res for _, res in parts], first, finish, generated, gaps)
+    merged.truncated |= again != chosen
+    merged.replica = np.asarray(chosen, dtype=np.int64)
+    return merged
+
+
+def _least_outstanding(arrival, finish, chosen: list, replicas: int) -> list:
+    """The router's choices again (docs/model.md "Replicas"): in arrival order, each request to
+    the replica with the fewest requests sent there by the new choices and not finished at its
+    arrival by the finish times ``chosen`` led to, ties to the lowest."""
+    again = list(chosen)
+    for i in range(len(arrival)):
+        if not math.isfinite(arrival[i]):
+            continue
+        outstanding = [0] * replicas
+        for j in range(i):
+            if not finish[j] <= arrival[i]:  # nan (never finished) is outstanding
+                outstanding[again[j]] += 1
+        again[i] = min(range(replicas), key=lambda k: (outstanding[k], k))
+    return again
+
+
+def simulate_disaggregated_reference(prefill: EngineParams, decode: EngineParams,
+                                     req: Requests, kv_bytes_per_token: float,
+                                     link_bytes_per_s: float) -> RefResult:
+    """A prefill pool and a decode pool in tandem (docs/model.md "Disaggregated prefill and
+    decode"): the prefill pool serves every request's first token; a request with more to
+    generate then moves its prompt's KV over the link and joins the decode pool's queue in
+    order of arrival there (``decode.transferred`` must be set)."""
+    arrival, prompt, output, n = _columns(req)
+    pre = simulate_reference(prefill, Requests(arrival, prompt, np.ones(n, np.int64),
+                                               req.end_time, req.seed))
+    ready = []
+    for i in range(n):
+        t1 = float(pre.first_token[i])
+        ready.append(t1 + int(prompt[i]) * kv_bytes_per_token / link_bytes_per_s
+                     if output[i] > 1 and math.isfinite(t1) else math.inf)
+    order = [i for i in sorted(range(n), key=lambda i: (ready[i], i)) if math.isfinite(ready[i])]
+    dec = simulate_reference(decode, Requests(
+        np.array([ready[i] for i in order], dtype=np.float64),
+        np.array([prompt[i] + 1 for i in order], dtype=np.int64),
+        np.array([output[i] - 1 for i in order], dtype=np.int64), req.end_time, req.seed))
+    finish = pre.finish.copy()
+    generated = pre.generated.copy()
+    gaps = list(dec.itl_gaps)
+    for k, i in enumerate(order):
+        finish[i] = dec.finish[k]
+        generated[i] += dec.generated[k]
+        if math.isfinite(dec.first_token[k]):  # the second token: transfer and queue included
+            gaps.append(float(dec.first_token[k]) - float(pre.first_token[i]))
+    return _merged(arrival, [pre, dec], pre.first_token, finish, generated,
+                   np.asarray(gaps, dtype=np.float64))
+
+
+def _columns(req: Requests):
+    arrival = np.asarray(req.arrival, dtype=np.float64).reshape(-1)
+    return (arrival, np.asarray(req.prompt).astype(np.int64).reshape(-1),
+            np.asarray(req.output).astype(np.int64).reshape(-1), arrival.shape[0])
+
+
+def _merged(arrival, parts: list[RefResult], first, finish, generated, gaps) -> RefResult:
+    """Several servers' results as one (docs/model.md "Several servers")."""
+    t_stop = max(res.t_stop for res in parts)
+    real = np.isfinite(arrival) & (arrival <= t_stop)
+    ends = np.where(np.isfinite(finish), np.minimum(finish, t_stop), t_stop)
+    return RefResult(
+        first_token=first, finish=finish, generated=generated, t_stop=t_stop, itl_gaps=gaps,
+        preemptions=sum(res.preemptions for res in parts),
+        max_queue=max(res.max_queue for res in parts),
+        peak_blocks=sum(res.peak_blocks for res in parts),
+        area_in_system=float(np.sum(np.clip(ends[real] - arrival[real], 0.0, None))),
+        steps=sum(res.steps for res in parts), passes=sum(res.passes for res in parts),
+        tokens=sum(res.tokens for res in parts),
+        truncated=any(res.truncated for res in parts))
 
 
 def _percentile(x: np.ndarray, q: float, method: str = "linear") -> float:

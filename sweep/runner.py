@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from . import topology
 from .api import stack, summarize_batch
 from .engine import simulate_batch
 from .config import Study
@@ -84,6 +85,7 @@ def plan_chunks(study: Study, chunk_size: int | None = None) -> tuple[int, int]:
     k_max = max(p.design.draft_tokens for p in study.points)
     budget = memory_budget_bytes()
     per_lane, per_sim = simulation_bytes(n_max, seats_max, k_max)
+    per_sim *= _widest(study)  # a simulation's replicas are queued as simulations of their own
     fits = max(1, int(budget // (per_lane + per_sim)))
     chunk = chunk_size or study.chunk_size
     if chunk and chunk > fits:
@@ -97,47 +99,46 @@ def plan_chunks(study: Study, chunk_size: int | None = None) -> tuple[int, int]:
     return chunk, rounds
 
 
+def _widest(study: Study) -> int:
+    """Servers of the study's widest simulation in one engine call (its replicas)."""
+    return max(p.design.replicas for p in study.points)
+
+
 def _dispatch(params: list, reqs, seats: int, k_max: int, lanes: int, devices,
-              max_steps, count: int) -> tuple:
-    """Shard a call's simulations over a 1-D mesh of ``devices`` (axis ``sims``), run the same
-    single-device compiled engine on every shard (asynchronously: the devices work at once), and
-    gather (EngineOutput, metrics) on the host in mesh order. The first ``count`` rows are real;
-    they are dealt round-robin so every device gets its share (rows past them are padding).
+              max_steps, widest: int = 1) -> tuple:
+    """Shard a call's simulations (their ``topology.Plan``s) over a 1-D mesh of ``devices``
+    (axis ``sims``), run the same single-device compiled engine on every shard (asynchronously:
+    the devices work at once), gather the EngineOutput on the host in mesh order, merge the
+    servers of each simulation (``topology.run``), and summarize the same way.
 
     Not one SPMD program over the mesh: ``jit`` of the sharded batch and ``shard_map`` both
     compile a different HLO module, whose fusions (FMA contraction) changed the last bit of
     finish times for some simulations (measured; openxla/xla#41579); the same executable per
     shard keeps the rows byte-identical to one device."""
-    n_dev, size = len(devices), len(params)
-    order = _dealt(size, count, n_dev)
     sharding = NamedSharding(Mesh(np.array(devices), ("sims",)), PartitionSpec("sims"))
-    pp = jax.device_put(stack([params[i] for i in order]), sharding)
-    rr = jax.device_put(jax.tree_util.tree_map(lambda x: x[order], reqs), sharding)
 
-    def run_on(d: int):
-        p_d, r_d = (jax.tree_util.tree_map(lambda x: _shard_on(x, devices[d]), t)
-                    for t in (pp, rr))
-        out = simulate_batch(p_d, r_d, seats=seats, k_max=k_max, lanes=lanes,
-                             max_steps=max_steps, count=np.int32(len(range(d, count, n_dev))))
-        return out, summarize_batch(out, r_d, p_d)
+    def sharded(trees):
+        placed = [jax.device_put(t, sharding) for t in trees]
+        return [[jax.tree_util.tree_map(lambda x: _shard_on(x, d), t) for t in placed]
+                for d in devices]
 
-    # Each device compiles its own executable; threads compile them at once.
-    with ThreadPoolExecutor(n_dev) as pool:
-        parts = list(pool.map(run_on, range(n_dev)))
-    back = np.argsort(order)
-    out = jax.tree_util.tree_map(lambda *xs: np.concatenate([np.asarray(x) for x in xs])[back],
-                                 *[o for o, _ in parts])
-    mets = {k: np.concatenate([np.asarray(m[k]) for _, m in parts])[back] for k in METRICS}
+    def call(server_params, server_reqs):
+        def run_on(trees):
+            return simulate_batch(*trees, seats=seats, k_max=k_max, lanes=lanes,
+                                  max_steps=max_steps)
+
+        # Each device compiles its own executable; threads compile them at once.
+        with ThreadPoolExecutor(len(devices)) as pool:
+            outs = list(pool.map(run_on, sharded([stack(server_params), server_reqs])))
+        return jax.tree_util.tree_map(lambda *xs: np.concatenate([np.asarray(x) for x in xs]),
+                                      *outs)
+
+    # ``widest`` servers per simulation whatever the chunk holds: one compiled shape per study.
+    out = topology.run(params, reqs, call, len(params) * widest)
+    parts = [summarize_batch(o_d, r_d, p_d) for o_d, r_d, p_d in
+             sharded([out, reqs, stack([p.system for p in params])])]
+    mets = {k: np.concatenate([np.asarray(m[k]) for m in parts]) for k in METRICS}
     return out, mets
-
-
-def _dealt(size: int, count: int, n_dev: int) -> np.ndarray:
-    """Row order putting real row j (j < count) in device j % n_dev's shard, ahead of padding."""
-    per = size // n_dev
-    slots = [list(range(d, count, n_dev)) for d in range(n_dev)]
-    pad = iter(range(count, size))
-    return np.array([i for d in range(n_dev) for i in slots[d] + [next(pad) for _ in
-                                                                    range(per - len(slots[d]))]])
 
 
 def _shard_on(x: jax.Array, device) -> jax.Array:
@@ -162,7 +163,7 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
     chunk, rounds = plan_chunks(study, chunk_size)
     want_requests = study.per_request if per_request is None else per_request
     max_steps = None if study.max_steps is None else jnp.int32(study.max_steps)
-    params = [p.design.params() for p in study.points]
+    params = [topology.plan(p.design) for p in study.points]
     drawn = {seed: draws(study.uncertain, seed) for seed in study.seeds}
     sim_params = _uncertain_params(study, params, drawn)
     k_max = max(p.design.draft_tokens for p in study.points)
@@ -186,7 +187,7 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
                                  max(study.points[s.point].workload.capacity for s in sims))
               for seats, sims in bound.items()}
     warm = {seats: _Background(_warm, shapes[seats], seats, k_max, devices, max_steps,
-                               params[0])
+                               params[0], _widest(study))
             for seats in shapes if pending and seats not in pending
             and sum(len(v) for v in pending.values()) > shapes[min(pending)][0]}
     total, done = len(mine), len(mine) - sum(left)
@@ -209,7 +210,7 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
             plist += [plist[0]] * (size - len(part))
             reqs = sample_batch(n_req, stack(args))
             out, mets = _dispatch(plist, reqs, seats, k_max, lanes, devices, max_steps,
-                                  len(part))
+                                  _widest(study))
             overflow = np.asarray(out.overflow)
             kept = [j for j, s in enumerate(part) if not overflow[j]]
             for j, s in enumerate(part):
@@ -241,11 +242,12 @@ def _call_shape(sims: int, chunk: int, rounds: int, n_dev: int, n_req: int
     return -(-sims // (calls * n_dev * lanes)) * lanes * n_dev, lanes, n_req
 
 
-def _warm(shape: tuple[int, int, int], seats: int, k_max: int, devices, max_steps, params):
-    """Compile a tier's engine by calling it on empty inputs (nothing is simulated)."""
+def _warm(shape: tuple[int, int, int], seats: int, k_max: int, devices, max_steps, plan,
+          widest: int):
+    """Compile a tier's engine by calling it on simulations without requests."""
     size, lanes, n_req = shape
     reqs = sample_batch(n_req, stack([sample_args(_NOTHING, 0, 2, n_req)] * size))
-    _dispatch([params] * size, reqs, seats, k_max, lanes, devices, max_steps, 0)
+    _dispatch([plan] * size, reqs, seats, k_max, lanes, devices, max_steps, widest)
 
 
 class _Background:
@@ -285,8 +287,8 @@ def run_study(study: Study, chunk_size: int | None = None, per_request: bool | N
 
 
 def _uncertain_params(study: Study, params: list, drawn: dict) -> Callable:
-    """A simulation's engine arrays: its design's, with the seed's draws of the uncertain
-    factors when there are any (the same draw for every design: common random numbers)."""
+    """A simulation's plan: its design's, with the seed's draws of the uncertain factors when
+    there are any (the same draw for every design: common random numbers)."""
     if not study.uncertain:
         return lambda s: params[s.point]
     cache: dict = {}
@@ -294,7 +296,7 @@ def _uncertain_params(study: Study, params: list, drawn: dict) -> Callable:
     def sim_params(s: _Sim):
         if (s.point, s.seed) not in cache:
             design = study.points[s.point].design.replace(**drawn[s.seed])
-            cache[(s.point, s.seed)] = design.params()
+            cache[(s.point, s.seed)] = topology.plan(design)
         return cache[(s.point, s.seed)]
 
     return sim_params

@@ -1,5 +1,5 @@
 """Every shipped config of issue #5's features runs under 'sweep run', shrunk to 40 requests, 8
-seats and 12 simulations each (so the engine compiles for two shapes in all)."""
+seats and 12 simulations each (so the engine compiles for a few shapes in all)."""
 import re
 import shutil
 from pathlib import Path
@@ -11,7 +11,8 @@ from sweep.cli import main
 from sweep.config import load_study
 
 CONFIGS = Path(__file__).parents[1] / "configs"
-SEEDS = {"bursty": 2, "trace_replay": 3, "uncertainty": 3, "calibrated": 6}  # x designs = 12
+SEEDS = {"bursty": 2, "trace_replay": 3, "uncertainty": 3, "calibrated": 6, "replicas": 2,
+         "disaggregated": 3}  # x designs = 12
 
 
 def shrunk(name: str, tmp_path: Path) -> Path:
@@ -22,6 +23,8 @@ def shrunk(name: str, tmp_path: Path) -> Path:
     text = re.sub(r"(?m)^duration_s = .*\n", "", text)
     text = text.replace("[workload]\n", "[workload]\nnum_requests = 40\n")
     text = text.replace("[levers]\n", "[levers]\nmax_batch = 8\n")
+    # the router the comment suggests for a small workload, as an axis
+    text = text.replace('router = "round_robin"', 'router = ["round_robin", "least_outstanding"]')
     path = tmp_path / f"{name}.toml"
     path.write_text(text)
     return path
@@ -50,5 +53,16 @@ def test_shipped_config_runs(name, tmp_path):
         assert runs.groupby("seed")["compute_efficiency"].nunique().eq(1).all()
         assert runs["compute_efficiency"].nunique() == 3
         assert runs["acceptance"].between(0.5, 0.8).all()
+    elif name == "replicas":
+        assert sorted(runs["replicas"].unique()) == [1, 2, 4]
+        assert sorted(runs["router"].unique()) == ["least_outstanding", "round_robin"]
+        one = runs[runs["replicas"] == 1].sort_values(["router", "seed"])
+        assert one.iloc[:2]["p95_ttft_s"].tolist() == one.iloc[2:]["p95_ttft_s"].tolist()
+        four = runs[runs["replicas"] == 4]
+        assert (four["cost_per_mtok"] > 0).all() and (four["unfinished"] == 0).all()
+    elif name == "disaggregated":
+        assert sorted(runs["prefill_gpus"].unique()) == [1, 2]
+        assert (runs["decode_gpus"] == 2).all() and runs["gpus"].isna().all()
+        assert sorted(runs["kv_link_gbps"].unique()) == [100.0, 400.0]
     else:
         assert runs["compute_efficiency"].iloc[0] == pytest.approx(0.55, rel=0.03)

@@ -1,0 +1,268 @@
+"""Several servers as one simulation: replicas behind a router, and disaggregated prefill and
+decode pools (docs/model.md "Several servers").
+
+Both are compositions of single-server engine runs, exact by the rules: replicas interact only
+through the router (round robin: not at all; least outstanding: through its choices, found by
+rounds, see ``run``), and the prefill pool never waits for the decode pool (no backpressure), so
+the prefill pool's results fix the decode pool's arrivals. A simulation's servers are lanes of
+the same compiled engine call (the decode pools a second call), and the per-server results merge
+back into one ``EngineOutput`` in the original request order, which ``metrics.summarize`` reads
+with the plan's ``system`` arrays. Everything here is host-side numpy on per-simulation arrays: a
+simulation's result depends on nothing but its own inputs.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+from .design import Design, EngineParams
+from .engine import ITL_BINS, ITL_LO_S, ITL_LOG_WIDTH, EngineOutput
+from .workload import Requests
+
+
+class Plan(NamedTuple):
+    """How a design's simulation runs: which servers, and how their results merge."""
+
+    first: list  # EngineParams of the first call's servers: the replicas, or the prefill pool
+    decode: EngineParams | None  # the decode pool (a second call, fed by the first), or None
+    system: EngineParams  # the arrays the metrics read: every GPU's cost and utilisation
+    gpus: list  # GPUs of each server: first call's, then the decode pool's
+    kv_bytes_per_token: float  # KV bytes a transfer moves per prompt token
+    link_bytes_per_s: float  # kv_link_gbps x 1e9 / 8 (bits to bytes)
+    router: str = "round_robin"
+
+
+def plan(design: Design) -> Plan:
+    """The servers of ``design`` (validated)."""
+    design.validate()
+    if design.disaggregated:
+        pre = design.pool(design.prefill_gpus).params()
+        dec = design.pool(design.decode_gpus).params()._replace(transferred=np.bool_(True))
+        return Plan([pre], dec, dec._replace(gpus=np.float64(design.total_gpus)),
+                    [design.prefill_gpus, design.decode_gpus],
+                    float(design.model_spec.kv_bytes_per_token(design.kv_bits)),
+                    design.kv_link_gbps * 1e9 / 8)
+    one = design.pool(design.gpus).params()
+    return Plan([one] * design.replicas, None, one._replace(gpus=np.float64(design.total_gpus)),
+                [design.gpus] * design.replicas, 0.0, math.inf, design.router)
+
+
+def plain(p: Plan) -> bool:
+    return len(p.first) == 1 and p.decode is None
+
+
+def nothing(n: int) -> Requests:
+    """``n`` padding requests: a server with nothing to do stops at once."""
+    return Requests(np.full(n, np.inf), np.ones(n, np.int32), np.ones(n, np.int32),
+                    np.float64(np.inf), np.uint32(0))
+
+
+def round_robin(n: int, replicas: int) -> np.ndarray:
+    """The round-robin router's choice for each request: i mod N."""
+    return np.arange(n) % replicas
+
+
+def least_outstanding(r: Requests, finish, chosen, replicas: int) -> np.ndarray:
+    """The router's choices again, request by request in arrival order, each to the replica with
+    the fewest outstanding requests (sent there by these new choices, not finished at its arrival
+    by the finish times ``finish`` that ``chosen`` led to; ties: the lowest replica). Choices
+    right before i give the right choice for i (see ``run``), and counting the new choices makes
+    the later ones follow the requests that moved, so rounds settle many requests at once."""
+    real = np.isfinite(r.arrival)
+    again = np.array(chosen)
+    ends = sorted((float(f), j) for j, f in enumerate(finish) if real[j] and np.isfinite(f))
+    outstanding = [0] * replicas
+    e = 0
+    for i in np.flatnonzero(real):
+        a = float(r.arrival[i])
+        while e < len(ends) and ends[e][0] <= a:  # finishes after arrival: only of j < i
+            outstanding[again[ends[e][1]]] -= 1
+            e += 1
+        again[i] = outstanding.index(min(outstanding))
+        outstanding[again[i]] += 1
+    return again
+
+
+def split(r: Requests, chosen, replicas: int) -> list[Requests]:
+    """Replica j's requests: those sent to it, in arrival order, padded to the length."""
+    n = r.arrival.shape[0]
+    pad = nothing(n)
+    subs = []
+    for j in range(replicas):
+        idx = np.flatnonzero(chosen == j)
+        k = idx.size
+        subs.append(Requests(np.concatenate([r.arrival[idx], pad.arrival[k:]]),
+                             np.concatenate([r.prompt[idx], pad.prompt[k:]]),
+                             np.concatenate([r.output[idx], pad.output[k:]]), r.end_time, r.seed))
+    return subs
+
+
+def prefill_requests(r: Requests) -> Requests:
+    """The prefill pool's requests: every request, producing its first token only."""
+    return r._replace(output=np.ones_like(r.output))
+
+
+def transfer_ready(r: Requests, first, p: Plan):
+    """When each request's KV has reached the decode pool: its first token (from the prefill
+    pool) plus the transfer of its prompt's KV; +inf for one-token requests (nothing to decode)
+    and requests the prefill pool never served."""
+    ready = first + r.prompt * p.kv_bytes_per_token / p.link_bytes_per_s
+    return np.where((r.output > 1) & np.isfinite(first), ready, np.inf)
+
+
+def decode_requests(r: Requests, ready) -> tuple[Requests, np.ndarray]:
+    """The decode pool's requests in order of KV arrival (ties: request order), and that order.
+    Each holds its prompt and first token (``p + 1`` cached) and generates the other ``o - 1``."""
+    order = np.argsort(ready, kind="stable")
+    real = np.isfinite(ready[order])
+    return Requests(ready[order], np.where(real, r.prompt[order] + 1, 1).astype(np.int32),
+                    np.where(real, r.output[order] - 1, 1).astype(np.int32),
+                    r.end_time, r.seed), order
+
+
+def itl_bins(gaps) -> np.ndarray:
+    """``engine.itl_bin`` in numpy, for the gaps merged in here."""
+    b = 1 + np.floor(np.log(gaps / ITL_LO_S) / ITL_LOG_WIDTH)
+    return np.clip(b, 1, ITL_BINS - 1).astype(np.int64)
+
+
+def area_in_system(r: Requests, finish, t_stop) -> float:
+    """Integral of the number in system up to ``t_stop`` from per-request times (the servers'
+    own integrals stop at their own stop times and miss transfers)."""
+    real = np.isfinite(r.arrival) & (r.arrival <= t_stop)
+    end = np.where(np.isfinite(finish), np.minimum(finish, t_stop), t_stop)
+    return float(np.sum(np.clip(end[real] - r.arrival[real], 0.0, None)))
+
+
+def _combine(r: Requests, outs: list, gpus: list, first, finish, generated, hist) -> EngineOutput:
+    """Aggregates of several servers (docs/model.md "Outputs and metrics", several servers)."""
+    t_stop = max(float(o.t_stop) for o in outs)
+    busy = sum(g * float(o.busy) for g, o in zip(gpus, outs)) / sum(gpus)
+    o0 = outs[0]
+
+    def total(name):
+        return np.asarray(sum(np.asarray(getattr(o, name)) for o in outs),
+                          dtype=np.asarray(getattr(o0, name)).dtype)
+
+    return EngineOutput(
+        first=first, finish=finish, generated=generated.astype(o0.generated.dtype),
+        t_stop=np.float64(t_stop), tokens=total("tokens"), preemptions=total("preemptions"),
+        max_queue=np.asarray(max(int(o.max_queue) for o in outs), o0.max_queue.dtype),
+        peak_blocks=total("peak_blocks"),
+        area=np.float64(area_in_system(r, finish, t_stop)), busy=np.float64(busy),
+        itl_hist=hist.astype(o0.itl_hist.dtype), steps=total("steps"), passes=total("passes"),
+        overflow=np.bool_(any(bool(o.overflow) for o in outs)),
+        truncated=np.bool_(any(bool(o.truncated) for o in outs)))
+
+
+def merge_replicas(r: Requests, outs: list, gpus: list, chosen) -> EngineOutput:
+    """Replicas' results in the original request order; one replica is itself."""
+    if len(outs) == 1:
+        return outs[0]
+    n = r.arrival.shape[0]
+    first, finish = np.full(n, np.nan), np.full(n, np.nan)
+    generated = np.zeros(n, np.int64)
+    for j, o in enumerate(outs):
+        idx = np.flatnonzero(chosen == j)
+        k = idx.size
+        first[idx], finish[idx], generated[idx] = o.first[:k], o.finish[:k], o.generated[:k]
+    hist = sum(np.asarray(o.itl_hist, np.int64) for o in outs)
+    return _combine(r, outs, gpus, first, finish, generated, hist)
+
+
+def merge_pools(r: Requests, pre: EngineOutput, dec: EngineOutput, order, gpus) -> EngineOutput:
+    """Prefill and decode pools' results as one: TTFT from the prefill pool, the rest from the
+    decode pool, and the gap from the first token to the second (transfer and decode queue
+    included) added to the inter-token histogram."""
+    n = r.arrival.shape[0]
+    back = np.empty(n, np.int64)
+    back[order] = np.arange(n)
+    second, dec_finish = dec.first[back], dec.finish[back]
+    finish = np.where(r.output > 1, dec_finish, pre.finish)
+    generated = pre.generated.astype(np.int64) + dec.generated[back]
+    hist = np.asarray(pre.itl_hist, np.int64) + np.asarray(dec.itl_hist, np.int64)
+    got = np.isfinite(second)
+    np.add.at(hist, itl_bins(second[got] - pre.first[got]), 1)
+    return _combine(r, [pre, dec], gpus, np.asarray(pre.first), finish, generated, hist)
+
+
+def _pick(tree, k):
+    return type(tree)(*(np.asarray(x)[k] for x in tree))
+
+
+def _stack(trees):
+    return type(trees[0])(*(np.stack([np.asarray(x) for x in xs]) for xs in zip(*trees)))
+
+
+def run(plans: list, reqs: Requests, call: Callable, width: int) -> EngineOutput:
+    """Simulate ``plans[m]`` on requests ``reqs[m]`` for every m: ``call(params list,
+    stacked Requests) -> EngineOutput`` runs one engine call; the first call is padded to
+    ``width`` servers (fixed per study: one compiled shape), the decode pools' call to
+    ``len(plans)``. Plain designs alone are one call on the requests as given.
+
+    A least-outstanding router's choices are found by rounds: simulate the replicas with the
+    choices so far, choose again (``least_outstanding``), repeat until nothing changes. Choices
+    right for the requests before i give the right finish times before ``a_i`` (a pass that
+    ends by then began before), hence the right choice for i: each round settles at least one
+    more request, and a round that changes nothing has the router's own choices. A simulation
+    still changing after ``n + 1`` rounds (n requests; a step bound can break the argument) is
+    flagged truncated."""
+    m = len(plans)
+    if all(plain(p) for p in plans):
+        return call([p.first[0] for p in plans], reqs)
+    rows = [_pick(reqs, k) for k in range(m)]
+    n = rows[0].arrival.shape[0]
+    chosen = [round_robin(n, len(p.first)) for p in plans]
+
+    def first_call(ks) -> dict:
+        params, subs, owner = [], [], {}
+        for k in ks:
+            p, r = plans[k], rows[k]
+            parts = ([prefill_requests(r)] if p.decode is not None
+                     else split(r, chosen[k], len(p.first)))
+            owner[k] = range(len(subs), len(subs) + len(parts))
+            params += p.first
+            subs += parts
+        if len(subs) > width:
+            raise ValueError(f"topology.run: {len(subs)} servers in a call of width {width}")
+        params += [plans[0].first[0]] * (width - len(subs))
+        subs += [nothing(n)] * (width - len(subs))
+        out = call(params, _stack(subs))
+        return {k: [_pick(out, j) for j in owner[k]] for k in ks}
+
+    firsts = first_call(range(m))
+    todo = [k for k, p in enumerate(plans) if p.router == "least_outstanding" and len(p.first) > 1]
+    for _ in range(n + 1):
+        changed = []
+        for k in todo:
+            got = merge_replicas(rows[k], firsts[k], plans[k].gpus, chosen[k])
+            new = least_outstanding(rows[k], got.finish, chosen[k], len(plans[k].first))
+            if not np.array_equal(new, chosen[k]):
+                chosen[k] = new
+                changed.append(k)
+        todo = changed
+        if not todo:
+            break
+        firsts.update(first_call(todo))
+    unsettled = set(todo)
+
+    dec_params, dec_reqs, orders = [], [], {}
+    for k, (p, r) in enumerate(zip(plans, rows)):
+        if p.decode is None:
+            dec_params.append(plans[0].first[0])
+            dec_reqs.append(nothing(n))
+        else:
+            dr, orders[k] = decode_requests(r, transfer_ready(r, firsts[k][0].first, p))
+            dec_params.append(p.decode)
+            dec_reqs.append(dr)
+    out2 = call(dec_params, _stack(dec_reqs)) if orders else None
+    merged = []
+    for k, (p, r) in enumerate(zip(plans, rows)):
+        if p.decode is None:
+            o = merge_replicas(r, firsts[k], p.gpus, chosen[k])
+            merged.append(o._replace(truncated=np.bool_(True)) if k in unsettled else o)
+        else:
+            merged.append(merge_pools(r, firsts[k][0], _pick(out2, k), orders[k], p.gpus))
+    return _stack(merged)

@@ -1,0 +1,230 @@
+"""Replicas behind a router and disaggregated prefill/decode pools: the engine's
+composition (sweep/topology.py) and the event-driven twin's agree request by request, and
+switching either off changes nothing."""
+import math
+
+import numpy as np
+import pytest
+
+from sweep import topology
+from sweep.api import stack
+from sweep.config import ConfigError, parse_study
+from sweep.design import Design
+from sweep.engine import ITL_LOG_WIDTH, simulate_batch
+from sweep.metrics import summarize
+from sweep.reference import (simulate_disaggregated_reference, simulate_replicas_reference,
+                             summarize_reference)
+from sweep.workload import Lengths, Workload, sample_n
+from tests.test_twin_agreement import CONTEXT, K_MAX, N_DESIGNS, N_REQ, SEATS, _random_design
+
+N_CASES = 12
+
+
+def _call(params, reqs):
+    """One engine call in the twin-agreement test's compiled shape (N_DESIGNS lanes)."""
+    m = len(params)
+    assert m <= N_DESIGNS
+    pad = N_DESIGNS - m
+    params = list(params) + [params[0]] * pad
+    reqs = topology._stack([topology._pick(reqs, k) for k in range(m)]
+                           + [topology.nothing(N_REQ)] * pad)
+    out = simulate_batch(stack(params), reqs, seats=SEATS, k_max=K_MAX)
+    return type(out)(*(np.asarray(x)[:m] for x in out))
+
+
+def _workload(rng, small):
+    return Workload(
+        arrival_rate=2000.0 if small else float(rng.choice([20.0, 200.0, 2000.0])),
+        duration_s=None,
+        num_requests=int(rng.integers(20, N_REQ + 1)),
+        drain_s=None if rng.random() < 0.5 else float(rng.choice([0.0, 0.05, 0.5])),
+        arrival=str(rng.choice(["poisson", "constant"])),
+        prompt_tokens=Lengths("exponential", 60.0),
+        output_tokens=Lengths("uniform", 0, 20, 80) if small else Lengths("exponential", 12.0))
+
+
+def _cases(kind: str, seed: int):
+    """Random designs with replicas (``kind == "replicas"``) or with pools, their plans (the
+    KV caches of some shrunken to force preemption) and random requests."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(N_CASES):
+        d, _, small = _random_design(rng, i)
+        if i % 4 == 1:  # a full paged cache under a burst: preemptions
+            d, small = d.replace(batching="continuous", kv_cache="paged", max_batch=SEATS), True
+        if kind != "disaggregated":
+            d = d.replace(replicas=int(rng.integers(1, 6)),
+                          router="least_outstanding" if kind == "lor" else "round_robin")
+        else:
+            g = d.gpus
+            d = d.replace(gpus=1, prefill_gpus=int(rng.choice([1, g])), decode_gpus=g,
+                          kv_link_gbps=float(rng.choice([1.0, 100.0, 400.0])))
+            try:
+                d.validate()
+            except ValueError:
+                d = d.replace(prefill_gpus=g)
+        p = topology.plan(d)
+        if small:
+            one = math.ceil(CONTEXT / int(p.system.block_tokens))
+            shrink = dict(total_blocks=np.int32(rng.integers(one, one + 8)))
+            p = p._replace(first=[x._replace(**shrink) for x in p.first],
+                           decode=None if p.decode is None else p.decode._replace(**shrink))
+        out.append((d, p, sample_n(_workload(rng, small), int(rng.integers(2**31)), CONTEXT,
+                                   N_REQ)))
+    return out
+
+
+def _twin(d, p, r):
+    if p.decode is None:
+        return simulate_replicas_reference(p.first[0], r, len(p.first), p.router)
+    return simulate_disaggregated_reference(p.first[0], p.decode, r, p.kv_bytes_per_token,
+                                            p.link_bytes_per_s)
+
+
+@pytest.mark.parametrize("kind", ["replicas", "lor", "disaggregated"])
+def test_engine_and_twin_agree_per_request(kind):
+    cases = _cases(kind, {"replicas": 20261201, "disaggregated": 20261202, "lor": 20261203}[kind])
+    designs, plans, reqs = zip(*cases)
+    width = sum(len(p.first) for p in plans)
+    out = topology.run(list(plans), stack(reqs), _call, width)
+    preempted = moved = 0
+    for b, (d, p, r) in enumerate(cases):
+        msg = f"case {b}: {d}"
+        ref = _twin(d, p, r)
+        if kind == "lor" and len(p.first) > 1:
+            moved += _check_least_outstanding(r, ref, len(p.first))
+        for name, eng, twin in [("first", out.first[b], ref.first_token),
+                                ("finish", out.finish[b], ref.finish)]:
+            assert np.array_equal(np.isnan(eng), np.isnan(twin)), (name, msg)
+            ok = ~np.isnan(twin)
+            np.testing.assert_allclose(eng[ok], twin[ok], rtol=1e-9, atol=0, err_msg=msg)
+        np.testing.assert_array_equal(out.generated[b], ref.generated, err_msg=msg)
+        assert float(out.t_stop[b]) == pytest.approx(ref.t_stop, rel=1e-9), msg
+        for name in ("tokens", "preemptions", "max_queue", "peak_blocks", "passes"):
+            assert int(getattr(out, name)[b]) == int(getattr(ref, name)), (name, msg)
+        preempted += int(ref.preemptions > 0)
+        eng_m = summarize(type(out)(*(x[b] for x in out)), r, p.system)
+        for key, value in summarize_reference(ref, r, p.system).items():
+            v = float(eng_m[key])
+            if key.endswith("_itl_ms") and not math.isnan(value):
+                w = math.exp(ITL_LOG_WIDTH) ** 1.01
+                assert value / w <= v <= value * w or value == v == 0, (key, v, value, msg)
+            elif isinstance(value, float) and math.isnan(value):
+                assert math.isnan(v), (key, msg)
+            else:
+                assert v == pytest.approx(float(value), rel=1e-9, abs=1e-12), (key, msg)
+    assert preempted >= 1
+    if kind != "disaggregated":
+        assert {len(p.first) for p in plans} >= {1, 2, 3}
+        assert (moved > 0) == (kind == "lor")
+    else:
+        assert {d.kv_link_gbps for d in designs} >= {1.0, 400.0}
+
+
+def _check_least_outstanding(r, ref, n_rep) -> int:
+    """Every request went to a replica with the fewest outstanding requests (sent there
+    earlier, unfinished at its arrival), the lowest of them on a tie: by brute force. Returns
+    how many went elsewhere than round robin would send them."""
+    a = np.asarray(r.arrival)
+    done = np.where(np.isnan(ref.finish), np.inf, ref.finish)
+    moved = 0
+    for i in np.flatnonzero(np.isfinite(a)):
+        counts = [int(np.sum((ref.replica[:i] == j) & (done[:i] > a[i]))) for j in range(n_rep)]
+        assert ref.replica[i] == int(np.argmin(counts)), (i, counts)
+        moved += int(ref.replica[i] != i % n_rep)
+    return moved
+
+
+def test_one_replica_is_the_plain_engine():
+    cases = _cases("replicas", 7)
+    plain = [p.first[0] for _, p, _ in cases]
+    reqs = stack([r for _, _, r in cases])
+    one = topology.run([p._replace(first=p.first[:1], gpus=p.gpus[:1]) for _, p, _ in cases],
+                       reqs, _call, N_CASES)
+    base = _call(plain, reqs)
+    for a, b in zip(one, base):
+        np.testing.assert_array_equal(a, b)
+    # One replica of a mixed call (beside replicated designs) is also the plain engine.
+    mixed = topology.run([p for _, p, _ in cases], reqs, _call, N_DESIGNS)
+    for b, (_, p, _) in enumerate(cases):
+        if len(p.first) == 1:
+            for x, y in zip(mixed, base):
+                np.testing.assert_array_equal(x[b], y[b])
+
+
+def test_replicas_split_round_robin_and_cost_every_gpu():
+    d = Design(max_batch=8, replicas=3, gpus=2)
+    p = topology.plan(d)
+    assert len(p.first) == 3 and float(p.system.gpus) == 6.0
+    r = sample_n(Workload(num_requests=10, duration_s=None), 0, 8192, 12)
+    r = type(r)(*(np.asarray(x) for x in r))
+    subs = topology.split(r, topology.round_robin(12, 3), 3)
+    np.testing.assert_array_equal(subs[1].arrival[:3], np.asarray(r.arrival)[[1, 4, 7]])
+    assert np.isinf(subs[1].arrival[4:]).all()
+
+
+def test_design_refuses_bad_topologies():
+    with pytest.raises(ValueError,
+                       match=r"^levers.router: .*allowed: round_robin, least_outstanding$"):
+        Design(router="random").validate()
+    with pytest.raises(ValueError, match=r"^levers.replicas: "):
+        Design(replicas=0).validate()
+    with pytest.raises(ValueError, match=r"^levers.decode_gpus: missing"):
+        Design(prefill_gpus=1).validate()
+    with pytest.raises(ValueError, match=r"^levers.gpus: not used"):
+        Design(prefill_gpus=1, decode_gpus=1, gpus=2).validate()
+    with pytest.raises(ValueError, match=r"^levers.kv_link_gbps: "):
+        Design(prefill_gpus=1, decode_gpus=1, kv_link_gbps=0.0).validate()
+    with pytest.raises(ValueError, match=r"^levers.replicas: must be 1"):
+        Design(prefill_gpus=1, decode_gpus=1, replicas=2).validate()
+    with pytest.raises(ValueError, match=r"^design: replicas"):
+        Design(replicas=2).params()
+
+
+MINIMAL = '''\
+name = "t"
+[model]
+name = "Llama-3-8B"
+[workload]
+num_requests = 10
+[levers]
+'''
+
+
+@pytest.mark.parametrize("levers, key, what", [
+    ("gpus = 2\nprefill_gpus = 1\ndecode_gpus = 1\n", "levers.gpus", "not used with prefill_gpus"),
+    ("prefill_gpus = 1\n", "levers.decode_gpus", "missing"),
+    ("prefill_gpus = 3\ndecode_gpus = 1\n", "levers.prefill_gpus", "allowed: 1, 2, 4, 8"),
+    ('router = "random"\n', "levers.router", "allowed: round_robin, least_outstanding"),
+    ("replicas = 0\n", "levers.replicas", "integer in [1, 64]"),
+    ("prefill_gpus = 1\ndecode_gpus = 1\nkv_link_gbps = -1.0\n", "levers.kv_link_gbps", "(0.0"),
+])
+def test_config_refuses_in_one_line(levers, key, what):
+    with pytest.raises(ConfigError) as err:
+        parse_study(MINIMAL + levers)
+    msg = str(err.value)
+    assert "\n" not in msg and f"{key}:" in msg and what in msg, msg
+
+
+def test_config_columns_of_pools_and_replicas():
+    pools = parse_study(MINIMAL + "prefill_gpus = [1, 2]\ndecode_gpus = 4\n")
+    cols = [p.columns for p in pools.points]
+    assert [c["prefill_gpus"] for c in cols] == [1, 2] and cols[0]["gpus"] is None
+    assert cols[0]["kv_link_gbps"] == 400.0 and pools.points[0].design.total_gpus == 5
+    reps = parse_study(MINIMAL + 'replicas = 3\nrouter = "least_outstanding"\n').points[0]
+    assert reps.columns["kv_link_gbps"] is None and reps.design.total_gpus == 3
+    assert reps.columns["router"] == "least_outstanding"
+
+
+def test_rows_do_not_depend_on_the_chunking():
+    from sweep.runner import run_study
+    small = MINIMAL.replace("num_requests = 10", "num_requests = 24\narrival_rate = 60.0")
+    study = parse_study(small + 'max_batch = 4\nreplicas = [1, 3]\nrouter = "least_outstanding"\n'
+                        "[run]\nseeds = 2\n")
+    pools = parse_study(small + "max_batch = 4\nprefill_gpus = 1\ndecode_gpus = [1, 2]\n"
+                        "[run]\nseeds = 2\n")
+    for s in (study, pools):
+        whole = run_study(s, per_request=True)
+        apart = run_study(s, chunk_size=1, per_request=True)
+        assert whole.runs.equals(apart.runs) and whole.requests.equals(apart.requests)
+        assert not whole.runs["truncated"].any()
