@@ -44,6 +44,8 @@ class Design:
     overhead_ms: float = DEFAULT_PASS_OVERHEAD_MS
     memory_overhead_fraction: float = DEFAULT_OVERHEAD_FRACTION
     price_per_gpu_hour: float | None = None  # None: the catalog's price
+    prefix_cache: bool = False  # reuse the KV of cached shared prefixes (paged cache only)
+    prefill_chunk_tokens: int = 0  # prefill tokens per pass at most (chunked prefill; 0 = off)
 
     @property
     def gpu_spec(self) -> GPU:
@@ -101,6 +103,13 @@ class Design:
         number("bandwidth_efficiency", self.bandwidth_efficiency, 0.0, 1.0, lo_open=True)
         number("overhead_ms", self.overhead_ms, 0.0, 1e4)
         number("memory_overhead_fraction", self.memory_overhead_fraction, 0.0, 0.99)
+        integer("prefill_chunk_tokens", self.prefill_chunk_tokens, 0, 2**30)
+        if not isinstance(self.prefix_cache, bool):
+            raise ValueError(f"levers.prefix_cache: must be true or false, got "
+                             f"{self.prefix_cache!r}")
+        if self.prefix_cache and self.kv_cache != "paged":
+            raise ValueError("levers.prefix_cache: shares KV blocks, so it needs kv_cache = "
+                             "\"paged\"; allowed: false with a contiguous cache")
         if self.max_seq_len is not None:
             integer("max_seq_len", self.max_seq_len, 2, model.max_context)
         if self.price_per_gpu_hour is not None:
@@ -156,6 +165,8 @@ class Design:
                 self.kv_bits)),
             gpus=np.float64(self.gpus),
             price_per_gpu_s=np.float64(price / 3600.0),
+            prefix_cache=np.bool_(self.prefix_cache),
+            prefill_chunk=np.int32(self.prefill_chunk_tokens),
         )
 
     def replace(self, **changes) -> "Design":
@@ -177,3 +188,5 @@ class EngineParams(NamedTuple):
     block_bytes: np.ndarray  # float64: bytes per KV block (for peak KV memory)
     gpus: np.ndarray  # float64
     price_per_gpu_s: np.ndarray  # float64, $ per GPU-second
+    prefix_cache: np.ndarray  # bool: reuse cached shared prefixes
+    prefill_chunk: np.ndarray  # int32: prefill tokens per pass at most, 0 = unlimited
