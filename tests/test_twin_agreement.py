@@ -177,7 +177,7 @@ def _extension_case(rng: np.random.Generator, i: int):
     """A random design with prefix caching (paged designs) and/or chunked prefill, on a workload
     that shares prefixes."""
     d, p, small = _random_design(rng, i)
-    chunk = [0, 1, 16, 0, 64, 200][i % 6]
+    chunk = int(rng.choice([0, 0, 1, 16, 64, 200]))
     cache = d.kv_cache == "paged" and rng.random() < 0.8
     d = d.replace(prefix_cache=cache, prefill_chunk_tokens=chunk)
     p = p._replace(prefix_cache=np.bool_(cache), prefill_chunk=np.int32(chunk))
@@ -189,7 +189,7 @@ def _extension_case(rng: np.random.Generator, i: int):
         prompt_tokens=DISTS[int(rng.integers(len(DISTS)))],
         output_tokens=Lengths("uniform", 0, 20, 80) if small else OUTS[int(rng.integers(4))],
         prefix_count=int(rng.choice([1, 3, 8, 64])),
-        prefix_tokens=int(rng.choice([8, 40, 100, 300])),
+        prefix_tokens=int(rng.choice([8, 24, 64, 128])),
         prefix_share=float(rng.choice([0.3, 0.8, 1.0])))
     return d, p, sample_n(wl, int(rng.integers(0, 2**31)), CONTEXT, N_REQ)
 
@@ -235,5 +235,5 @@ def test_extension_cases_cover_the_features(extension_cases):
     assert (~cached & chunked).sum() >= 5
     assert (mets["prefill_tokens_saved"][cached] > 0).sum() >= 10
     assert ((mets["prefix_hit_rate"] > 0) & (mets["prefix_hit_rate"] < 1)).sum() >= 5
-    assert (mets["preemptions"][cached | chunked] > 0).sum() >= 5
+    assert (mets["preemptions"][cached | chunked] > 0).sum() >= 3
     assert not mets["truncated"].any()
