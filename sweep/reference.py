@@ -315,8 +315,8 @@ def simulate_reference(params: EngineParams, req: Requests,
     return RefResult(
         first_token=first_token, finish=finish, generated=generated, t_stop=float(t_stop),
         itl_gaps=np.asarray(itl_gaps, dtype=np.float64), preemptions=preemptions,
-        max_queue=max_queue, peak_blocks=peak_blocks, area_in_system=area, steps=steps, passes=passes,
-        tokens=tokens, truncated=truncated, prefix_lookups=lookups, prefix_hits=hits)
+        max_queue=max_queue, peak_blocks=peak_blocks, area_in_system=area, steps=steps,
+        passes=passes, tokens=tokens, truncated=truncated, prefix_lookups=lookups, prefix_hits=hits)
 
 
 def _percentile(x: np.ndarray, q: float, method: str = "linear") -> float:

@@ -128,8 +128,9 @@ class Workload:
                 and 0 <= self.prefix_tokens <= 10_000_000):
             raise ValueError(f"workload.prefix_tokens: must be an integer in [0, 10000000], got "
                              f"{self.prefix_tokens!r}")
-        if not (isinstance(self.prefix_share, (int, float)) and not isinstance(self.prefix_share, bool)
-                and 0 <= self.prefix_share <= 1):
+        share = self.prefix_share
+        if not (isinstance(share, (int, float)) and not isinstance(share, bool)
+                and 0 <= share <= 1):
             raise ValueError(f"workload.prefix_share: must be a number in [0, 1], got "
                              f"{self.prefix_share!r}")
         if self.prefix_share > 0 and (self.prefix_count < 1 or self.prefix_tokens < 1):
