@@ -82,7 +82,7 @@ def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
         "unstable": unstable,
         "truncated": out.truncated,
         # Prefills (admissions and recomputes) of sequences with a prefix that found it cached.
-        "prefix_hit_rate": jnp.where(out.prefix_lookups > 0, out.prefix_hits
+        "prefix_hit_rate": jnp.where(out.prefix_lookups > 0, out.prefix_hits.astype(jnp.float64)
                                      / jnp.maximum(out.prefix_lookups, 1), jnp.nan),
         "prefill_tokens_saved": out.prefix_hits.astype(jnp.int64) * r.prefix_tokens,
     }
