@@ -13,7 +13,9 @@ an execution strategy, not a rule: the per-request results equal pass-by-pass st
 
 Shapes are static: ``seats`` seats and ``N`` requests per simulation. Per-step work is
 O(seats x lookahead): the running set is a seat array, the FIFO queue a window of ``seats``
-requests starting at ``head`` over the arrival-sorted requests.
+requests starting at ``head`` over the arrival-sorted requests. Prefix caching and chunked
+prefill, compiled in only for a batch that uses them, add O(seats^2 + seats x MAX_PREFIXES)
+(who shares whose prefix, who prefills first) to the general pass.
 """
 from __future__ import annotations
 
@@ -236,7 +238,7 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int, ext: bool,
     look = jnp.minimum(p.draft_tokens + 1, output - gen)
     need = _ceil_div(ctx + look, p.block_tokens)
     if ext:
-        # A seat with a prefix holds its context's blocks but the prefix's, which are shared.
+        # A seat's own blocks are its context's less its prefix's, which are shared.
         pfx = jnp.where(p.prefix_cache & occupied, r.prefix[req], -1)
         pb = _ceil_div(r.prefix_tokens, p.block_tokens)
         shared = jnp.where(pfx >= 0, pb, 0)
