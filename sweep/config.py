@@ -44,6 +44,7 @@ COLUMNS: list[str] = [
     "draft_cost", "max_batch", "block_size", "max_seq_len",
     "arrival_cv", "trace", "trace_time_scale",
     "replicas", "router", "prefill_gpus", "decode_gpus", "kv_link_gbps",
+    "prefix_count", "prefix_tokens", "prefix_share", "prefix_cache", "prefill_chunk_tokens",
 ]
 #: Columns that hold strings (a brief limit on them makes no sense).
 TEXT_COLUMNS = ("gpu", "model", "arrival", "prompt_tokens_dist", "output_tokens_dist",
@@ -60,7 +61,8 @@ MAX_MODEL_FILE = 16 * 2**20  # a config.json is a few kB
 MAX_STEPS = 2**31 - 1  # the engine counts steps in int32
 MAX_REQUESTS = 10_000_000  # Workload.validate's bound on num_requests, applied to rate x duration
 
-# Value kinds: "num" (finite number -> float), "int" (integer, not bool), "str", "lengths".
+# Value kinds: "num" (finite number -> float), "int" (integer, not bool), "bool", "str",
+# "lengths".
 HARDWARE_KEYS = {"gpu": "str", "price_per_gpu_hour": "num", "compute_efficiency": "num",
                  "bandwidth_efficiency": "num", "overhead_ms": "num",
                  "memory_overhead_fraction": "num", "profile": "str"}
@@ -68,14 +70,15 @@ MODEL_KEYS = {"name": "str", "config_json": "str"}
 WORKLOAD_KEYS = {"arrival": "str", "arrival_rate": "num", "duration_s": "num",
                  "num_requests": "int", "drain_s": "num", "prompt_tokens": "lengths",
                  "output_tokens": "lengths", "arrival_cv": "num", "trace": "trace",
-                 "trace_time_scale": "num"}
+                 "trace_time_scale": "num", "prefix_count": "int", "prefix_tokens": "int",
+                 "prefix_share": "num"}
 #: Workload keys a trace replaces (it gives arrivals and lengths itself).
 TRACE_REPLACES = ("arrival", "arrival_rate", "arrival_cv", "prompt_tokens", "output_tokens")
 LEVER_KEYS = {"batching": "str", "kv_cache": "str", "gpus": "int", "weight_bits": "int",
               "kv_bits": "int", "draft_tokens": "int", "acceptance": "num", "draft_cost": "num",
               "max_batch": "int", "block_size": "int", "max_seq_len": "int",
               "replicas": "int", "router": "str", "prefill_gpus": "int", "decode_gpus": "int",
-              "kv_link_gbps": "num"}
+              "kv_link_gbps": "num", "prefix_cache": "bool", "prefill_chunk_tokens": "int"}
 RUN_KEYS = ("seeds", "chunk_size", "per_request", "max_designs", "max_steps")
 SECTIONS = {"hardware": HARDWARE_KEYS, "model": MODEL_KEYS, "workload": WORKLOAD_KEYS,
             "levers": LEVER_KEYS}
@@ -293,6 +296,11 @@ class _Parser:
             raise self.err(parts, f"must be an integer, got {v}")
         if isinstance(v, bool) or not isinstance(v, int):
             raise self.err(parts, f"must be an integer, got {_got(v)}")
+        return v
+
+    def boolean(self, parts, v) -> bool:
+        if not isinstance(v, bool):
+            raise self.err(parts, f"must be true or false, got {_got(v)}")
         return v
 
     def string(self, parts, v) -> str:
@@ -530,6 +538,8 @@ class _Parser:
             v = self.number(parts, v)
         elif kind == "int":
             v = self.integer(parts, v)
+        elif kind == "bool":
+            v = self.boolean(parts, v)
         else:
             v = self.string(parts, v)
         if (sec, key) in CHOICES:
@@ -723,8 +733,10 @@ class _Parser:
         for c in ("gpu", "compute_efficiency", "bandwidth_efficiency", "overhead_ms",
                   "memory_overhead_fraction", "batching", "kv_cache", "gpus", "weight_bits",
                   "kv_bits", "draft_tokens", "acceptance", "draft_cost", "max_batch",
-                  "block_size", "replicas", "router"):
+                  "block_size", "replicas", "router", "prefix_cache", "prefill_chunk_tokens"):
             base_cols[c] = _DESIGN_DEFAULTS[c]
+        for c in ("prefix_count", "prefix_tokens", "prefix_share"):
+            base_cols[c] = _WORKLOAD_DEFAULTS[c]
         base_cols["arrival"] = _WORKLOAD_DEFAULTS["arrival"]
         base_cols["arrival_rate"] = float(_WORKLOAD_DEFAULTS["arrival_rate"])
         base_design = dict(_DESIGN_DEFAULTS)

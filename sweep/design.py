@@ -54,6 +54,8 @@ class Design:
     prefill_gpus: int | None = None  # both set: disaggregated prefill and decode pools
     decode_gpus: int | None = None
     kv_link_gbps: float = DEFAULT_KV_LINK_GBPS  # prefill -> decode KV transfer, Gb/s
+    prefix_cache: bool = False  # reuse the KV of cached shared prefixes (paged cache only)
+    prefill_chunk_tokens: int = 0  # prefill tokens per pass at most (chunked prefill; 0 = off)
 
     @property
     def gpu_spec(self) -> GPU:
@@ -127,6 +129,7 @@ class Design:
                 raise ValueError("levers.replicas: must be 1 with prefill_gpus and decode_gpus; "
                                  "allowed: 1")
             number("kv_link_gbps", self.kv_link_gbps, 0.0, 1e6, lo_open=True)
+            self._one_server_features()
             self.pool(self.prefill_gpus).validate()
             self.pool(self.decode_gpus).validate()
             return
@@ -145,6 +148,14 @@ class Design:
         number("bandwidth_efficiency", self.bandwidth_efficiency, 0.0, 1.0, lo_open=True)
         number("overhead_ms", self.overhead_ms, 0.0, 1e4)
         number("memory_overhead_fraction", self.memory_overhead_fraction, 0.0, 0.99)
+        integer("prefill_chunk_tokens", self.prefill_chunk_tokens, 0, 2**30)
+        if not isinstance(self.prefix_cache, bool):
+            raise ValueError(f"levers.prefix_cache: must be true or false, got "
+                             f"{self.prefix_cache!r}")
+        if self.prefix_cache and self.kv_cache != "paged":
+            raise ValueError("levers.prefix_cache: shares KV blocks, so it needs kv_cache = "
+                             "\"paged\"; allowed: false with a contiguous cache")
+        self._one_server_features()
         if self.max_seq_len is not None:
             integer("max_seq_len", self.max_seq_len, 2, model.max_context)
         if self.price_per_gpu_hour is not None:
@@ -180,6 +191,14 @@ class Design:
             bandwidth_efficiency=self.bandwidth_efficiency, overhead_ms=self.overhead_ms,
             draft_tokens=self.draft_tokens, draft_cost=self.draft_cost)
 
+    def _one_server_features(self) -> None:
+        """Prefix caching and chunked prefill are checked against the twin on one server only."""
+        if (self.prefix_cache is True or self.prefill_chunk_tokens) and (self.replicas != 1
+                                                                         or self.disaggregated):
+            key = "prefix_cache" if self.prefix_cache is True else "prefill_chunk_tokens"
+            raise ValueError(f"levers.{key}: not yet combined with replicas or disaggregated "
+                             "pools; allowed: one server (replicas = 1, no prefill_gpus)")
+
     def params(self) -> "EngineParams":
         """One server's engine arrays (validated first); a design with replicas or
         disaggregated pools runs as several servers: ``sweep.topology.plan``."""
@@ -205,6 +224,8 @@ class Design:
             gpus=np.float64(self.gpus),
             transferred=np.bool_(False),
             price_per_gpu_s=np.float64(price / 3600.0),
+            prefix_cache=np.bool_(self.prefix_cache),
+            prefill_chunk=np.int32(self.prefill_chunk_tokens),
         )
 
     def replace(self, **changes) -> "Design":
@@ -227,3 +248,5 @@ class EngineParams(NamedTuple):
     gpus: np.ndarray  # float64
     transferred: np.ndarray  # bool: requests arrive prefilled (a decode pool: sweep/topology.py)
     price_per_gpu_s: np.ndarray  # float64, $ per GPU-second
+    prefix_cache: np.ndarray  # bool: reuse cached shared prefixes
+    prefill_chunk: np.ndarray  # int32: prefill tokens per pass at most, 0 = unlimited

@@ -13,7 +13,9 @@ an execution strategy, not a rule: the per-request results equal pass-by-pass st
 
 Shapes are static: ``seats`` seats and ``N`` requests per simulation. Per-step work is
 O(seats x lookahead): the running set is a seat array, the FIFO queue a window of ``seats``
-requests starting at ``head`` over the arrival-sorted requests.
+requests starting at ``head`` over the arrival-sorted requests. Prefix caching and chunked
+prefill, compiled in only for a batch that uses them, add O(seats^2 + seats x MAX_PREFIXES)
+(who shares whose prefix, who prefills first) to the general pass.
 """
 from __future__ import annotations
 
@@ -23,13 +25,14 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from .design import EngineParams
 from .numerics import count_prefix_sum, fixed_sum, prefix_sum
 from .rng import uniform_bits
 from .timing import pass_time
-from .workload import Requests
+from .workload import MAX_PREFIXES, Requests
 
 #: Inter-token gaps go into a log-spaced histogram: bin 0 holds the zero gaps of multi-token
 #: (speculative) emissions, bins 1..ITL_BINS-1 span [ITL_LO_S, ITL_HI_S) (out-of-range gaps are
@@ -71,6 +74,12 @@ class EngineState(NamedTuple):
     passes: jax.Array  # i32
     overflow: jax.Array  # bool: the seat array, not max_batch, held back an admission
     done: jax.Array  # bool
+    # Prefix caching and chunked prefill (docs/model.md); untouched when compiled without them.
+    seat_todo: jax.Array  # i32[S] prompt tokens still to prefill (0: decoding)
+    pc_cached: jax.Array  # bool[MAX_PREFIXES] the prefix's KV is cached
+    pc_stamp: jax.Array  # i32[MAX_PREFIXES] pass of the last prefill that referenced it
+    pc_lookups: jax.Array  # i32 prefills of a sequence with a prefix, under prefix caching
+    pc_hits: jax.Array  # i32 of which found it cached
 
 
 class Aux(NamedTuple):
@@ -98,6 +107,8 @@ class EngineOutput(NamedTuple):
     passes: jax.Array
     overflow: jax.Array  # bool: the seat array held back an admission; results are partial, rerun wider
     truncated: jax.Array  # bool: hit the step bound before finishing
+    prefix_lookups: jax.Array  # i32 prefills that looked a prefix up
+    prefix_hits: jax.Array  # i32 of which hit
 
 
 def _ceil_div(a, b):
@@ -107,12 +118,17 @@ def _ceil_div(a, b):
     return jnp.ceil(a.astype(jnp.float64) / b).astype(jnp.int32)
 
 
-def _aux(r: Requests, seats: int, max_steps) -> Aux:
+def _aux(r: Requests, seats: int, max_steps, chunk=None) -> Aux:
     real = jnp.isfinite(r.arrival)
     a0 = jnp.where(real, r.arrival, 0.0)
     cum = jnp.concatenate([jnp.zeros((1,), jnp.float64), prefix_sum(a0)])
     # Every pass emits a token and every preemption is undone by a readmission pass.
     bound = 2 * jnp.where(real, r.output, 0).sum() + seats + 16
+    if chunk is not None:
+        # A chunked prefill (or recompute) of at most a whole context takes this many passes.
+        longest = jnp.where(real, r.prompt + r.output, 0).max().astype(jnp.int64)
+        per = 1 + jnp.where(chunk > 0, (longest + chunk - 1) // jnp.maximum(chunk, 1), 1)
+        bound = jnp.minimum(bound.astype(jnp.int64) * per, 2**31 - 1)
     if max_steps is not None:
         bound = jnp.minimum(bound, max_steps)
     n = r.arrival.shape[0]
@@ -133,7 +149,9 @@ def _init(n: int, seats: int) -> EngineState:
         finished=i32(0), tokens=jnp.int64(0), preemptions=i32(0), max_queue=i32(0),
         peak_blocks=i32(0), area=jnp.float64(0.0), busy=jnp.float64(0.0),
         itl_hist=jnp.zeros((ITL_BINS,), i32), steps=i32(0), passes=i32(0),
-        overflow=jnp.bool_(False), done=jnp.bool_(False))
+        overflow=jnp.bool_(False), done=jnp.bool_(False), seat_todo=zeros,
+        pc_cached=jnp.zeros((MAX_PREFIXES,), bool), pc_stamp=jnp.zeros((MAX_PREFIXES,), i32),
+        pc_lookups=i32(0), pc_hits=i32(0))
 
 
 def itl_bin(gap):
@@ -177,9 +195,24 @@ def _area_gain(r: Requests, aux: Aux, t, t_end, tail, finished):
     return (tail - finished) * (t_end - t) + arriving, tail_end
 
 
-def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int,
+def _exclusive_cumsum(x):
+    return jnp.cumsum(x) - x
+
+
+def _onehot(pfx):
+    """[S, MAX_PREFIXES]: seat s holds prefix c (pfx -1: none)."""
+    return pfx[:, None] == jnp.arange(MAX_PREFIXES, dtype=jnp.int32)[None, :]
+
+
+#: Prefill budget per pass when chunking is off: more than any pass can hold.
+_NO_CHUNK = 2**30
+
+
+def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int, ext: bool,
                   s: EngineState) -> EngineState:
-    """One engine pass (or one preemption) by the rules: docs/model.md, "One step"."""
+    """One engine pass (or one preemption) by the rules: docs/model.md, "One step". ``ext``
+    compiles in prefix caching and chunked prefill (docs/model.md, "Prefix caching" and
+    "Chunked prefill"); without it the pass is exactly the plain rules'."""
     n = r.arrival.shape[0]
     nseat = s.seat_req.shape[0]
     seats = jnp.arange(nseat, dtype=jnp.int32)
@@ -198,14 +231,27 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int,
     stop = (idle & ~jnp.isfinite(next_arrival)) | (t >= r.end_time)
     go = live & ~stop
 
-    # 3. Growth of running sequences; preempt the latest arrival if it does not fit.
+    # 3. Growth of decoding sequences; preempt the latest arrival if it does not fit.
     req = jnp.maximum(s.seat_req, 0)
     prompt, output, gen = r.prompt[req], r.output[req], s.seat_gen
     ctx = prompt + gen
     look = jnp.minimum(p.draft_tokens + 1, output - gen)
-    grow = jnp.where(running, jnp.maximum(_ceil_div(ctx + look, p.block_tokens) - s.seat_blocks,
-                                          0), 0)
+    need = _ceil_div(ctx + look, p.block_tokens)
+    if ext:
+        # A seat's own blocks are its context's less its prefix's, which are shared.
+        pfx = jnp.where(p.prefix_cache & occupied, r.prefix[req], -1)
+        pb = _ceil_div(r.prefix_tokens, p.block_tokens)
+        shared = jnp.where(pfx >= 0, pb, 0)
+        refs = (_onehot(pfx) & running[:, None]).any(axis=0)
+        mid = running & (s.seat_todo > 0)  # mid-prefill: holds its blocks, does not decode
+        decoding = running & ~mid
+        need = need - shared
+    else:
+        decoding = running
+    grow = jnp.where(decoding, jnp.maximum(need - s.seat_blocks, 0), 0)
     free = p.total_blocks - s.seat_blocks.sum()
+    if ext:
+        free = free - pb * refs.sum(dtype=jnp.int32)
     short = grow.sum() > free
     preempt = go & short
     work = go & ~short
@@ -213,13 +259,33 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int,
     blocks = jnp.where(preempt & victim, 0, s.seat_blocks + jnp.where(work, grow, 0))
     seat_pre = s.seat_pre | (preempt & victim)
     free = p.total_blocks - blocks.sum()
+    if ext:
+        free = free - pb * refs.sum(dtype=jnp.int32)
 
     # 4. Readmission of the earliest preempted request (recompute its context).
     any_pre = pre.any()
     r_seat = jnp.argmin(jnp.where(pre, s.seat_req, jnp.iinfo(jnp.int32).max))
     r_len = ctx[r_seat]
     r_need = _ceil_div(r_len + 1, p.block_tokens)
-    readmit = work & any_pre & (r_need <= free)
+    r_own = r_need
+    if ext:
+        # Mid-prefill seats take the pass's prefill budget first, in request order.
+        budget = jnp.where(p.prefill_chunk > 0, p.prefill_chunk, jnp.int32(_NO_CHUNK))
+        ahead = jnp.where(mid[None, :] & (s.seat_req[None, :] < s.seat_req[:, None]),
+                          s.seat_todo[None, :], 0).sum(axis=1)
+        mid_chunk = jnp.where(mid & work, jnp.clip(budget - ahead, 0, s.seat_todo), 0)
+        left = budget - mid_chunk.sum()
+        r_pfx = pfx[r_seat]
+        r_slot = jnp.maximum(r_pfx, 0)
+        r_hit = (r_pfx >= 0) & s.pc_cached[r_slot]
+        r_own = r_need - shared[r_seat]
+        r_need = jnp.where((r_pfx >= 0) & refs[r_slot], r_own, r_need)
+        r_todo = r_len - jnp.where(r_hit, r.prefix_tokens, 0)
+        readmit = work & any_pre & (r_need <= free) & (left > 0)
+        r_chunk = jnp.minimum(r_todo, left)
+        left = left - jnp.where(readmit, r_chunk, 0)
+    else:
+        readmit = work & any_pre & (r_need <= free)
     readmitted = readmit & (seats == r_seat)
     free = free - jnp.where(readmit, r_need, 0)
 
@@ -227,14 +293,31 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int,
     gate = work & ~any_pre & (~p.static | (n_occ == 0))
     free_seat = ~occupied & (seats < p.max_batch)
     window = s.head + seats
-    w_prompt = r.prompt[jnp.minimum(window, n - 1)]
+    w_req = jnp.minimum(window, n - 1)
+    w_prompt = r.prompt[w_req]
     w_need = _ceil_div(w_prompt + 1, p.block_tokens)
     w_ok = (window < tail) & (seats < free_seat.sum())
-    admit = gate & w_ok & (jnp.cumsum(jnp.where(w_ok, w_need, 0)) <= free)
+    w_own = w_cost = w_need
+    if ext:
+        # Blocks of a prefix already held (by a running seat or one admitted before it in this
+        # pass) are shared; only a prefix cached before the pass saves its prefill.
+        w_pfx = jnp.where(p.prefix_cache, r.prefix[w_req], -1)
+        w_slot = jnp.maximum(w_pfx, 0)
+        w_hit = (w_pfx >= 0) & s.pc_cached[w_slot]
+        earlier = ((w_pfx[None, :] == w_pfx[:, None]) & (seats[None, :] < seats[:, None])).any(1)
+        w_own = w_need - jnp.where(w_pfx >= 0, pb, 0)
+        w_cost = jnp.where((w_pfx >= 0) & (refs[w_slot] | earlier), w_own, w_need)
+        # A transferred admission (a decode pool's) has nothing to prefill.
+        w_todo = jnp.where(p.transferred, 0, w_prompt - jnp.where(w_hit, r.prefix_tokens, 0))
+        w_ahead = _exclusive_cumsum(w_todo)
+        w_ok = w_ok & (w_ahead < left)  # a prefill starts only while budget is left
+    admit = gate & w_ok & (jnp.cumsum(jnp.where(w_ok, w_cost, 0)) <= free)
     m = admit.sum(dtype=jnp.int32)
     # A seat array narrower than max_batch (a cheaper first try) is exact until it is what stops
     # an admission.
     overflow = gate & (m == free_seat.sum()) & (queue > m) & (n_occ + m < p.max_batch)
+    if ext:
+        overflow = overflow & (jnp.where(admit, w_todo, 0).sum() < left)
     rank = jnp.cumsum(free_seat, dtype=jnp.int32) - 1
     new = free_seat & (rank < m)
     slot = jnp.clip(rank, 0, nseat - 1)
@@ -244,13 +327,24 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int,
 
     # 6. The pass.
     f64 = jnp.float64
+    decode = decoding & work
     # A transferred request (a decode pool's) is not prefilled: its admission decodes one token
     # over its cached context (docs/model.md "Disaggregated prefill and decode").
     load = new & p.transferred
-    pre_len = jnp.where(new & ~load, new_prompt, 0) + jnp.where(readmitted, r_len, 0)
-    decode = running & work
-    dt = pass_time(p.timing, pre_len.sum(dtype=f64),
-                   (pre_len.astype(jnp.int64) * (pre_len + 1) // 2).sum(dtype=f64),
+    if ext:
+        # Each prefilling seat processes a chunk after the tokens already in its KV.
+        new_todo = w_todo[slot]
+        todo = jnp.where(new, new_todo, jnp.where(readmitted, r_todo, jnp.where(mid, s.seat_todo,
+                                                                                  0)))
+        pre_len = jnp.where(new, jnp.clip(left - w_ahead[slot], 0, new_todo),
+                            jnp.where(readmitted, r_chunk, mid_chunk))
+        cached_len = jnp.where(new, new_prompt, ctx) - todo
+        c64 = pre_len.astype(jnp.int64)
+        pairs = c64 * cached_len + c64 * (c64 + 1) // 2
+    else:
+        pre_len = jnp.where(new & ~load, new_prompt, 0) + jnp.where(readmitted, r_len, 0)
+        pairs = pre_len.astype(jnp.int64) * (pre_len + 1) // 2
+    dt = pass_time(p.timing, pre_len.sum(dtype=f64), pairs.sum(dtype=f64),
                    (decode | load).sum(dtype=f64),
                    (jnp.where(decode, ctx, 0) + jnp.where(load, new_prompt, 0)).sum(dtype=f64),
                    xp=jnp)
@@ -260,63 +354,116 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int,
     # 7. Tokens.
     accepted = _accepted(p, r.seed, s.seat_req, s.seat_npass, k_max)
     dec_tokens = jnp.where(decode, jnp.minimum(accepted + 1, output - gen), 0)
-    emitted = dec_tokens + (new | readmitted)
+    if ext:
+        todo_after = todo - pre_len
+        completes = (new | readmitted | mid) & work & (todo_after == 0)
+    else:
+        completes = new | readmitted
+    emitted = dec_tokens + completes
 
     # Every decoding seat emitted its previous token at the end of the previous pass, i.e. at t,
-    # so its gap is the pass time; only a readmitted seat has a gap of its own (its stall).
-    hist = s.itl_hist.at[jnp.stack([itl_bin(dt), itl_bin(t_end - s.seat_last[r_seat]),
-                                    jnp.int32(0)])].add(
-        jnp.stack([decode.sum(dtype=jnp.int32), readmit.astype(jnp.int32),
-                   jnp.where(decode, dec_tokens - 1, 0).sum(dtype=jnp.int32)]))
+    # so its gap is the pass time; only a seat completing a recompute has a gap of its own.
+    if ext:
+        stalls = completes & ~new & (gen > 0)
+        hist = s.itl_hist.at[jnp.concatenate([itl_bin(dt)[None], itl_bin(t_end - s.seat_last),
+                                              jnp.zeros((1,), jnp.int32)])].add(
+            jnp.concatenate([decode.sum(dtype=jnp.int32)[None], stalls.astype(jnp.int32),
+                             jnp.where(decode, dec_tokens - 1, 0).sum(dtype=jnp.int32)[None]]))
+    else:
+        hist = s.itl_hist.at[jnp.stack([itl_bin(dt), itl_bin(t_end - s.seat_last[r_seat]),
+                                        jnp.int32(0)])].add(
+            jnp.stack([decode.sum(dtype=jnp.int32), readmit.astype(jnp.int32),
+                       jnp.where(decode, dec_tokens - 1, 0).sum(dtype=jnp.int32)]))
 
     # 8. Completion.
     seat_req = jnp.where(new, new_req, s.seat_req)
-    gen_new = jnp.where(new, 1, gen + emitted)
+    gen_new = jnp.where(new, 0, gen) + emitted if ext else jnp.where(new, 1, gen + emitted)
     done_seat = (emitted > 0) & (gen_new >= jnp.where(new, new_output, output))
-    blocks = jnp.where(new, w_need[slot], jnp.where(readmitted, r_need, blocks))
-    # Admitted requests are the contiguous window head..head+m-1: a slice update, no scatter.
-    window_first = lax.dynamic_slice(s.first, (s.head,), (nseat,))
-    first = lax.dynamic_update_slice(s.first, jnp.where(seats < m, t_end, window_first), (s.head,))
+    blocks = jnp.where(new, w_own[slot], jnp.where(readmitted, r_own, blocks))
+    if ext:
+        first_tok = completes & (jnp.where(new, 0, gen) == 0)
+        first = s.first.at[jnp.where(first_tok, seat_req, n + nseat)].set(t_end, mode="drop")
+    else:
+        # Admitted requests are the contiguous window head..head+m-1: a slice update, no scatter.
+        window_first = lax.dynamic_slice(s.first, (s.head,), (nseat,))
+        first = lax.dynamic_update_slice(s.first, jnp.where(seats < m, t_end, window_first),
+                                         (s.head,))
     finish = s.finish.at[jnp.where(done_seat, seat_req, n)].set(t_end, mode="drop")
     area, tail_end = _area_gain(r, aux, t, t_end, tail, s.finished)
+    seat_pre = seat_pre & ~readmitted & ~done_seat
+    in_use = blocks.sum(dtype=jnp.int32)
+    out_blocks = jnp.where(done_seat, 0, blocks)
+    extra = {}
+    if ext:
+        # The prefix cache: a prefix is cached once a sequence has prefilled it; stamps record
+        # the last prefill that referenced it; unreferenced prefixes live in free blocks and are
+        # evicted (oldest stamp, then lowest id, first) while they do not fit.
+        alive = (seat_req >= 0) & ~seat_pre
+        a_pfx = jnp.where(p.prefix_cache & alive, r.prefix[jnp.maximum(seat_req, 0)], -1)
+        a_hot = _onehot(a_pfx)
+        in_use = in_use + pb * a_hot.any(axis=0).sum(dtype=jnp.int32)
+        filled = jnp.where(new, new_prompt, ctx) - todo_after >= r.prefix_tokens
+        cached = s.pc_cached | (a_hot & filled[:, None]).any(axis=0)
+        starts = (new | readmitted) & (a_pfx >= 0)
+        stamp = jnp.where((a_hot & starts[:, None]).any(axis=0), s.passes, s.pc_stamp)
+        hits = (new & w_hit[slot]) | (readmitted & r_hit)
+        e_refs = (a_hot & ~done_seat[:, None]).any(axis=0)
+        e_free = p.total_blocks - out_blocks.sum() - pb * e_refs.sum(dtype=jnp.int32)
+        evictable = cached & ~e_refs
+        keep = jnp.where(pb > 0, e_free // jnp.maximum(pb, 1), MAX_PREFIXES)
+        ids = jnp.arange(MAX_PREFIXES, dtype=jnp.int32)
+        older = (stamp[None, :] < stamp[:, None]) | ((stamp[None, :] == stamp[:, None])
+                                                     & (ids[None, :] < ids[:, None]))
+        age_rank = (evictable[None, :] & older).sum(axis=1)
+        evict = evictable & (age_rank < evictable.sum() - keep)
+        extra = dict(
+            seat_todo=jnp.where(done_seat | ~alive, 0, todo_after).astype(jnp.int32),
+            pc_cached=cached & ~evict, pc_stamp=stamp,
+            pc_lookups=s.pc_lookups + starts.sum(dtype=jnp.int32),
+            pc_hits=s.pc_hits + (hits & starts).sum(dtype=jnp.int32))
 
-    return EngineState(
+    return s._replace(
         t=jnp.where(live, t_end, s.t),
         head=s.head + m,
         tail=tail_end,
         seat_req=jnp.where(done_seat, -1, seat_req),
         seat_gen=jnp.where(done_seat, 0, gen_new),
         seat_npass=jnp.where(new | done_seat, 0, s.seat_npass + decode),
-        seat_blocks=jnp.where(done_seat, 0, blocks),
-        seat_pre=seat_pre & ~readmitted & ~done_seat,
+        seat_blocks=out_blocks,
+        seat_pre=seat_pre,
         seat_last=jnp.where(emitted > 0, t_end, s.seat_last),
         first=first, finish=finish,
         finished=s.finished + done_seat.sum(dtype=jnp.int32),
         tokens=s.tokens + emitted.sum(dtype=jnp.int64),
         preemptions=s.preemptions + preempt.astype(jnp.int32),
         max_queue=jnp.maximum(s.max_queue, jnp.where(work, queue - m, 0)),
-        peak_blocks=jnp.maximum(s.peak_blocks, jnp.where(work, blocks.sum(dtype=jnp.int32), 0)),
+        peak_blocks=jnp.maximum(s.peak_blocks, jnp.where(work, in_use, 0)),
         area=s.area + jnp.where(work, area, 0.0),
         busy=s.busy + dt, itl_hist=hist,
         steps=s.steps + go.astype(jnp.int32), passes=s.passes + work.astype(jnp.int32),
         overflow=s.overflow | overflow,
         # An overflowed result is discarded (rerun wider), so it need not run on.
         done=s.done | (live & stop) | overflow,
+        **extra,
     )
 
 
-def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: int,
+def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: int, ext: bool,
                 s: EngineState) -> EngineState:
     """Up to ``lookahead`` decode-only passes at once (none if an event could intervene).
 
     Completions do not end a run: a finished sequence just leaves the batch (its blocks are not
     counted as freed, which can only end a run early). What ends it is a pass at which the
     rules could admit (a free seat of a continuous batch and someone waiting or arriving), a
-    KV block that may not fit, the end time, or an empty batch."""
+    KV block that may not fit, the end time, or an empty batch. With ``ext``, no run starts
+    while a seat is mid-prefill, and growth must fit beside every cached prefix (so the run
+    never evicts one)."""
     n = r.arrival.shape[0]
     running = (s.seat_req >= 0) & ~s.seat_pre
     tail = s.tail  # the general pass just before left it at s.t
     ok = (~s.done & (s.steps < aux.max_steps) & ~(s.seat_pre & (s.seat_req >= 0)).any())
+    if ext:
+        ok = ok & ~((s.seat_todo > 0) & (s.seat_req >= 0)).any()
     next_arrival = jnp.where(tail < n, r.arrival[jnp.minimum(tail, n - 1)], jnp.inf)
 
     req = jnp.maximum(s.seat_req, 0)
@@ -331,9 +478,15 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     alive = running[:, None] & (gen_before < out_col)  # decodes at pass j
     ctx = prompt[:, None] + gen_before
     need = _ceil_div(ctx + jnp.minimum(p.draft_tokens + 1, out_col - gen_before), p.block_tokens)
+    free = p.total_blocks - s.seat_blocks.sum()
+    if ext:
+        pfx = jnp.where(p.prefix_cache & running, r.prefix[req], -1)
+        pb = _ceil_div(r.prefix_tokens, p.block_tokens)
+        need = need - jnp.where(pfx >= 0, pb, 0)[:, None]
+        free = free - pb * s.pc_cached.sum(dtype=jnp.int32)
     held = jnp.maximum(need, s.seat_blocks[:, None])
     growth = jnp.where(alive, held - s.seat_blocks[:, None], 0).sum(axis=0, dtype=jnp.int32)
-    fits = growth <= p.total_blocks - s.seat_blocks.sum()
+    fits = growth <= free
     n_run = alive.sum(axis=0, dtype=jnp.int32)
     context = jnp.where(alive, ctx, 0).sum(axis=0).astype(jnp.float64)
     dt = pass_time(p.timing, 0.0, 0.0, n_run.astype(jnp.float64), context, xp=jnp)
@@ -361,7 +514,13 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     finish = s.finish.at[jnp.where(done_seat, s.seat_req, n)].set(seat_end, mode="drop")
     area, tail_end = _area_gain(r, aux, s.t, t_end, tail, s.finished)
     area = area - fixed_sum(jnp.where(done_seat, t_end - seat_end, 0.0))
-    peak = jnp.where(took, jnp.where(alive, held, 0).sum(axis=0, dtype=jnp.int32), 0).max()
+    in_use = jnp.where(alive, held, 0).sum(axis=0, dtype=jnp.int32)
+    if ext:
+        # Each prefix held by a sequence alive at the pass counts once.
+        refs = jnp.einsum("sc,sj->cj", _onehot(pfx).astype(jnp.float32),
+                          alive.astype(jnp.float32)) > 0
+        in_use = in_use + pb * refs.sum(axis=0, dtype=jnp.int32)
+    peak = jnp.where(took, in_use, 0).max()
     return s._replace(
         t=t_end, tail=tail_end,
         seat_req=jnp.where(done_seat, -1, s.seat_req),
@@ -381,10 +540,10 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
 
 
 def step(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: int,
-         s: EngineState) -> EngineState:
+         s: EngineState, ext: bool = False) -> EngineState:
     """One step of one simulation: a general pass, then a decode run."""
-    s = _general_pass(p, r, aux, k_max, s)
-    return _decode_run(p, r, aux, k_max, lookahead, s) if lookahead > 0 else s
+    s = _general_pass(p, r, aux, k_max, ext, s)
+    return _decode_run(p, r, aux, k_max, lookahead, ext, s) if lookahead > 0 else s
 
 
 def _finish(s: EngineState, r: Requests) -> EngineOutput:
@@ -396,7 +555,8 @@ def _finish(s: EngineState, r: Requests) -> EngineOutput:
         first=s.first[:n], finish=s.finish, generated=generated, t_stop=s.t,
         tokens=s.tokens, preemptions=s.preemptions, max_queue=s.max_queue,
         peak_blocks=s.peak_blocks, area=s.area, busy=s.busy, itl_hist=s.itl_hist,
-        steps=s.steps, passes=s.passes, overflow=s.overflow, truncated=~s.done)
+        steps=s.steps, passes=s.passes, overflow=s.overflow, truncated=~s.done,
+        prefix_lookups=s.pc_lookups, prefix_hits=s.pc_hits)
 
 
 class _Pool(NamedTuple):
@@ -417,10 +577,26 @@ def _where(mask, a, b):
         lambda x, y: jnp.where(mask.reshape(mask.shape + (1,) * (x.ndim - 1)), x, y), a, b)
 
 
-@partial(jax.jit, static_argnames=("seats", "k_max", "lanes", "lookahead", "block_steps"))
+def uses_extensions(p: EngineParams) -> bool:
+    """Whether any design of a (concrete) batch caches prefixes or chunks prefills: only then
+    is the engine compiled with them, so a batch without either runs the plain rules' code."""
+    return bool(np.any(np.asarray(p.prefix_cache)) or np.any(np.asarray(p.prefill_chunk) > 0))
+
+
 def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
                    lanes: int | None = None, lookahead: int = DEFAULT_LOOKAHEAD,
                    block_steps: int = DEFAULT_BLOCK_STEPS, max_steps=None) -> EngineOutput:
+    """``_simulate_batch``, compiled with prefix caching and chunked prefill only if the
+    batch uses them."""
+    return _simulate_batch(p, r, seats=seats, k_max=k_max, lanes=lanes, lookahead=lookahead,
+                           block_steps=block_steps, max_steps=max_steps,
+                           ext=uses_extensions(p))
+
+
+@partial(jax.jit, static_argnames=("seats", "k_max", "lanes", "lookahead", "block_steps", "ext"))
+def _simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
+                    lanes: int | None, lookahead: int, block_steps: int, max_steps,
+                    ext: bool) -> EngineOutput:
     """Simulate every one of the M simulations stacked along the leading axis of ``p`` and
     ``r``, ``lanes`` (default all) at a time: steps are vmapped over the lanes, and every
     ``block_steps`` steps the lanes whose simulation ended take the next ones, so a short
@@ -429,15 +605,16 @@ def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
     m = p.max_batch.shape[0]
     lanes = min(lanes or m, m)
     n = r.arrival.shape[1]
-    aux_of = jax.vmap(lambda rr: _aux(rr, seats, max_steps))
+    aux_of = jax.vmap(lambda rr, pp: _aux(rr, seats, max_steps,
+                                          pp.prefill_chunk if ext else None))
     fresh = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (lanes,) + x.shape),
                                    _init(n, seats))
-    step_lanes = jax.vmap(partial(step, k_max=k_max, lookahead=lookahead))
+    step_lanes = jax.vmap(partial(step, k_max=k_max, lookahead=lookahead, ext=ext))
 
     def load(ids):
         pp = jax.tree_util.tree_map(lambda x: x[ids], p)
         rr = jax.tree_util.tree_map(lambda x: x[ids], r)
-        return pp, rr, aux_of(rr)
+        return pp, rr, aux_of(rr, pp)
 
     def block(pool: _Pool) -> _Pool:
         s = lax.scan(lambda c, _: (step_lanes(pool.p, pool.r, pool.aux, s=c), None), pool.s,

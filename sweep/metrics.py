@@ -21,7 +21,7 @@ METRICS = {
     "tokens_per_s": "f8", "requests": "i8", "completed": "i8", "unfinished": "i8",
     "preemptions": "i8", "peak_kv_gb": "f8", "max_queue": "i8", "cost_per_mtok": "f8",
     "mean_in_system": "f8", "utilization": "f8", "sim_time_s": "f8", "passes": "i8",
-    "unstable": "b", "truncated": "b",
+    "unstable": "b", "truncated": "b", "prefix_hit_rate": "f8", "prefill_tokens_saved": "i8",
 }
 
 
@@ -81,4 +81,8 @@ def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
         "passes": out.passes,
         "unstable": unstable,
         "truncated": out.truncated,
+        # Prefills (admissions and recomputes) of sequences with a prefix that found it cached.
+        "prefix_hit_rate": jnp.where(out.prefix_lookups > 0, out.prefix_hits.astype(jnp.float64)
+                                     / jnp.maximum(out.prefix_lookups, 1), jnp.nan),
+        "prefill_tokens_saved": out.prefix_hits.astype(jnp.int64) * r.prefix_tokens,
     }

@@ -40,6 +40,8 @@ class _Seat:
     last: float = math.nan  # time of its last token
     npass: int = 0  # decode passes taken (keys the speculative draws; kept across preemption)
     preempted: bool = False
+    pfx: int = -1  # shared prefix it uses under prefix caching (-1: none)
+    todo: int = 0  # context tokens still to prefill (chunked prefill); 0 once decoding
 
 
 @dataclass
@@ -58,6 +60,8 @@ class RefResult:
     tokens: int  # total tokens generated
     truncated: bool  # hit max_steps before the simulation was done
     replica: np.ndarray | None = None  # int [N]: each request's replica, behind a router
+    prefix_lookups: int = 0  # prefills of a sequence with a prefix, under prefix caching
+    prefix_hits: int = 0  # of which found it cached
 
 
 def simulate_reference(params: EngineParams, req: Requests,
@@ -80,6 +84,11 @@ def simulate_reference(params: EngineParams, req: Requests,
     arrival = arrival_np.tolist()
     prompt = prompt_np.tolist()
     output = output_np.tolist()
+    prefix_cache = bool(params.prefix_cache)
+    prefix = (np.asarray(req.prefix).astype(np.int64).reshape(-1).tolist() if prefix_cache
+              else [-1] * N)
+    P = int(np.asarray(req.prefix_tokens))
+    chunk = int(params.prefill_chunk)
     end_time = float(np.asarray(req.end_time))
     seed = np.uint32(np.asarray(req.seed))
 
@@ -87,6 +96,7 @@ def simulate_reference(params: EngineParams, req: Requests,
     static = bool(params.static)
     bt = int(params.block_tokens)
     total_blocks = int(params.total_blocks)
+    pb = _ceil_div(P, bt)  # blocks of a shared prefix
     k = int(params.draft_tokens)
     thresholds = np.asarray(params.accept_thresholds)[:k]
     tparams = timing.TimingParams(*(np.float64(v) for v in params.timing))
@@ -104,7 +114,9 @@ def simulate_reference(params: EngineParams, req: Requests,
     tail = 0  # requests with arrival <= t
     occupied: dict[int, _Seat] = {}  # seat index -> seat
     free_seats = list(range(seats_n))  # a sorted list is a valid min-heap
-    used_blocks = 0
+    cached: set[int] = set()  # prefixes whose KV is cached
+    stamps: dict[int, int] = {}  # prefix -> pass of the last prefill that referenced it
+    lookups = hits = 0
     preemptions = 0
     max_queue = 0
     peak_blocks = 0
@@ -117,6 +129,31 @@ def simulate_reference(params: EngineParams, req: Requests,
         while tail < N and arrival[tail] <= t:
             tail += 1
         return tail
+
+    def refs() -> set[int]:
+        """Prefixes held by running (not preempted) sequences."""
+        return {s.pfx for s in occupied.values() if not s.preempted and s.pfx >= 0}
+
+    def used() -> int:
+        """Blocks in use: each sequence's own, and each held prefix's once."""
+        return sum(s.b for s in occupied.values()) + pb * len(refs())
+
+    def cost(pfx: int, full: int) -> tuple[int, int]:
+        """(own blocks, blocks taken from the free ones) of a sequence whose context needs
+        ``full`` blocks: a held prefix's blocks are shared."""
+        own = full - (pb if pfx >= 0 else 0)
+        return own, (own if pfx >= 0 and pfx in refs() else full)
+
+    def evict() -> None:
+        """Unreferenced cached prefixes live in free blocks: evict the oldest (stamp, then id)
+        while they do not fit."""
+        held = refs()
+        idle = sorted((stamps[c], c) for c in cached if c not in held)
+        if pb == 0 or not idle:
+            return
+        keep = (total_blocks - used()) // pb
+        for _, c in idle[:max(0, len(idle) - keep)]:
+            cached.discard(c)
 
     while True:
         # 1. Idle jump.
@@ -141,66 +178,91 @@ def simulate_reference(params: EngineParams, req: Requests,
         steps += 1
 
         # 3. Growth. Every running seat will decode and may emit look = min(k + 1, o - g).
+        # A sequence mid-prefill (chunked) holds its blocks and does not decode.
         running = [s for s in occupied.values() if not s.preempted]
+        decoding = [s for s in running if s.todo == 0]
         grows = []
         total_grow = 0
-        for s in running:
+        for s in decoding:
             look = min(k + 1, s.o - s.g)
-            grow = max(0, _ceil_div(s.p + s.g + look, bt) - s.b)
+            own = _ceil_div(s.p + s.g + look, bt) - (pb if s.pfx >= 0 else 0)
+            grow = max(0, own - s.b)
             grows.append(grow)
             total_grow += grow
-        if total_grow > total_blocks - used_blocks:
+        if total_grow > total_blocks - used():
             victim = max(running, key=lambda s: s.req)  # the request that arrived last
-            used_blocks -= victim.b
             victim.b = 0
+            victim.todo = 0
             victim.preempted = True
             preemptions += 1
+            evict()
             continue  # a zero-time step: no pass, the clock does not move
-        for s, grow in zip(running, grows):
+        for s, grow in zip(decoding, grows):
             s.b += grow
-            used_blocks += grow
+
+        # Chunked prefill: the pass prefills `left` tokens at most, sequences mid-prefill first
+        # (in request order), then a readmitted or admitted one while budget is left.
+        left = chunk if chunk > 0 else math.inf
+        prefills: list[tuple[_Seat, int, int]] = []  # (seat, chunk, tokens already in its KV)
+        for s in sorted((s for s in running if s.todo > 0), key=lambda s: s.req):
+            c = min(s.todo, left)
+            prefills.append((s, c, s.p + s.g - s.todo))
+            left -= c
+
+        def start(s: _Seat, length: int) -> None:
+            """A prefill of ``length`` context tokens starts; a cached prefix is not redone."""
+            nonlocal left, lookups, hits
+            hit = s.pfx >= 0 and s.pfx in cached
+            if s.pfx >= 0:
+                lookups += 1
+                hits += hit
+                stamps[s.pfx] = passes
+            s.todo = length - (P if hit else 0)
+            c = min(s.todo, left)
+            prefills.append((s, c, length - s.todo))
+            left -= c
 
         # 4. Readmission of the earliest preempted request, at most one per step.
-        prefills: list[tuple[_Seat, int]] = []  # (seat, prefill length L)
         loads: list[_Seat] = []  # transferred admissions: one decode over the cached context
         preempted = [s for s in occupied.values() if s.preempted]
         if preempted:
             s = min(preempted, key=lambda s: s.req)
-            need = _ceil_div(s.p + s.g + 1, bt)
-            if need <= total_blocks - used_blocks:
-                s.b = need
-                used_blocks += need
+            own, need = cost(s.pfx, _ceil_div(s.p + s.g + 1, bt))
+            if need <= total_blocks - used() and left > 0:
+                s.b = own
                 s.preempted = False
-                prefills.append((s, s.p + s.g))  # recomputes its whole context
+                start(s, s.p + s.g)  # recomputes its whole context
 
         # 5. Admission, FIFO with no skipping, into the free seats in increasing order; not in a
         # step that began with a preempted seat.
         any_preempted = bool(preempted)
         if not any_preempted and not (static and occupied):
-            while head < tail and free_seats:
+            while head < tail and free_seats and left > 0:
                 i = head
-                need = _ceil_div(prompt[i] + 1, bt)
-                if need > total_blocks - used_blocks:
+                own, need = cost(prefix[i], _ceil_div(prompt[i] + 1, bt))
+                if need > total_blocks - used():
                     break  # admission stops at the first request that does not fit
                 seat_index = heapq.heappop(free_seats)
-                s = _Seat(req=i, p=prompt[i], o=output[i], b=need)
+                s = _Seat(req=i, p=prompt[i], o=output[i], b=own, pfx=prefix[i])
                 occupied[seat_index] = s
-                used_blocks += need
                 head += 1
-                if transferred:
+                if transferred:  # prefilled in another pool: emits one token
+                    s.todo = 0
+                    prefills.append((s, 0, s.p))
                     loads.append(s)
-                    prefills.append((s, 0))  # emits one token, prefills nothing
                 else:
-                    prefills.append((s, s.p))
+                    start(s, s.p)
 
         max_queue = max(max_queue, tail - head)
-        peak_blocks = max(peak_blocks, used_blocks)
+        peak_blocks = max(peak_blocks, used())
 
-        # 6. The pass. Integer sums are exact Python ints, then float64.
-        p_tokens = sum(L for _, L in prefills)
-        p_pairs = sum(L * (L + 1) // 2 for _, L in prefills)
-        d_seqs = len(running) + len(loads)
-        d_context = sum(s.p + s.g for s in running) + sum(s.p for s in loads)
+        # 6. The pass. Integer sums are exact Python ints, then float64. A chunk of c tokens
+        # after L already in the KV attends to L + 1 .. L + c keys; a transferred admission
+        # decodes once over its cached context.
+        p_tokens = sum(c for _, c, _ in prefills)
+        p_pairs = sum(c * L + c * (c + 1) // 2 for _, c, L in prefills)
+        d_seqs = len(decoding) + len(loads)
+        d_context = sum(s.p + s.g for s in decoding) + sum(s.p for s in loads)
         if not prefills and not running and max_steps is None and math.isinf(end_time):
             # SPEC: an empty pass (nothing to prefill or decode) is run literally (its time is
             # the pass time of no work), but it means nothing can ever change: the head request
@@ -212,17 +274,23 @@ def simulate_reference(params: EngineParams, req: Requests,
         t_end = float(np.float64(t) + np.float64(duration))
 
         # 7. Tokens.
-        emitted: list[tuple[_Seat, int]] = [(s, 1) for s, _ in prefills]
-        if running:
+        emitted: list[tuple[_Seat, int]] = []
+        for s, c, L in prefills:
+            s.todo -= c
+            if s.pfx >= 0 and L + c >= P:
+                cached.add(s.pfx)  # its prefix is in the KV now
+            if s.todo == 0:
+                emitted.append((s, 1))  # the prompt is done: the first (or next) token
+        if decoding:
             if k > 0:
-                idx = np.array([s.req for s in running], dtype=np.int64)
-                npass = np.array([s.npass for s in running], dtype=np.int64)
+                idx = np.array([s.req for s in decoding], dtype=np.int64)
+                npass = np.array([s.npass for s in decoding], dtype=np.int64)
                 draws = rng.uniform_bits(seed, idx, npass, xp=np)
                 # A = #{j <= k : u < T_j}: the leading run of accepted drafts, from one draw.
                 leading = (draws[:, None] < thresholds[None, :]).sum(axis=1).tolist()
             else:
-                leading = [0] * len(running)
-            for s, A in zip(running, leading):
+                leading = [0] * len(decoding)
+            for s, A in zip(decoding, leading):
                 emitted.append((s, min(int(A) + 1, s.o - s.g)))
                 s.npass += 1
         for s, m in emitted:
@@ -241,8 +309,8 @@ def simulate_reference(params: EngineParams, req: Requests,
         for seat_index in [j for j, s in occupied.items() if s.g >= s.o]:
             s = occupied.pop(seat_index)
             finish[s.req] = t_end
-            used_blocks -= s.b
             heapq.heappush(free_seats, seat_index)
+        evict()
 
         # 9. The clock.
         t = t_end
@@ -256,7 +324,8 @@ def simulate_reference(params: EngineParams, req: Requests,
     return RefResult(
         first_token=first_token, finish=finish, generated=generated, t_stop=float(t_stop),
         itl_gaps=np.asarray(itl_gaps, dtype=np.float64), preemptions=preemptions,
-        max_queue=max_queue, peak_blocks=peak_blocks, area_in_system=area, steps=steps, passes=passes, tokens=tokens, truncated=truncated)
+        max_queue=max_queue, peak_blocks=peak_blocks, area_in_system=area, steps=steps,
+        passes=passes, tokens=tokens, truncated=truncated, prefix_lookups=lookups, prefix_hits=hits)
 
 
 def simulate_replicas_reference(params: EngineParams, req: Requests, replicas: int,
@@ -272,7 +341,8 @@ def simulate_replicas_reference(params: EngineParams, req: Requests, replicas: i
         parts = []
         for j in range(replicas):
             idx = [i for i in range(n) if chosen[i] == j]
-            sub = Requests(arrival[idx], prompt[idx], output[idx], req.end_time, req.seed)
+            sub = Requests(arrival[idx], prompt[idx], output[idx], req.end_time, req.seed,
+                           np.asarray(req.prefix).reshape(-1)[idx], req.prefix_tokens)
             parts.append((idx, simulate_reference(params, sub)))
         if replicas == 1:
             return parts[0][1]
@@ -317,7 +387,8 @@ def simulate_disaggregated_reference(prefill: EngineParams, decode: EngineParams
     order of arrival there (``decode.transferred`` must be set)."""
     arrival, prompt, output, n = _columns(req)
     pre = simulate_reference(prefill, Requests(arrival, prompt, np.ones(n, np.int64),
-                                               req.end_time, req.seed))
+                                               req.end_time, req.seed, req.prefix,
+                                               req.prefix_tokens))
     ready = []
     for i in range(n):
         t1 = float(pre.first_token[i])
@@ -327,7 +398,8 @@ def simulate_disaggregated_reference(prefill: EngineParams, decode: EngineParams
     dec = simulate_reference(decode, Requests(
         np.array([ready[i] for i in order], dtype=np.float64),
         np.array([prompt[i] + 1 for i in order], dtype=np.int64),
-        np.array([output[i] - 1 for i in order], dtype=np.int64), req.end_time, req.seed))
+        np.array([output[i] - 1 for i in order], dtype=np.int64), req.end_time, req.seed,
+        np.full(len(order), -1, np.int32), req.prefix_tokens))
     finish = pre.finish.copy()
     generated = pre.generated.copy()
     gaps = list(dec.itl_gaps)
@@ -426,4 +498,7 @@ def summarize_reference(res: RefResult, req: Requests, params: EngineParams) -> 
         "unstable": unstable,
         "truncated": bool(res.truncated),
         "mean_in_system": _safe_div(res.area_in_system, t_stop),
+        "prefix_hit_rate": (res.prefix_hits / res.prefix_lookups if res.prefix_lookups
+                            else math.nan),
+        "prefill_tokens_saved": res.prefix_hits * int(np.asarray(req.prefix_tokens)),
     }

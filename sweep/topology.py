@@ -56,7 +56,7 @@ def plain(p: Plan) -> bool:
 def nothing(n: int) -> Requests:
     """``n`` padding requests: a server with nothing to do stops at once."""
     return Requests(np.full(n, np.inf), np.ones(n, np.int32), np.ones(n, np.int32),
-                    np.float64(np.inf), np.uint32(0))
+                    np.float64(np.inf), np.uint32(0), np.full(n, -1, np.int32), np.int32(0))
 
 
 def round_robin(n: int, replicas: int) -> np.ndarray:
@@ -95,7 +95,8 @@ def split(r: Requests, chosen, replicas: int) -> list[Requests]:
         k = idx.size
         subs.append(Requests(np.concatenate([r.arrival[idx], pad.arrival[k:]]),
                              np.concatenate([r.prompt[idx], pad.prompt[k:]]),
-                             np.concatenate([r.output[idx], pad.output[k:]]), r.end_time, r.seed))
+                             np.concatenate([r.output[idx], pad.output[k:]]), r.end_time, r.seed,
+                             np.concatenate([r.prefix[idx], pad.prefix[k:]]), r.prefix_tokens))
     return subs
 
 
@@ -119,7 +120,8 @@ def decode_requests(r: Requests, ready) -> tuple[Requests, np.ndarray]:
     real = np.isfinite(ready[order])
     return Requests(ready[order], np.where(real, r.prompt[order] + 1, 1).astype(np.int32),
                     np.where(real, r.output[order] - 1, 1).astype(np.int32),
-                    r.end_time, r.seed), order
+                    r.end_time, r.seed, np.full(order.size, -1, np.int32),
+                    r.prefix_tokens), order
 
 
 def itl_bins(gaps) -> np.ndarray:
@@ -153,6 +155,7 @@ def _combine(r: Requests, outs: list, gpus: list, first, finish, generated, hist
         peak_blocks=total("peak_blocks"),
         area=np.float64(area_in_system(r, finish, t_stop)), busy=np.float64(busy),
         itl_hist=hist.astype(o0.itl_hist.dtype), steps=total("steps"), passes=total("passes"),
+        prefix_lookups=total("prefix_lookups"), prefix_hits=total("prefix_hits"),
         overflow=np.bool_(any(bool(o.overflow) for o in outs)),
         truncated=np.bool_(any(bool(o.truncated) for o in outs)))
 

@@ -23,6 +23,8 @@ ARRIVALS = ("poisson", "constant", "gamma")
 _KINDS = ARRIVALS + ("trace",)
 POISSON, CONSTANT, GAMMA, TRACE = range(4)
 MAX_ARRIVAL_CV = 10.0
+#: Distinct shared prefixes a workload may have: the engine keeps one cache slot per prefix.
+MAX_PREFIXES = 64
 DISTS = ("fixed", "exponential", "uniform", "lognormal")
 
 
@@ -62,7 +64,12 @@ class Workload:
     ``gamma`` arrivals have Gamma-distributed gaps with coefficient of variation ``arrival_cv``
     (bursty above 1). A ``trace`` replaces arrivals and lengths (``arrival`` must be "trace");
     its times are multiplied by ``trace_time_scale``, and ``duration_s`` or ``num_requests``,
-    if given, cut it short."""
+    if given, cut it short.
+
+    Shared prefixes (system prompts): each request independently uses one with probability
+    ``prefix_share``, uniformly one of ``prefix_count``; its prompt is then ``prefix_tokens``
+    plus the sampled length (clipped to the context like any prompt). A request whose clipped
+    prompt is not longer than the prefix uses none."""
 
     arrival_rate: float = 16.0
     duration_s: float | None = 60.0
@@ -74,6 +81,9 @@ class Workload:
     arrival_cv: float = 1.0
     trace: Trace | None = None
     trace_time_scale: float = 1.0
+    prefix_count: int = 0
+    prefix_tokens: int = 0
+    prefix_share: float = 0.0
 
     def validate(self) -> None:
         if self.arrival not in _KINDS:
@@ -110,6 +120,25 @@ class Workload:
                              f"{self.num_requests}")
         if self.drain_s is not None and not (math.isfinite(self.drain_s) and self.drain_s >= 0):
             raise ValueError(f"workload.drain_s: must be >= 0 seconds, got {self.drain_s}")
+        if not (isinstance(self.prefix_count, int) and not isinstance(self.prefix_count, bool)
+                and 0 <= self.prefix_count <= MAX_PREFIXES):
+            raise ValueError(f"workload.prefix_count: must be an integer in [0, {MAX_PREFIXES}], "
+                             f"got {self.prefix_count!r}")
+        if not (isinstance(self.prefix_tokens, int) and not isinstance(self.prefix_tokens, bool)
+                and 0 <= self.prefix_tokens <= 10_000_000):
+            raise ValueError(f"workload.prefix_tokens: must be an integer in [0, 10000000], got "
+                             f"{self.prefix_tokens!r}")
+        share = self.prefix_share
+        if not (isinstance(share, (int, float)) and not isinstance(share, bool)
+                and 0 <= share <= 1):
+            raise ValueError(f"workload.prefix_share: must be a number in [0, 1], got "
+                             f"{self.prefix_share!r}")
+        if self.prefix_share > 0 and (self.prefix_count < 1 or self.prefix_tokens < 1):
+            raise ValueError("workload.prefix_share: requests share prefixes only with "
+                             "prefix_count >= 1 and prefix_tokens >= 1; allowed: 0 otherwise")
+        if self.prefix_share > 0 and self.trace is not None:
+            raise ValueError("workload.prefix_share: a trace's prompts are replayed as they are; "
+                             "allowed: 0 with a trace")
         self.prompt_tokens.validate("workload.prompt_tokens")
         self.output_tokens.validate("workload.output_tokens")
 
@@ -138,6 +167,8 @@ class Requests(NamedTuple):
     output: jax.Array  # int32 [N], tokens (>= 1)
     end_time: jax.Array  # float64 [], when the run stops (inf: when all are done)
     seed: jax.Array  # uint32 [], for the speculative-acceptance draws
+    prefix: jax.Array  # int32 [N], shared prefix in [0, MAX_PREFIXES), -1 for none
+    prefix_tokens: jax.Array  # int32 [], length of every shared prefix (its prompt's first tokens)
 
 
 def _lengths(key, par, n: int, limit):
@@ -179,7 +210,7 @@ def _gamma(key, shape, n: int):
 
 
 def _sample(n: int, gamma: bool, seed, kind, cv, rate, count, duration, drain, prompt_par,
-            output_par, max_context, trace) -> Requests:
+            output_par, max_context, trace, prefix_par) -> Requests:
     """Only the slot count ``n`` and whether Gamma gaps are drawn at all (a rejection sampler,
     costlier than the others) are static: one compilation serves every workload of that size.
     A trace's rows (``trace``: arrival, prompt, output, padded to ``n``) replace the draws and
@@ -195,13 +226,22 @@ def _sample(n: int, gamma: bool, seed, kind, cv, rate, count, duration, drain, p
     # a running maximum (exact) keeps arrivals sorted.
     arrival = jnp.where(is_trace, t_arr, jax.lax.associative_scan(jnp.maximum, prefix_sum(gaps)))
     arrival = jnp.where((arrival <= duration) & (jnp.arange(n) < count), arrival, jnp.inf)
+    # Prefix draws come from their own key (folded in), so the other draws keep their bits.
+    p_count, p_tokens, p_share = prefix_par
+    u_use, u_id = jax.random.uniform(jax.random.fold_in(jax.random.PRNGKey(seed), 3), (2, n),
+                                     jnp.float64)
+    uses = u_use < p_share
+    sampled = _lengths(k_in, prompt_par, n, max_context - 1)
     prompt = jnp.where(is_trace, jnp.clip(t_prompt, 1, max_context - 1),
-                       _lengths(k_in, prompt_par, n, max_context - 1))
+                       jnp.where(uses, jnp.minimum(sampled + p_tokens, max_context - 1), sampled))
+    prefix = jnp.where(uses & (prompt > p_tokens),
+                       jnp.minimum(jnp.floor(u_id * p_count), p_count - 1), -1).astype(jnp.int32)
     output = jnp.minimum(jnp.where(is_trace, jnp.clip(t_out, 1, max_context - 1),
                                    _lengths(k_out, output_par, n, max_context - 1)),
                          max_context - prompt)
     last = jnp.max(jnp.where(jnp.isfinite(arrival), arrival, 0.0))
-    return Requests(arrival, prompt, output, last + drain, jnp.asarray(seed, jnp.uint32))
+    return Requests(arrival, prompt, output, last + drain, jnp.asarray(seed, jnp.uint32), prefix,
+                    jnp.asarray(p_tokens, jnp.int32))
 
 
 def _par(x: Lengths):
@@ -228,7 +268,8 @@ def sample_args(wl: Workload, seed, max_context, n: int) -> tuple:
             np.int32(wl.num_requests if wl.num_requests is not None else n),
             inf if wl.duration_s is None else np.float64(wl.duration_s),
             inf if wl.drain_s is None else np.float64(wl.drain_s),
-            _par(wl.prompt_tokens), _par(wl.output_tokens), np.int32(max_context), rows)
+            _par(wl.prompt_tokens), _par(wl.output_tokens), np.int32(max_context), rows,
+            (np.int32(wl.prefix_count), np.int32(wl.prefix_tokens), np.float64(wl.prefix_share)))
 
 
 _sample_one = jax.jit(_sample, static_argnums=(0, 1))

@@ -12,7 +12,8 @@ LATE = 7200.0  # a request arriving two hours into a run
 
 def _one_request(arrival, prompt=512, output=200):
     return Requests(np.array([arrival]), np.array([prompt], np.int32),
-                    np.array([output], np.int32), np.float64(np.inf), np.uint32(0))
+                    np.array([output], np.int32), np.float64(np.inf), np.uint32(0),
+                    np.array([-1], np.int32), np.int32(0))
 
 
 PROMPT, OUTPUT = 512, 200

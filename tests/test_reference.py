@@ -18,11 +18,16 @@ from sweep.workload import Lengths, Requests, Workload, sample
 RTOL = 1e-13
 
 
-def make_requests(arrival, prompt, output, end_time=np.inf, seed=0) -> Requests:
+def make_requests(arrival, prompt, output, end_time=np.inf, seed=0, prefix=None,
+                  prefix_tokens=0) -> Requests:
+    n = len(arrival)
     return Requests(arrival=np.asarray(arrival, dtype=np.float64),
                     prompt=np.asarray(prompt, dtype=np.int32),
                     output=np.asarray(output, dtype=np.int32),
-                    end_time=np.float64(end_time), seed=np.uint32(seed))
+                    end_time=np.float64(end_time), seed=np.uint32(seed),
+                    prefix=np.full(n, -1, np.int32) if prefix is None
+                    else np.asarray(prefix, dtype=np.int32),
+                    prefix_tokens=np.int32(prefix_tokens))
 
 
 def pt(params, prefills=(), decode_contexts=()) -> float:

@@ -1,5 +1,6 @@
 """Every shipped config of issue #5's features runs under 'sweep run', shrunk to 40 requests, 8
-seats and 12 simulations each (so the engine compiles for a few shapes in all)."""
+seats and 12 simulations each (so the engine compiles for a few shapes in all, and once more
+with prefix caching and chunked prefill)."""
 import re
 import shutil
 from pathlib import Path
@@ -12,7 +13,7 @@ from sweep.config import load_study
 
 CONFIGS = Path(__file__).parents[1] / "configs"
 SEEDS = {"bursty": 2, "trace_replay": 3, "uncertainty": 3, "calibrated": 6, "replicas": 2,
-         "disaggregated": 3}  # x designs = 12
+         "disaggregated": 3, "prefix_cache": 6, "chunked_prefill": 4}  # x designs = 12
 
 
 def shrunk(name: str, tmp_path: Path) -> Path:
@@ -64,5 +65,15 @@ def test_shipped_config_runs(name, tmp_path):
         assert sorted(runs["prefill_gpus"].unique()) == [1, 2]
         assert (runs["decode_gpus"] == 2).all() and runs["gpus"].isna().all()
         assert sorted(runs["kv_link_gbps"].unique()) == [100.0, 400.0]
+    elif name == "prefix_cache":
+        on = runs["prefix_cache"]
+        assert runs.loc[~on, "prefix_hit_rate"].isna().all()
+        assert (runs.loc[~on, "prefill_tokens_saved"] == 0).all()
+        assert runs.loc[on, "prefix_hit_rate"].between(0, 1, inclusive="neither").all()
+        saved = runs.loc[on, "prefill_tokens_saved"]
+        assert (saved > 0).all() and (saved % 1024 == 0).all()
+    elif name == "chunked_prefill":
+        assert sorted(runs["prefill_chunk_tokens"].unique()) == [0, 512, 2048]
+        assert (runs["prefill_tokens_saved"] == 0).all()
     else:
         assert runs["compute_efficiency"].iloc[0] == pytest.approx(0.55, rel=0.03)

@@ -171,3 +171,72 @@ def test_bursty_and_trace_workloads_agree_with_the_twin():
         clipped += int((np.asarray(reqs[b].prompt)[real] == CONTEXT - 1).sum())
     assert clipped > 0  # some trace prompts were longer than the context
     assert sum(int(x) > 0 for x in out.preemptions) >= 5
+
+
+def _extension_case(rng: np.random.Generator, i: int):
+    """A random design with prefix caching (paged designs) and/or chunked prefill, on a workload
+    that shares prefixes."""
+    d, p, small = _random_design(rng, i)
+    chunk = int(rng.choice([0, 0, 1, 16, 64, 200]))
+    cache = d.kv_cache == "paged" and rng.random() < 0.8
+    d = d.replace(prefix_cache=cache, prefill_chunk_tokens=chunk)
+    p = p._replace(prefix_cache=np.bool_(cache), prefill_chunk=np.int32(chunk))
+    wl = Workload(
+        arrival_rate=2000.0 if small else float(rng.choice([20.0, 200.0, 2000.0])),
+        duration_s=None, num_requests=int(rng.integers(20, N_REQ + 1)),
+        drain_s=None if rng.random() < 0.5 else float(rng.choice([0.0, 0.05, 0.5])),
+        arrival=str(rng.choice(["poisson", "constant"])),
+        prompt_tokens=DISTS[int(rng.integers(len(DISTS)))],
+        output_tokens=Lengths("uniform", 0, 20, 80) if small else OUTS[int(rng.integers(4))],
+        prefix_count=int(rng.choice([1, 3, 8, 64])),
+        prefix_tokens=int(rng.choice([8, 24, 64, 128])),
+        prefix_share=float(rng.choice([0.3, 0.8, 1.0])))
+    return d, p, sample_n(wl, int(rng.integers(0, 2**31)), CONTEXT, N_REQ)
+
+
+@pytest.fixture(scope="module")
+def extension_cases():
+    rng = np.random.default_rng(5)
+    designs, params, reqs = zip(*(_extension_case(rng, i) for i in range(N_DESIGNS)))
+    out, mets = run_batch(stack(params), stack(reqs), SEATS, K_MAX)
+    return designs, params, reqs, out, mets
+
+
+def test_prefix_caching_and_chunked_prefill_agree_with_the_twin(extension_cases):
+    """Every request's times, and every count, agree with the twin on random designs that cache
+    prefixes and chunk prefills (some with neither: the same compiled engine runs them)."""
+    designs, params, reqs, out, mets = extension_cases
+    for b in range(N_DESIGNS):
+        ref = simulate_reference(params[b], reqs[b])
+        msg = f"case {b}: {designs[b]}"
+        for eng, twin in [(out.first[b], ref.first_token), (out.finish[b], ref.finish)]:
+            eng = np.asarray(eng)
+            assert np.array_equal(np.isnan(eng), np.isnan(twin)), msg
+            ok = ~np.isnan(twin)
+            np.testing.assert_allclose(eng[ok], twin[ok], rtol=1e-9, atol=0, err_msg=msg)
+        np.testing.assert_array_equal(np.asarray(out.generated[b]), ref.generated, err_msg=msg)
+        assert float(out.t_stop[b]) == pytest.approx(ref.t_stop, rel=1e-9), msg
+        for name in ("tokens", "preemptions", "max_queue", "peak_blocks", "passes",
+                     "prefix_lookups", "prefix_hits"):
+            assert int(getattr(out, name)[b]) == int(getattr(ref, name)), (name, msg)
+        twin = summarize_reference(ref, reqs[b], params[b])
+        for key in ("prefix_hit_rate", "prefill_tokens_saved", "mean_ttft_s", "p50_tpot_ms"):
+            eng_v = float(mets[key][b])
+            if isinstance(twin[key], float) and math.isnan(twin[key]):
+                assert math.isnan(eng_v), (key, msg)
+            elif key.startswith("prefi"):  # a count, and a ratio of counts: exact
+                assert eng_v == twin[key], (key, eng_v, twin[key], msg)
+            else:
+                assert eng_v == pytest.approx(twin[key], rel=1e-9, abs=1e-12), (key, msg)
+
+
+def test_extension_cases_cover_the_features(extension_cases):
+    designs, _, _, out, mets = extension_cases
+    cached = np.array([d.prefix_cache for d in designs])
+    chunked = np.array([d.prefill_chunk_tokens > 0 for d in designs])
+    assert (cached & chunked).sum() >= 5 and (cached & ~chunked).sum() >= 5
+    assert (~cached & chunked).sum() >= 5
+    assert (mets["prefill_tokens_saved"][cached] > 0).sum() >= 10
+    assert ((mets["prefix_hit_rate"] > 0) & (mets["prefix_hit_rate"] < 1)).sum() >= 5
+    assert (mets["preemptions"][cached | chunked] > 0).sum() >= 3
+    assert not mets["truncated"].any()
