@@ -148,6 +148,16 @@ def _bursty_case(rng: np.random.Generator, i: int):
     return d, p, sample_n(wl, int(rng.integers(0, 2**31)), CONTEXT, N_REQ)
 
 
+def _assert_requests_agree(out, b: int, ref, msg: str) -> None:
+    """Simulation ``b``'s first-token and finish times (to 1e-9) and tokens equal the twin's."""
+    for eng, twin in [(out.first[b], ref.first_token), (out.finish[b], ref.finish)]:
+        eng = np.asarray(eng)
+        assert np.array_equal(np.isnan(eng), np.isnan(twin)), msg
+        ok = ~np.isnan(twin)
+        np.testing.assert_allclose(eng[ok], twin[ok], rtol=1e-9, atol=0, err_msg=msg)
+    np.testing.assert_array_equal(np.asarray(out.generated[b]), ref.generated, err_msg=msg)
+
+
 def test_bursty_and_trace_workloads_agree_with_the_twin():
     """Gamma arrivals and trace replay only change the requests both simulators consume; the
     engine and the twin still agree request by request (same shapes as above: no new compile)."""
@@ -158,12 +168,7 @@ def test_bursty_and_trace_workloads_agree_with_the_twin():
     for b in range(N_DESIGNS):
         ref = simulate_reference(params[b], reqs[b])
         msg = f"case {b}: {designs[b]}"
-        for eng, twin in [(out.first[b], ref.first_token), (out.finish[b], ref.finish)]:
-            eng = np.asarray(eng)
-            assert np.array_equal(np.isnan(eng), np.isnan(twin)), msg
-            ok = ~np.isnan(twin)
-            np.testing.assert_allclose(eng[ok], twin[ok], rtol=1e-9, atol=0, err_msg=msg)
-        np.testing.assert_array_equal(np.asarray(out.generated[b]), ref.generated, err_msg=msg)
+        _assert_requests_agree(out, b, ref, msg)
         assert int(out.preemptions[b]) == ref.preemptions, msg
         real = np.isfinite(np.asarray(reqs[b].arrival))
         total = np.asarray(reqs[b].prompt)[real] + np.asarray(reqs[b].output)[real]
@@ -209,12 +214,7 @@ def test_prefix_caching_and_chunked_prefill_agree_with_the_twin(extension_cases)
     for b in range(N_DESIGNS):
         ref = simulate_reference(params[b], reqs[b])
         msg = f"case {b}: {designs[b]}"
-        for eng, twin in [(out.first[b], ref.first_token), (out.finish[b], ref.finish)]:
-            eng = np.asarray(eng)
-            assert np.array_equal(np.isnan(eng), np.isnan(twin)), msg
-            ok = ~np.isnan(twin)
-            np.testing.assert_allclose(eng[ok], twin[ok], rtol=1e-9, atol=0, err_msg=msg)
-        np.testing.assert_array_equal(np.asarray(out.generated[b]), ref.generated, err_msg=msg)
+        _assert_requests_agree(out, b, ref, msg)
         assert float(out.t_stop[b]) == pytest.approx(ref.t_stop, rel=1e-9), msg
         for name in ("tokens", "preemptions", "max_queue", "peak_blocks", "passes",
                      "prefix_lookups", "prefix_hits"):
