@@ -26,9 +26,8 @@ from .metrics import METRICS
 from .models import CATALOG as MODEL_CATALOG
 from .models import load_hf_config
 from .trace import load_trace
-from .uncertainty import DISTS as UNCERTAIN_DISTS
 from .uncertainty import FACTORS, USES, Uncertain
-from .workload import ARRIVALS, DISTS, Lengths, Workload
+from .workload import ARRIVALS, Lengths, Workload
 
 #: Grid columns, in the order every ``Point.columns`` (and the results' Parquet) has them.
 COLUMNS: list[str] = [
@@ -562,15 +561,7 @@ class _Parser:
         else:
             raise self.err(parts, f"must be a number or a table like {{ dist = \"exponential\", "
                                   f"mean = 1024 }}, got {_got(v)}")
-        dist = t.get("dist", Lengths.dist)
-        if not isinstance(dist, str) or dist not in DISTS:
-            raise self.err(parts + ["dist"], f"unknown distribution {_show(dist)}; allowed: "
-                                             f"{', '.join(DISTS)}")
-        uses = LENGTH_USES[dist]
-        for k in t:
-            if k != "dist" and k not in uses:
-                raise self.err(parts + [k], f"does not apply to {dist}; allowed for {dist}: "
-                                            f"dist, {', '.join(uses)}")
+        dist, uses = self.distribution(parts, t, t.get("dist", Lengths.dist), LENGTH_USES)
         vals = {}
         for k in uses:
             if k in t:
@@ -586,19 +577,24 @@ class _Parser:
             cols[f"{prefix}_sigma"] = float(cols[f"{prefix}_sigma"])
         return (cols, {}, {prefix: lengths}), tuple(cols.values())
 
-    def uncertain_factor(self, parts, v):
-        """A factor given as a distribution: drawn per seed by the runner; the design holds its
-        centre and its column is filled per run with the draw."""
-        t = self.table(parts, v, ("dist", "mean", "sd", "low", "high"))
-        dist = t.get("dist")
-        if not isinstance(dist, str) or dist not in UNCERTAIN_DISTS:
+    def distribution(self, parts, t: dict, dist, uses_of: dict):
+        """A distribution table's kind (one of ``uses_of``) and the keys it uses; any other key
+        is refused."""
+        if not isinstance(dist, str) or dist not in uses_of:
             raise self.err(parts + ["dist"], f"unknown distribution {_show(dist)}; allowed: "
-                                             f"{', '.join(UNCERTAIN_DISTS)}")
-        uses = USES[dist]
+                                             f"{', '.join(uses_of)}")
+        uses = uses_of[dist]
         for k in t:
             if k != "dist" and k not in uses:
                 raise self.err(parts + [k], f"does not apply to {dist}; allowed for {dist}: "
                                             f"dist, {', '.join(uses)}")
+        return dist, uses
+
+    def uncertain_factor(self, parts, v):
+        """A factor given as a distribution: drawn per seed by the runner; the design holds its
+        centre and its column is filled per run with the draw."""
+        t = self.table(parts, v, ("dist", "mean", "sd", "low", "high"))
+        dist, uses = self.distribution(parts, t, t.get("dist"), USES)
         for k in uses:
             if k not in t:
                 raise self.err(parts, f"{dist} needs {k}; allowed: {{ dist = \"{dist}\", "
