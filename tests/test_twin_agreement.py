@@ -68,12 +68,17 @@ def _random_design(rng: np.random.Generator, i: int):
         return d, p, small
 
 
-@pytest.fixture(scope="module")
-def cases():
-    rng = np.random.default_rng(20261130)
-    designs, params, reqs = zip(*(_random_case(rng, i) for i in range(N_DESIGNS)))
+def _run_cases(make_case, seed: int):
+    """N_DESIGNS random cases through one engine call (one compiled shape for every test)."""
+    rng = np.random.default_rng(seed)
+    designs, params, reqs = zip(*(make_case(rng, i) for i in range(N_DESIGNS)))
     out, mets = run_batch(stack(params), stack(reqs), SEATS, K_MAX)
     return designs, params, reqs, out, mets
+
+
+@pytest.fixture(scope="module")
+def cases():
+    return _run_cases(_random_case, 20261130)
 
 
 def test_cases_cover_every_lever(cases):
@@ -161,9 +166,7 @@ def _assert_requests_agree(out, b: int, ref, msg: str) -> None:
 def test_bursty_and_trace_workloads_agree_with_the_twin():
     """Gamma arrivals and trace replay only change the requests both simulators consume; the
     engine and the twin still agree request by request (same shapes as above: no new compile)."""
-    rng = np.random.default_rng(51)
-    designs, params, reqs = zip(*(_bursty_case(rng, i) for i in range(N_DESIGNS)))
-    out, _ = run_batch(stack(params), stack(reqs), SEATS, K_MAX)
+    designs, params, reqs, out, _ = _run_cases(_bursty_case, 51)
     clipped = 0
     for b in range(N_DESIGNS):
         ref = simulate_reference(params[b], reqs[b])
@@ -201,10 +204,7 @@ def _extension_case(rng: np.random.Generator, i: int):
 
 @pytest.fixture(scope="module")
 def extension_cases():
-    rng = np.random.default_rng(5)
-    designs, params, reqs = zip(*(_extension_case(rng, i) for i in range(N_DESIGNS)))
-    out, mets = run_batch(stack(params), stack(reqs), SEATS, K_MAX)
-    return designs, params, reqs, out, mets
+    return _run_cases(_extension_case, 5)
 
 
 def test_prefix_caching_and_chunked_prefill_agree_with_the_twin(extension_cases):
