@@ -74,6 +74,7 @@ class EngineState(NamedTuple):
     passes: jax.Array  # i32
     overflow: jax.Array  # bool: the seat array, not max_batch, held back an admission
     done: jax.Array  # bool
+    run_full: jax.Array  # bool: the last decode run took all its passes (see ``needs_pass``)
     # Prefix caching and chunked prefill (docs/model.md); untouched when compiled without them.
     seat_todo: jax.Array  # i32[S] prompt tokens still to prefill (0: decoding)
     pc_cached: jax.Array  # bool[MAX_PREFIXES] the prefix's KV is cached
@@ -149,7 +150,8 @@ def _init(n: int, seats: int) -> EngineState:
         finished=i32(0), tokens=jnp.int64(0), preemptions=i32(0), max_queue=i32(0),
         peak_blocks=i32(0), area=jnp.float64(0.0), busy=jnp.float64(0.0),
         itl_hist=jnp.zeros((ITL_BINS,), i32), steps=i32(0), passes=i32(0),
-        overflow=jnp.bool_(False), done=jnp.bool_(False), seat_todo=zeros,
+        overflow=jnp.bool_(False), done=jnp.bool_(False), run_full=jnp.bool_(False),
+        seat_todo=zeros,
         pc_cached=jnp.zeros((MAX_PREFIXES,), bool), pc_stamp=jnp.zeros((MAX_PREFIXES,), i32),
         pc_lookups=i32(0), pc_hits=i32(0))
 
@@ -208,11 +210,20 @@ def _onehot(pfx):
 _NO_CHUNK = 2**30
 
 
+def needs_pass(p: EngineParams, aux: Aux, s: EngineState):
+    """Whether a step starts with a general pass: a running simulation does, unless it is a
+    static batch (nothing can join it) whose last decode run took all its passes; it goes
+    straight on to the next run, which itself stops before any event. The choice depends only
+    on the simulation's own state, so its result does too."""
+    return ~s.done & (s.steps < aux.max_steps) & ~(p.static & s.run_full)
+
+
 def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int, ext: bool,
                   s: EngineState) -> EngineState:
     """One engine pass (or one preemption) by the rules: docs/model.md, "One step". ``ext``
     compiles in prefix caching and chunked prefill (docs/model.md, "Prefix caching" and
-    "Chunked prefill"); without it the pass is exactly the plain rules'."""
+    "Chunked prefill"); without it the pass is exactly the plain rules'. A simulation that
+    does not ``needs_pass`` is left as it is."""
     n = r.arrival.shape[0]
     nseat = s.seat_req.shape[0]
     seats = jnp.arange(nseat, dtype=jnp.int32)
@@ -220,12 +231,12 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int, ext: bool,
     pre = s.seat_pre & occupied
     running = occupied & ~pre
     n_occ = occupied.sum()
-    live = ~s.done & (s.steps < aux.max_steps)
+    live = needs_pass(p, aux, s)
 
     # 1. Idle jump to the next arrival; 2. stop.
     next_arrival = jnp.where(s.head < n, r.arrival[jnp.minimum(s.head, n - 1)], jnp.inf)
     idle = (n_occ == 0) & (next_arrival > s.t)  # nothing running, nobody waiting
-    t = jnp.where(idle & jnp.isfinite(next_arrival), jnp.maximum(s.t, next_arrival), s.t)
+    t = jnp.where(live & idle & jnp.isfinite(next_arrival), jnp.maximum(s.t, next_arrival), s.t)
     tail = _arrived(aux, t).astype(jnp.int32)
     queue = tail - s.head
     stop = (idle & ~jnp.isfinite(next_arrival)) | (t >= r.end_time)
@@ -459,6 +470,8 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     while a seat is mid-prefill, and growth must fit beside every cached prefix (so the run
     never evicts one)."""
     n = r.arrival.shape[0]
+    # The general pass leaves run_full as it was, so this tells whether it was skipped.
+    skipped = ~s.done & (s.steps < aux.max_steps) & ~needs_pass(p, aux, s)
     running = (s.seat_req >= 0) & ~s.seat_pre
     tail = s.tail  # the general pass just before left it at s.t
     ok = (~s.done & (s.steps < aux.max_steps) & ~(s.seat_pre & (s.seat_req >= 0)).any())
@@ -535,15 +548,24 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
         peak_blocks=jnp.maximum(s.peak_blocks, peak),
         area=s.area + jnp.where(m > 0, area, 0.0),
         busy=s.busy + fixed_sum(jnp.where(took, dt, 0.0)),
-        itl_hist=hist, passes=s.passes + m,
+        itl_hist=hist, passes=s.passes + m, run_full=m == lookahead,
+        # A step without a general pass counts if its run did something.
+        steps=s.steps + (skipped & (m > 0)).astype(jnp.int32),
     )
 
 
-def step(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: int,
-         s: EngineState, ext: bool = False) -> EngineState:
-    """One step of one simulation: a general pass, then a decode run."""
-    s = _general_pass(p, r, aux, k_max, ext, s)
-    return _decode_run(p, r, aux, k_max, lookahead, ext, s) if lookahead > 0 else s
+def step(p: EngineParams, r: Requests, aux: Aux, s: EngineState, k_max: int, lookahead: int,
+         ext: bool = False) -> EngineState:
+    """One step of a batch of simulations (leading axis: lanes): a general pass for those that
+    ``needs_pass``, then a decode run. The general pass is skipped altogether when no lane
+    needs it (it would leave each of them unchanged)."""
+    general = jax.vmap(partial(_general_pass, k_max=k_max, ext=ext))
+    need = jax.vmap(needs_pass)(p, aux, s)
+    s = lax.cond(need.any(), lambda c: general(p, r, aux, s=c), lambda c: c, s)
+    if lookahead == 0:
+        return s
+    return jax.vmap(partial(_decode_run, k_max=k_max, lookahead=lookahead, ext=ext))(p, r, aux,
+                                                                                     s=s)
 
 
 def _finish(s: EngineState, r: Requests) -> EngineOutput:
@@ -585,12 +607,16 @@ def uses_extensions(p: EngineParams) -> bool:
 
 def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
                    lanes: int | None = None, lookahead: int = DEFAULT_LOOKAHEAD,
-                   block_steps: int = DEFAULT_BLOCK_STEPS, max_steps=None) -> EngineOutput:
+                   block_steps: int = DEFAULT_BLOCK_STEPS, max_steps=None,
+                   compile_only: bool = False) -> EngineOutput:
     """``_simulate_batch``, compiled with prefix caching and chunked prefill only if the
-    batch uses them."""
-    return _simulate_batch(p, r, seats=seats, k_max=k_max, lanes=lanes, lookahead=lookahead,
-                           block_steps=block_steps, max_steps=max_steps,
-                           ext=uses_extensions(p))
+    batch uses them. ``compile_only`` compiles it for these arguments (into the cache a call
+    uses) and returns the compiled executable without simulating."""
+    kw = dict(seats=seats, k_max=k_max, lanes=lanes, lookahead=lookahead,
+              block_steps=block_steps, max_steps=max_steps, ext=uses_extensions(p))
+    if compile_only:
+        return _simulate_batch.lower(p, r, **kw).compile()
+    return _simulate_batch(p, r, **kw)
 
 
 @partial(jax.jit, static_argnames=("seats", "k_max", "lanes", "lookahead", "block_steps", "ext"))
@@ -609,7 +635,7 @@ def _simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
                                           pp.prefill_chunk if ext else None))
     fresh = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (lanes,) + x.shape),
                                    _init(n, seats))
-    step_lanes = jax.vmap(partial(step, k_max=k_max, lookahead=lookahead, ext=ext))
+    step_lanes = partial(step, k_max=k_max, lookahead=lookahead, ext=ext)
 
     def load(ids):
         pp = jax.tree_util.tree_map(lambda x: x[ids], p)

@@ -15,6 +15,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Iterator
 
 import jax
@@ -30,7 +31,7 @@ from .config import Study
 from .engine import DEFAULT_LOOKAHEAD, ITL_BINS
 from .metrics import METRICS
 from .uncertainty import draws
-from .workload import Workload, sample_args, sample_batch
+from .workload import Workload, sample_args, sample_batch, sample_batch_shape
 
 #: Simulations in flight at once (vmapped lanes) unless the study or the user says otherwise:
 #: on a CPU a few dozen lanes run fastest (measured: 24-48 lanes 1.5-2x faster than 512, see
@@ -115,30 +116,41 @@ def _dispatch(params: list, reqs, seats: int, k_max: int, lanes: int, devices,
     compile a different HLO module, whose fusions (FMA contraction) changed the last bit of
     finish times for some simulations (measured; openxla/xla#41579); the same executable per
     shard keeps the rows byte-identical to one device."""
-    sharding = NamedSharding(Mesh(np.array(devices), ("sims",)), PartitionSpec("sims"))
-
-    def sharded(trees):
-        placed = [jax.device_put(t, sharding) for t in trees]
-        return [[jax.tree_util.tree_map(lambda x: _shard_on(x, d), t) for t in placed]
-                for d in devices]
-
     def call(server_params, server_reqs):
-        def run_on(trees):
-            return simulate_batch(*trees, seats=seats, k_max=k_max, lanes=lanes,
-                                  max_steps=max_steps)
-
-        # Each device compiles its own executable; threads compile them at once.
-        with ThreadPoolExecutor(len(devices)) as pool:
-            outs = list(pool.map(run_on, sharded([stack(server_params), server_reqs])))
+        outs = _engine(_shards([stack(server_params), server_reqs], devices), seats, k_max,
+                       lanes, max_steps)
         return jax.tree_util.tree_map(lambda *xs: np.concatenate([np.asarray(x) for x in xs]),
                                       *outs)
 
     # ``widest`` servers per simulation whatever the chunk holds: one compiled shape per study.
     out = topology.run(params, reqs, call, len(params) * widest)
     parts = [summarize_batch(o_d, r_d, p_d) for o_d, r_d, p_d in
-             sharded([out, reqs, stack([p.system for p in params])])]
+             _shards([out, reqs, stack([p.system for p in params])], devices)]
     mets = {k: np.concatenate([np.asarray(m[k]) for m in parts]) for k in METRICS}
     return out, mets
+
+
+def _shards(trees: list, devices) -> list[list]:
+    """Every device's shard of each tree, split along the leading axis over a 1-D mesh.
+    Host and device arrays alike are placed from a device array, so that equal shapes give
+    equal (cached) compilations whichever they came from."""
+    sharding = NamedSharding(Mesh(np.array(devices), ("sims",)), PartitionSpec("sims"))
+    placed = [jax.device_put(jax.tree_util.tree_map(jnp.asarray, t), sharding) for t in trees]
+    return [[jax.tree_util.tree_map(lambda x: _shard_on(x, d), t) for t in placed]
+            for d in devices]
+
+
+def _engine(shards: list, seats: int, k_max: int, lanes: int, max_steps,
+            compile_only: bool = False) -> list:
+    """The engine on every device's (params, requests) shard at once: each device compiles
+    its own executable, on threads. ``compile_only`` compiles (into the same cache a call
+    uses) without simulating."""
+    def run_on(trees):
+        return simulate_batch(*trees, seats=seats, k_max=k_max, lanes=lanes,
+                              max_steps=max_steps, compile_only=compile_only)
+
+    with ThreadPoolExecutor(len(shards)) as pool:
+        return list(pool.map(run_on, shards))
 
 
 def _shard_on(x: jax.Array, device) -> jax.Array:
@@ -181,15 +193,17 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
             if seats > SMALL_SEATS:  # may overflow the narrow first try
                 bound.setdefault(seats, []).append(s)
             left[s.point] += 1
-    # One compiled shape per tier, fixed up front so that the wide tiers (needed only by the
-    # simulations that overflow) can compile in the background while the narrow ones run.
+    # One compiled shape per tier, fixed up front so that every tier compiles on a background
+    # thread: the first while this thread samples the first requests, the wide ones (needed
+    # only by the simulations that overflow) while the narrow ones run, if they run long.
     shapes = {seats: _call_shape(len(sims), chunk, rounds, len(devices),
                                  max(study.points[s.point].workload.capacity for s in sims))
               for seats, sims in bound.items()}
-    warm = {seats: _Background(_warm, shapes[seats], seats, k_max, devices, max_steps,
-                               params[0], _widest(study))
-            for seats in shapes if pending and seats not in pending
-            and sum(len(v) for v in pending.values()) > shapes[min(pending)][0]}
+    tiers = [seats for seats in sorted(shapes) if pending and (
+        seats == min(pending) or (seats not in pending and sum(len(v) for v in pending.values())
+                                  > shapes[min(pending)][0]))]
+    compiler = _Compiler([(seats, partial(_warm, shapes[seats], seats, k_max, devices, max_steps,
+                                          params[0], _widest(study))) for seats in tiers])
     total, done = len(mine), len(mine) - sum(left)
     designs_total = len({s.point for s in mine})
     t0 = time.perf_counter()
@@ -197,8 +211,6 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
         seats = min(pending)
         sims = pending.pop(seats)
         size, lanes, n_req = shapes[seats]
-        if seats in warm:
-            warm.pop(seats).wait()
         for start in range(0, len(sims), size):
             t_call = time.perf_counter()
             part = sims[start:start + size]
@@ -209,6 +221,7 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
             args += [sample_args(_NOTHING, 0, 2, n_req)] * (size - len(part))
             plist += [plist[0]] * (size - len(part))
             reqs = sample_batch(n_req, stack(args))
+            compiler.wait(seats)
             out, mets = _dispatch(plist, reqs, seats, k_max, lanes, devices, max_steps,
                                   _widest(study))
             overflow = np.asarray(out.overflow)
@@ -244,29 +257,48 @@ def _call_shape(sims: int, chunk: int, rounds: int, n_dev: int, n_req: int
 
 def _warm(shape: tuple[int, int, int], seats: int, k_max: int, devices, max_steps, plan,
           widest: int):
-    """Compile a tier's engine by calling it on simulations without requests."""
+    """Compile a tier's engine and summaries for the shapes of its calls (``widest`` servers
+    per simulation) without simulating: compiled functions are cached, so its calls find
+    them."""
     size, lanes, n_req = shape
-    reqs = sample_batch(n_req, stack([sample_args(_NOTHING, 0, 2, n_req)] * size))
-    _dispatch([plan] * size, reqs, seats, k_max, lanes, devices, max_steps, widest)
+    width = size * widest
+    shaped = sample_batch_shape(n_req, stack([sample_args(_NOTHING, 0, 2, n_req)] * width))
+
+    def zeros(tree, m: int):
+        return jax.tree_util.tree_map(lambda x: np.zeros((m,) + x.shape[1:], x.dtype), tree)
+
+    engine = _engine(_shards([stack([plan.first[0]] * width), zeros(shaped, width)], devices),
+                     seats, k_max, lanes, max_steps, compile_only=True)[0]
+    # The summaries see whole simulations (servers merged), as in the calls.
+    for o_d, r_d, p_d in _shards([zeros(engine.out_info, size), zeros(shaped, size),
+                                  stack([plan.system] * size)], devices):
+        summarize_batch.lower(o_d, r_d, p_d).compile()
 
 
-class _Background:
-    """A call on a daemon thread (compilation releases the GIL, so it overlaps the main
-    thread's simulations on another core); ``wait`` re-raises its error."""
+class _Compiler:
+    """Calls ``(tier, fn)`` jobs in order on a daemon thread (compilation releases the GIL, so
+    it overlaps the caller's simulations); ``wait(tier)`` returns once that tier's job is done
+    and re-raises any job's error."""
 
-    def __init__(self, fn, *args):
+    def __init__(self, jobs: list[tuple[int, Callable]]):
+        self.ready = {tier: threading.Event() for tier, _ in jobs}
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(fn, args), daemon=True)
-        self.thread.start()
+        threading.Thread(target=self._run, args=(jobs,), daemon=True).start()
 
-    def _run(self, fn, args):
-        try:
-            fn(*args)
-        except BaseException as exc:  # handed to the caller by wait()
-            self.error = exc
+    def _run(self, jobs):
+        for tier, fn in jobs:
+            try:
+                fn()
+            except BaseException as exc:  # handed to the caller by wait()
+                self.error = exc
+                for event in self.ready.values():
+                    event.set()
+                return
+            self.ready[tier].set()
 
-    def wait(self):
-        self.thread.join()
+    def wait(self, tier: int):
+        if tier in self.ready:
+            self.ready[tier].wait()
         if self.error is not None:
             raise self.error
 

@@ -289,6 +289,11 @@ def sample_batch(n: int, args: tuple) -> Requests:
     return _sample_batch(n, _has_gamma(args[1]), args)
 
 
+def sample_batch_shape(n: int, args: tuple) -> Requests:
+    """The shapes and dtypes of ``sample_batch(n, args)``, without sampling."""
+    return jax.eval_shape(partial(_sample_batch, n, False), args)
+
+
 def sample_n(wl: Workload, seed, max_context, n: int) -> Requests:
     """``sample`` into exactly ``n >= wl.capacity`` slots (the rest never arrive)."""
     args = sample_args(wl, seed, max_context, n)
