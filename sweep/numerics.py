@@ -3,7 +3,8 @@
 XLA may reorder a reduction (``sum``, ``cumsum``) differently for different batch shapes, device
 counts or fusion decisions, which changes results in the last bits. Results must be
 byte-identical however a sweep is chunked or sharded, so every floating-point sum that reaches
-an output goes through these: log2(n) shifted adds whose order depends only on the length.
+an output goes through these: log2(n) shifted adds, or one add after another, in an order that
+depends only on the length.
 (Integer sums are exact in any order and need none of this.)
 """
 from __future__ import annotations
@@ -24,6 +25,15 @@ def prefix_sum(x, axis: int = -1):
         x = x + lax.slice_in_dim(jnp.pad(x, pad), 0, n, axis=axis)
         shift *= 2
     return x
+
+
+def running_sum(x):
+    """Inclusive prefix sums along the last axis, one addition per element in order: monotone
+    for non-negative terms (a + b >= a in floating point), and a loop that compiles in a
+    fraction of the time of a log-step sum."""
+    x = jnp.moveaxis(x, -1, 0)
+    sums = lax.scan(lambda c, v: (c + v, c + v), jnp.zeros_like(x[0]), x)[1]
+    return jnp.moveaxis(sums, 0, -1)
 
 
 def fixed_sum(x, axis: int = -1):

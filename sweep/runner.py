@@ -26,7 +26,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from . import topology
 from .api import stack, summarize_batch
-from .engine import simulate_batch
+from .engine import simulate_batch, uses_extensions
 from .config import Study
 from .engine import DEFAULT_LOOKAHEAD, ITL_BINS
 from .metrics import METRICS
@@ -35,8 +35,10 @@ from .workload import Workload, sample_args, sample_batch, sample_batch_shape
 
 #: Simulations in flight at once (vmapped lanes) unless the study or the user says otherwise:
 #: on a CPU a few dozen lanes run fastest (measured: 24-48 lanes 1.5-2x faster than 512, see
-#: benchmarks/README.md); an accelerator wants as many as memory allows.
+#: benchmarks/README.md), twice as many in the narrow first-try tier (64 lanes of 64 seats ran
+#: ~8% faster than 32); an accelerator wants as many as memory allows.
 DEFAULT_CHUNK_CPU = 32
+NARROW_CHUNK_CPU = 64
 DEFAULT_CHUNK_ACCELERATOR = 65536
 #: Memory a CPU sweep may use for simulations in flight and queued, bytes.
 MEMORY_BUDGET_CPU = 4e9
@@ -78,9 +80,10 @@ class _Sim:
     seed: int
 
 
-def plan_chunks(study: Study, chunk_size: int | None = None) -> tuple[int, int]:
-    """(simulations in flight, rounds of them per compiled call) within the memory budget;
-    a chunk size that cannot fit is refused before anything runs."""
+def plan_chunks(study: Study, chunk_size: int | None = None) -> tuple[int, int, int]:
+    """(simulations in flight, rounds of them per compiled call, simulations in flight in the
+    narrow first-try tier) within the memory budget; a chunk size that cannot fit is refused
+    before anything runs."""
     n_max = max(p.workload.capacity for p in study.points)
     seats_max = max(p.design.seats for p in study.points)
     k_max = max(p.design.draft_tokens for p in study.points)
@@ -93,11 +96,11 @@ def plan_chunks(study: Study, chunk_size: int | None = None) -> tuple[int, int]:
         raise ValueError(f"run.chunk_size: {chunk} simulations in flight need ~"
                          f"{chunk * (per_lane + per_sim) / 1e9:.1f} GB, more than the "
                          f"{budget / 1e9:.1f} GB budget; allowed: at most {fits}")
-    platform = jax.local_devices()[0].platform
-    default = DEFAULT_CHUNK_CPU if platform == "cpu" else DEFAULT_CHUNK_ACCELERATOR
-    chunk = chunk or min(default, fits)
+    cpu = jax.local_devices()[0].platform == "cpu"
+    narrow = chunk or min(NARROW_CHUNK_CPU if cpu else DEFAULT_CHUNK_ACCELERATOR, fits)
+    chunk = chunk or min(DEFAULT_CHUNK_CPU if cpu else DEFAULT_CHUNK_ACCELERATOR, fits)
     rounds = max(1, min(POOL_ROUNDS, int((budget - chunk * per_lane) // (chunk * per_sim))))
-    return chunk, rounds
+    return chunk, rounds, narrow
 
 
 def _widest(study: Study) -> int:
@@ -117,6 +120,8 @@ def _dispatch(params: list, reqs, seats: int, k_max: int, lanes: int, devices,
     finish times for some simulations (measured; openxla/xla#41579); the same executable per
     shard keeps the rows byte-identical to one device."""
     def call(server_params, server_reqs):
+        # Requests as device arrays, whichever composition stacked them (see ``_warm``).
+        server_reqs = jax.tree_util.tree_map(jnp.asarray, server_reqs)
         outs = _engine(_shards([stack(server_params), server_reqs], devices), seats, k_max,
                        lanes, max_steps)
         return jax.tree_util.tree_map(lambda *xs: np.concatenate([np.asarray(x) for x in xs]),
@@ -131,11 +136,9 @@ def _dispatch(params: list, reqs, seats: int, k_max: int, lanes: int, devices,
 
 
 def _shards(trees: list, devices) -> list[list]:
-    """Every device's shard of each tree, split along the leading axis over a 1-D mesh.
-    Host and device arrays alike are placed from a device array, so that equal shapes give
-    equal (cached) compilations whichever they came from."""
+    """Every device's shard of each tree, split along the leading axis over a 1-D mesh."""
     sharding = NamedSharding(Mesh(np.array(devices), ("sims",)), PartitionSpec("sims"))
-    placed = [jax.device_put(jax.tree_util.tree_map(jnp.asarray, t), sharding) for t in trees]
+    placed = [jax.device_put(t, sharding) for t in trees]
     return [[jax.tree_util.tree_map(lambda x: _shard_on(x, d), t) for t in placed]
             for d in devices]
 
@@ -172,7 +175,7 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
     XLA_FLAGS=--xla_force_host_platform_device_count=N splits it, which on 2 cores measured only
     ~5% faster in steady state and doubled compilation)."""
     devices = list(devices or jax.local_devices())
-    chunk, rounds = plan_chunks(study, chunk_size)
+    chunk, rounds, narrow = plan_chunks(study, chunk_size)
     want_requests = study.per_request if per_request is None else per_request
     max_steps = None if study.max_steps is None else jnp.int32(study.max_steps)
     params = [topology.plan(p.design) for p in study.points]
@@ -196,14 +199,25 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
     # One compiled shape per tier, fixed up front so that every tier compiles on a background
     # thread: the first while this thread samples the first requests, the wide ones (needed
     # only by the simulations that overflow) while the narrow ones run, if they run long.
-    shapes = {seats: _call_shape(len(sims), chunk, rounds, len(devices),
+    # (The narrow tier's wider lanes take fewer rounds: as many simulations per call.)
+    shapes = {seats: _call_shape(len(sims), *((narrow, max(1, rounds * chunk // narrow))
+                                              if seats <= SMALL_SEATS else (chunk, rounds)),
+                                 len(devices),
                                  max(study.points[s.point].workload.capacity for s in sims))
               for seats, sims in bound.items()}
     tiers = [seats for seats in sorted(shapes) if pending and (
         seats == min(pending) or (seats not in pending and sum(len(v) for v in pending.values())
                                   > shapes[min(pending)][0]))]
+
+    def like(seats: int):
+        """A plan compiling as the tier's first call will (with prefix caching and chunked
+        prefill if any of its simulations uses them)."""
+        sims = pending[seats][:shapes[seats][0]] if seats in pending else bound[seats]
+        plans = [params[s.point] for s in sims]
+        return next((p for p in plans if uses_extensions(p.first[0])), plans[0])
+
     compiler = _Compiler([(seats, partial(_warm, shapes[seats], seats, k_max, devices, max_steps,
-                                          params[0], _widest(study))) for seats in tiers])
+                                          like(seats), _widest(study))) for seats in tiers])
     total, done = len(mine), len(mine) - sum(left)
     designs_total = len({s.point for s in mine})
     t0 = time.perf_counter()
@@ -264,13 +278,15 @@ def _warm(shape: tuple[int, int, int], seats: int, k_max: int, devices, max_step
     width = size * widest
     shaped = sample_batch_shape(n_req, stack([sample_args(_NOTHING, 0, 2, n_req)] * width))
 
-    def zeros(tree, m: int):
-        return jax.tree_util.tree_map(lambda x: np.zeros((m,) + x.shape[1:], x.dtype), tree)
+    def zeros(tree, m: int, xp=np):
+        return jax.tree_util.tree_map(lambda x: xp.zeros((m,) + x.shape[1:], x.dtype), tree)
 
-    engine = _engine(_shards([stack([plan.first[0]] * width), zeros(shaped, width)], devices),
+    # Requests come as device arrays (sampled), plans and results as host arrays, as in the
+    # calls: a sharded device array's shards have a type of their own, another compilation.
+    engine = _engine(_shards([stack([plan.first[0]] * width), zeros(shaped, width, jnp)], devices),
                      seats, k_max, lanes, max_steps, compile_only=True)[0]
     # The summaries see whole simulations (servers merged), as in the calls.
-    for o_d, r_d, p_d in _shards([zeros(engine.out_info, size), zeros(shaped, size),
+    for o_d, r_d, p_d in _shards([zeros(engine.out_info, size), zeros(shaped, size, jnp),
                                   stack([plan.system] * size)], devices):
         summarize_batch.lower(o_d, r_d, p_d).compile()
 

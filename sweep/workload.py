@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .numerics import prefix_sum
+from .numerics import running_sum
 from .trace import Trace
 
 #: Arrival processes a config may name; "trace" is set by ``[workload] trace`` instead.
@@ -222,9 +222,8 @@ def _sample(n: int, gamma: bool, seed, kind, cv, rate, count, duration, drain, p
     gaps = jnp.select([kind == POISSON, kind == GAMMA], [expo, bursty], 1.0) / rate
     t_arr, t_prompt, t_out = trace
     is_trace = kind == TRACE
-    # The fixed-order prefix sum is not monotone in the last bit when gaps are tiny (bursts):
-    # a running maximum (exact) keeps arrivals sorted.
-    arrival = jnp.where(is_trace, t_arr, jax.lax.associative_scan(jnp.maximum, prefix_sum(gaps)))
+    # A running sum keeps arrivals sorted even when gaps are tiny (bursts).
+    arrival = jnp.where(is_trace, t_arr, running_sum(gaps))
     arrival = jnp.where((arrival <= duration) & (jnp.arange(n) < count), arrival, jnp.inf)
     # Prefix draws come from their own key (folded in), so the other draws keep their bits.
     p_count, p_tokens, p_share = prefix_par
