@@ -614,12 +614,12 @@ def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
     uses) and returns the compiled executable without simulating."""
     kw = dict(seats=seats, k_max=k_max, lanes=lanes, lookahead=lookahead,
               block_steps=block_steps, max_steps=max_steps, ext=uses_extensions(p))
+    compiled = _SIMULATE_BATCH[jax.default_backend() == "cpu"]
     if compile_only:
-        return _simulate_batch.lower(p, r, **kw).compile()
-    return _simulate_batch(p, r, **kw)
+        return compiled.lower(p, r, **kw).compile()
+    return compiled(p, r, **kw)
 
 
-@partial(jax.jit, static_argnames=("seats", "k_max", "lanes", "lookahead", "block_steps", "ext"))
 def _simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
                     lanes: int | None, lookahead: int, block_steps: int, max_steps,
                     ext: bool) -> EngineOutput:
@@ -665,3 +665,16 @@ def _simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
     out = jax.tree_util.tree_map(lambda x: jnp.zeros((m,) + x.shape[1:], x.dtype), empty)
     pool = _Pool(fresh, pp, rr, aux, ids, jnp.int32(lanes), out)
     return lax.while_loop(lambda q: (q.sim >= 0).any(), block, pool).out
+
+
+_STATIC = ("seats", "k_max", "lanes", "lookahead", "block_steps", "ext")
+#: ``_simulate_batch`` compiled for a CPU (True) or an accelerator. XLA's CPU pipeline splits
+#: every reduction over more than 32 elements into a reduce-window and a reduce (for float
+#: accuracy): two kernels where one would do. The engine's float sums that reach results are
+#: fixed-order (``numerics``) and the rest are exact integer counts, so without the split the
+#: bits are the same, a step is ~170 kernels instead of ~380 and runs ~15% faster on 2 cores.
+_SIMULATE_BATCH = {
+    True: jax.jit(_simulate_batch, static_argnames=_STATIC,
+                  compiler_options={"xla_disable_hlo_passes": "tree_reduction_rewriter"}),
+    False: jax.jit(_simulate_batch, static_argnames=_STATIC),
+}
