@@ -196,6 +196,14 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
             if seats > SMALL_SEATS:  # may overflow the narrow first try
                 bound.setdefault(seats, []).append(s)
             left[s.point] += 1
+
+    def kind(s: _Sim) -> str:
+        """Simulations of a kind share calls: a batch of lanes skips the general pass only if
+        none of them needs it (full static batches, ``engine.needs_pass``)."""
+        return study.points[s.point].design.batching
+
+    for sims in pending.values():
+        sims.sort(key=kind)
     # One compiled shape per tier, fixed up front so that every tier compiles on a background
     # thread: the first while this thread samples the first requests, the wide ones (needed
     # only by the simulations that overflow) while the narrow ones run, if they run long.
@@ -223,7 +231,7 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
     t0 = time.perf_counter()
     while pending:
         seats = min(pending)
-        sims = pending.pop(seats)
+        sims = sorted(pending.pop(seats), key=kind)
         size, lanes, n_req = shapes[seats]
         for start in range(0, len(sims), size):
             t_call = time.perf_counter()
