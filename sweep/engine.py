@@ -470,8 +470,8 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     while a seat is mid-prefill, and growth must fit beside every cached prefix (so the run
     never evicts one)."""
     n = r.arrival.shape[0]
-    # The general pass leaves run_full as it was, so this tells whether it was skipped.
-    skipped = ~s.done & (s.steps < aux.max_steps) & ~needs_pass(p, aux, s)
+    # Whether the general pass just before was skipped (``needs_pass``; it left run_full).
+    skipped = ~s.done & (s.steps < aux.max_steps) & p.static & s.run_full
     running = (s.seat_req >= 0) & ~s.seat_pre
     tail = s.tail  # the general pass just before left it at s.t
     ok = (~s.done & (s.steps < aux.max_steps) & ~(s.seat_pre & (s.seat_req >= 0)).any())

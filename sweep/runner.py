@@ -26,9 +26,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from . import topology
 from .api import stack, summarize_batch
-from .engine import simulate_batch, uses_extensions
 from .config import Study
-from .engine import DEFAULT_LOOKAHEAD, ITL_BINS
+from .engine import DEFAULT_LOOKAHEAD, ITL_BINS, simulate_batch, uses_extensions
 from .metrics import METRICS
 from .uncertainty import draws
 from .workload import Workload, sample_args, sample_batch, sample_batch_shape
@@ -291,8 +290,8 @@ def _warm(shape: tuple[int, int, int], seats: int, k_max: int, devices, max_step
 
     # Requests come as device arrays (sampled), plans and results as host arrays, as in the
     # calls: a sharded device array's shards have a type of their own, another compilation.
-    engine = _engine(_shards([stack([plan.first[0]] * width), zeros(shaped, width, jnp)], devices),
-                     seats, k_max, lanes, max_steps, compile_only=True)[0]
+    shards = _shards([stack([plan.first[0]] * width), zeros(shaped, width, jnp)], devices)
+    engine = _engine(shards, seats, k_max, lanes, max_steps, compile_only=True)[0]
     # The summaries see whole simulations (servers merged), as in the calls.
     for o_d, r_d, p_d in _shards([zeros(engine.out_info, size), zeros(shaped, size, jnp),
                                   stack([plan.system] * size)], devices):
