@@ -201,8 +201,6 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
         none of them needs it (full static batches, ``engine.needs_pass``)."""
         return study.points[s.point].design.batching
 
-    for sims in pending.values():
-        sims.sort(key=kind)
     # One compiled shape per tier, fixed up front so that every tier compiles on a background
     # thread: the first while this thread samples the first requests, the wide ones (needed
     # only by the simulations that overflow) while the narrow ones run, if they run long.
@@ -219,7 +217,8 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
     def like(seats: int):
         """A plan compiling as the tier's first call will (with prefix caching and chunked
         prefill if any of its simulations uses them)."""
-        sims = pending[seats][:shapes[seats][0]] if seats in pending else bound[seats]
+        sims = (sorted(pending[seats], key=kind)[:shapes[seats][0]] if seats in pending
+                else bound[seats])
         plans = [params[s.point] for s in sims]
         return next((p for p in plans if uses_extensions(p.first[0])), plans[0])
 
