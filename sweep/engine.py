@@ -3,9 +3,8 @@ of designs x workloads x seeds. The rules are docs/model.md's; sweep/reference.p
 rules as a plain event loop, one pass at a time.
 
 A step is one general pass (admission, readmission or preemption, prefill and decode: the rules
-as written) followed by a *decode run*: up to ``lookahead`` further passes (``static_lookahead``
-in a static batch, whose runs are not cut short by arrivals) in which nothing but decoding can
-happen, all taken at once. Within such a run no sequence joins the batch, so every
+as written) followed by a *decode run*: up to ``lookahead`` further passes in which nothing but
+decoding can happen, all taken at once. Within such a run no sequence joins the batch, so every
 pass is a pure function of the seats' token counts: the draws of all its passes are taken
 together (they are keyed by each request's decode-pass count), pass times are a vector, and the
 run stops before the first pass at which an event could occur (an admission the rules could
@@ -46,12 +45,8 @@ ITL_LOG_WIDTH = math.log(ITL_HI_S / ITL_LO_S) / (ITL_BINS - 1)
 #: Scan steps per block of the outer while loop: the loop stops within one block of the slowest
 #: simulation finishing.
 DEFAULT_BLOCK_STEPS = 64
-#: Passes a decode run may cover in one step: a continuous batch's runs end at the next arrival
-#: (about ten passes in the brief), a static batch's only at its end, so it takes longer ones.
-#: Measured on 2 CPU cores (benchmarks/README.md): 8-16 cost the same for continuous batches and
-#: 32 was 30% slower; for static batches 32 was ~20% faster than 16 and 64 no faster than 32.
+#: Passes a decode run may cover in one step.
 DEFAULT_LOOKAHEAD = 16
-DEFAULT_STATIC_LOOKAHEAD = 32
 
 
 class EngineState(NamedTuple):
@@ -465,9 +460,8 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int, ext: bool,
 
 
 def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: int, ext: bool,
-                s: EngineState, active=True) -> EngineState:
-    """Up to ``lookahead`` decode-only passes at once (none if an event could intervene; none,
-    and the state unchanged, unless ``active``).
+                s: EngineState) -> EngineState:
+    """Up to ``lookahead`` decode-only passes at once (none if an event could intervene).
 
     Completions do not end a run: a finished sequence just leaves the batch (its blocks are not
     counted as freed, which can only end a run early). What ends it is a pass at which the
@@ -480,8 +474,7 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     skipped = ~s.done & (s.steps < aux.max_steps) & p.static & s.run_full
     running = (s.seat_req >= 0) & ~s.seat_pre
     tail = s.tail  # the general pass just before left it at s.t
-    ok = (active & ~s.done & (s.steps < aux.max_steps)
-          & ~(s.seat_pre & (s.seat_req >= 0)).any())
+    ok = (~s.done & (s.steps < aux.max_steps) & ~(s.seat_pre & (s.seat_req >= 0)).any())
     if ext:
         ok = ok & ~((s.seat_todo > 0) & (s.seat_req >= 0)).any()
     next_arrival = jnp.where(tail < n, r.arrival[jnp.minimum(tail, n - 1)], jnp.inf)
@@ -542,7 +535,7 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
         in_use = in_use + pb * refs.sum(axis=0, dtype=jnp.int32)
     peak = jnp.where(took, in_use, 0).max()
     return s._replace(
-        t=t_end, tail=jnp.where(active, tail_end, s.tail),
+        t=t_end, tail=tail_end,
         seat_req=jnp.where(done_seat, -1, s.seat_req),
         seat_gen=jnp.where(done_seat, 0, gen_new),
         seat_npass=jnp.where(done_seat, 0, npass + seat_passes),
@@ -555,31 +548,24 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
         peak_blocks=jnp.maximum(s.peak_blocks, peak),
         area=s.area + jnp.where(m > 0, area, 0.0),
         busy=s.busy + fixed_sum(jnp.where(took, dt, 0.0)),
-        itl_hist=hist, passes=s.passes + m,
-        run_full=jnp.where(active, m == lookahead, s.run_full),
+        itl_hist=hist, passes=s.passes + m, run_full=m == lookahead,
         # A step without a general pass counts if its run did something.
         steps=s.steps + (skipped & (m > 0)).astype(jnp.int32),
     )
 
 
 def step(p: EngineParams, r: Requests, aux: Aux, s: EngineState, k_max: int, lookahead: int,
-         static_lookahead: int, ext: bool = False) -> EngineState:
+         ext: bool = False) -> EngineState:
     """One step of a batch of simulations (leading axis: lanes): a general pass for those that
-    ``needs_pass``, then a decode run of up to ``lookahead`` passes (``static_lookahead`` for a
-    static batch). Each part runs only if some lane needs it (it leaves the others unchanged),
-    so a batch of lanes of one kind runs one kind of decode run."""
+    ``needs_pass``, then a decode run. The general pass is skipped altogether when no lane
+    needs it (it would leave each of them unchanged)."""
     general = jax.vmap(partial(_general_pass, k_max=k_max, ext=ext))
     need = jax.vmap(needs_pass)(p, aux, s)
     s = lax.cond(need.any(), lambda c: general(p, r, aux, s=c), lambda c: c, s)
-    live = ~s.done & (s.steps < aux.max_steps)
-    for static, look in ((False, lookahead), (True, static_lookahead)):
-        if look == 0:
-            continue
-        mine = p.static == static
-        run = jax.vmap(partial(_decode_run, k_max=k_max, lookahead=look, ext=ext))
-        s = lax.cond((mine & live).any(), lambda c: run(p, r, aux, s=c, active=mine),
-                     lambda c: c, s)
-    return s
+    if lookahead == 0:
+        return s
+    return jax.vmap(partial(_decode_run, k_max=k_max, lookahead=lookahead, ext=ext))(p, r, aux,
+                                                                                     s=s)
 
 
 def _finish(s: EngineState, r: Requests) -> EngineOutput:
@@ -621,14 +607,12 @@ def uses_extensions(p: EngineParams) -> bool:
 
 def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
                    lanes: int | None = None, lookahead: int = DEFAULT_LOOKAHEAD,
-                   static_lookahead: int = DEFAULT_STATIC_LOOKAHEAD,
                    block_steps: int = DEFAULT_BLOCK_STEPS, max_steps=None,
                    compile_only: bool = False) -> EngineOutput:
     """``_simulate_batch``, compiled with prefix caching and chunked prefill only if the
     batch uses them. ``compile_only`` compiles it for these arguments (into the cache a call
     uses) and returns the compiled executable without simulating."""
     kw = dict(seats=seats, k_max=k_max, lanes=lanes, lookahead=lookahead,
-              static_lookahead=static_lookahead,
               block_steps=block_steps, max_steps=max_steps, ext=uses_extensions(p))
     compiled = _SIMULATE_BATCH[jax.default_backend() == "cpu"]
     if compile_only:
@@ -637,8 +621,7 @@ def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
 
 
 def _simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
-                    lanes: int | None, lookahead: int, static_lookahead: int,
-                    block_steps: int, max_steps,
+                    lanes: int | None, lookahead: int, block_steps: int, max_steps,
                     ext: bool) -> EngineOutput:
     """Simulate every one of the M simulations stacked along the leading axis of ``p`` and
     ``r``, ``lanes`` (default all) at a time: steps are vmapped over the lanes, and every
@@ -652,8 +635,7 @@ def _simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
                                           pp.prefill_chunk if ext else None))
     fresh = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (lanes,) + x.shape),
                                    _init(n, seats))
-    step_lanes = partial(step, k_max=k_max, lookahead=lookahead,
-                         static_lookahead=static_lookahead, ext=ext)
+    step_lanes = partial(step, k_max=k_max, lookahead=lookahead, ext=ext)
 
     def load(ids):
         pp = jax.tree_util.tree_map(lambda x: x[ids], p)
@@ -685,7 +667,7 @@ def _simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
     return lax.while_loop(lambda q: (q.sim >= 0).any(), block, pool).out
 
 
-_STATIC = ("seats", "k_max", "lanes", "lookahead", "static_lookahead", "block_steps", "ext")
+_STATIC = ("seats", "k_max", "lanes", "lookahead", "block_steps", "ext")
 #: ``_simulate_batch`` compiled for a CPU (True) or an accelerator. XLA's CPU pipeline splits
 #: every reduction over more than 32 elements into a reduce-window and a reduce (for float
 #: accuracy): two kernels where one would do. The engine's float sums that reach results are

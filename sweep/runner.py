@@ -9,7 +9,6 @@ finished rows chunk by chunk (the CLI saves each as a part, so a killed run can 
 """
 from __future__ import annotations
 
-import itertools
 import math
 import sys
 import threading
@@ -28,8 +27,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from . import topology
 from .api import stack, summarize_batch
 from .config import Study
-from .engine import (DEFAULT_LOOKAHEAD, DEFAULT_STATIC_LOOKAHEAD, ITL_BINS, simulate_batch,
-                     uses_extensions)
+from .engine import DEFAULT_LOOKAHEAD, ITL_BINS, simulate_batch, uses_extensions
 from .metrics import METRICS
 from .uncertainty import draws
 from .workload import Workload, sample_args, sample_batch, sample_batch_shape
@@ -198,11 +196,10 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
                 bound.setdefault(seats, []).append(s)
             left[s.point] += 1
 
-    def kind(s: _Sim) -> bool:
-        """Whether the simulation batches statically. A call holds simulations of one kind: a
-        step runs the general pass only if some lane needs it (full static batches do not,
-        ``engine.needs_pass``) and each kind's decode run only if some lane is of its kind."""
-        return study.points[s.point].design.batching != "continuous"
+    def kind(s: _Sim) -> str:
+        """Simulations of a kind share calls: a batch of lanes skips the general pass only if
+        none of them needs it (full static batches, ``engine.needs_pass``)."""
+        return study.points[s.point].design.batching
 
     # One compiled shape per tier, fixed up front so that every tier compiles on a background
     # thread: the first while this thread samples the first requests, the wide ones (needed
@@ -234,12 +231,9 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
         seats = min(pending)
         sims = sorted(pending.pop(seats), key=kind)
         size, lanes, n_req = shapes[seats]
-        parts = []
-        for _, group in itertools.groupby(sims, key=kind):
-            group = list(group)
-            parts += [group[i:i + size] for i in range(0, len(group), size)]
-        for part in parts:
+        for start in range(0, len(sims), size):
             t_call = time.perf_counter()
+            part = sims[start:start + size]
             args = [sample_args(study.points[s.point].workload, s.seed,
                                 study.points[s.point].design.context_limit, n_req) for s in part]
             plist = [sim_params(s) for s in part]
@@ -497,8 +491,7 @@ def memory_budget_bytes() -> float:
 def simulation_bytes(n_requests: int, seats: int, k_max: int) -> tuple[int, int]:
     """Estimated bytes of one simulation in flight (its lane: state and the decode run's
     seats x lookahead temporaries) and of one queued simulation (its requests and results)."""
-    look = max(DEFAULT_LOOKAHEAD, DEFAULT_STATIC_LOOKAHEAD)
-    lane = 8 * (n_requests + seats) + 4 * ITL_BINS + 16 * seats * look * (8 + k_max)
+    lane = 8 * (n_requests + seats) + 4 * ITL_BINS + 16 * seats * DEFAULT_LOOKAHEAD * (8 + k_max)
     queued = n_requests * (16 + 20) + 4 * ITL_BINS + 256
     return 2 * lane, queued  # x2: XLA keeps the loop carry and its update
 
