@@ -29,7 +29,7 @@ import numpy as np
 from jax import lax
 
 from .design import EngineParams
-from .numerics import count_prefix_sum, fixed_sum, prefix_sum
+from .numerics import count_prefix_sum, fixed_sum
 from .rng import uniform_bits
 from .timing import pass_time
 from .workload import MAX_PREFIXES, Requests
@@ -45,8 +45,12 @@ ITL_LOG_WIDTH = math.log(ITL_HI_S / ITL_LO_S) / (ITL_BINS - 1)
 #: Scan steps per block of the outer while loop: the loop stops within one block of the slowest
 #: simulation finishing.
 DEFAULT_BLOCK_STEPS = 64
-#: Passes a decode run may cover in one step.
+#: Passes a decode run may cover in one step, and in a step of static batches only: a continuous
+#: batch's runs end at the next arrival (about ten passes in the brief), a static batch's only at
+#: its end. Measured on 2 CPU cores (benchmarks/README.md): for continuous batches runs of 8-16
+#: cost the same and 32 was 30% slower; for static ones 32 was ~20% faster than 16, 64 no faster.
 DEFAULT_LOOKAHEAD = 16
+DEFAULT_STATIC_LOOKAHEAD = 32
 
 
 class EngineState(NamedTuple):
@@ -67,7 +71,6 @@ class EngineState(NamedTuple):
     preemptions: jax.Array  # i32
     max_queue: jax.Array  # i32 waiting requests after admission, max over passes
     peak_blocks: jax.Array  # i32
-    area: jax.Array  # f64 integral of the number in system over time
     busy: jax.Array  # f64 seconds spent in passes
     itl_hist: jax.Array  # i32[ITL_BINS]
     steps: jax.Array  # i32 steps that did something
@@ -86,7 +89,6 @@ class EngineState(NamedTuple):
 class Aux(NamedTuple):
     """Per-simulation constants derived from the requests once, outside the scan."""
 
-    cum_arrival: jax.Array  # f64[N+1] prefix sums of (finite) arrival times
     max_steps: jax.Array  # i32 safe bound on steps
     arrival_blocks: jax.Array  # f64[N/B + 1, B] arrival times in blocks of B, inf-padded
     block_last: jax.Array  # f64[N/B + 1] the last arrival time of each block
@@ -121,8 +123,6 @@ def _ceil_div(a, b):
 
 def _aux(r: Requests, seats: int, max_steps, chunk=None) -> Aux:
     real = jnp.isfinite(r.arrival)
-    a0 = jnp.where(real, r.arrival, 0.0)
-    cum = jnp.concatenate([jnp.zeros((1,), jnp.float64), prefix_sum(a0)])
     # Every pass emits a token and every preemption is undone by a readmission pass.
     bound = 2 * jnp.where(real, r.output, 0).sum() + seats + 16
     if chunk is not None:
@@ -135,7 +135,7 @@ def _aux(r: Requests, seats: int, max_steps, chunk=None) -> Aux:
     n = r.arrival.shape[0]
     b = _count_block(n)
     blocks = jnp.full((n // b + 1) * b, jnp.inf).at[:n].set(r.arrival).reshape(-1, b)
-    return Aux(cum, bound.astype(jnp.int32), blocks, blocks[:, -1])
+    return Aux(bound.astype(jnp.int32), blocks, blocks[:, -1])
 
 
 def _init(n: int, seats: int) -> EngineState:
@@ -148,7 +148,7 @@ def _init(n: int, seats: int) -> EngineState:
         seat_last=jnp.zeros((seats,), jnp.float64),
         first=jnp.full((n + seats,), jnp.nan), finish=jnp.full((n,), jnp.nan),
         finished=i32(0), tokens=jnp.int64(0), preemptions=i32(0), max_queue=i32(0),
-        peak_blocks=i32(0), area=jnp.float64(0.0), busy=jnp.float64(0.0),
+        peak_blocks=i32(0), busy=jnp.float64(0.0),
         itl_hist=jnp.zeros((ITL_BINS,), i32), steps=i32(0), passes=i32(0),
         overflow=jnp.bool_(False), done=jnp.bool_(False), run_full=jnp.bool_(False),
         seat_todo=zeros,
@@ -176,25 +176,15 @@ def _count_block(n: int) -> int:
     return max(8, 1 << math.ceil(math.log2(max(n, 1)) / 2))
 
 
-def _arrived(aux: Aux, t):
-    """Requests arrived by ``t`` (``searchsorted(arrival, t, side="right")``) as two short
-    vector counts: whole blocks, then within the next block. A binary search is a chain of
-    dependent gathers, each its own kernel launch on a CPU."""
+def _arrived(aux: Aux, t, n: int):
+    """Of the ``n`` requests, those arrived by ``t`` (``searchsorted(arrival, t, "right")``),
+    as two short vector counts: whole blocks, then within the next block. A binary search is a
+    chain of dependent gathers, each its own kernel launch on a CPU."""
     n_blocks, b = aux.arrival_blocks.shape
     whole = (aux.block_last <= t).sum(dtype=jnp.int32)
     row = lax.dynamic_index_in_dim(aux.arrival_blocks, jnp.minimum(whole, n_blocks - 1),
                                    keepdims=False)
-    n = aux.cum_arrival.shape[0] - 1
     return jnp.minimum(whole * b + (row <= t).sum(dtype=jnp.int32), n)
-
-
-def _area_gain(r: Requests, aux: Aux, t, t_end, tail, finished):
-    """Integral of the number in system over (t, t_end]: those present at t (none leave before
-    t_end), plus those arriving meanwhile, each from its arrival. Also returns the arrivals by
-    t_end."""
-    tail_end = _arrived(aux, t_end).astype(jnp.int32)
-    arriving = (tail_end - tail) * t_end - (aux.cum_arrival[tail_end] - aux.cum_arrival[tail])
-    return (tail - finished) * (t_end - t) + arriving, tail_end
 
 
 def _exclusive_cumsum(x):
@@ -237,7 +227,7 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int, ext: bool,
     next_arrival = jnp.where(s.head < n, r.arrival[jnp.minimum(s.head, n - 1)], jnp.inf)
     idle = (n_occ == 0) & (next_arrival > s.t)  # nothing running, nobody waiting
     t = jnp.where(live & idle & jnp.isfinite(next_arrival), jnp.maximum(s.t, next_arrival), s.t)
-    tail = _arrived(aux, t).astype(jnp.int32)
+    tail = _arrived(aux, t, n)
     queue = tail - s.head
     stop = (idle & ~jnp.isfinite(next_arrival)) | (t >= r.end_time)
     go = live & ~stop
@@ -400,7 +390,6 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int, ext: bool,
         first = lax.dynamic_update_slice(s.first, jnp.where(seats < m, t_end, window_first),
                                          (s.head,))
     finish = s.finish.at[jnp.where(done_seat, seat_req, n)].set(t_end, mode="drop")
-    area, tail_end = _area_gain(r, aux, t, t_end, tail, s.finished)
     seat_pre = seat_pre & ~readmitted & ~done_seat
     in_use = blocks.sum(dtype=jnp.int32)
     out_blocks = jnp.where(done_seat, 0, blocks)
@@ -436,7 +425,7 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int, ext: bool,
     return s._replace(
         t=jnp.where(live, t_end, s.t),
         head=s.head + m,
-        tail=tail_end,
+        tail=_arrived(aux, t_end, n),
         seat_req=jnp.where(done_seat, -1, seat_req),
         seat_gen=jnp.where(done_seat, 0, gen_new),
         seat_npass=jnp.where(new | done_seat, 0, s.seat_npass + decode),
@@ -449,7 +438,6 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int, ext: bool,
         preemptions=s.preemptions + preempt.astype(jnp.int32),
         max_queue=jnp.maximum(s.max_queue, jnp.where(work, queue - m, 0)),
         peak_blocks=jnp.maximum(s.peak_blocks, jnp.where(work, in_use, 0)),
-        area=s.area + jnp.where(work, area, 0.0),
         busy=s.busy + dt, itl_hist=hist,
         steps=s.steps + go.astype(jnp.int32), passes=s.passes + work.astype(jnp.int32),
         overflow=s.overflow | overflow,
@@ -459,9 +447,11 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int, ext: bool,
     )
 
 
-def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: int, ext: bool,
-                s: EngineState) -> EngineState:
-    """Up to ``lookahead`` decode-only passes at once (none if an event could intervene).
+def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: int, unit: int,
+                ext: bool, s: EngineState) -> EngineState:
+    """Up to ``lookahead`` decode-only passes at once (none if an event could intervene), taken
+    exactly as consecutive runs of ``unit`` passes would be (``lookahead`` is a multiple of it),
+    down to the step count: how runs are cut changes no result.
 
     Completions do not end a run: a finished sequence just leaves the batch (its blocks are not
     counted as freed, which can only end a run early). What ends it is a pass at which the
@@ -491,23 +481,33 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     alive = running[:, None] & (gen_before < out_col)  # decodes at pass j
     ctx = prompt[:, None] + gen_before
     need = _ceil_div(ctx + jnp.minimum(p.draft_tokens + 1, out_col - gen_before), p.block_tokens)
-    free = p.total_blocks - s.seat_blocks.sum()
     if ext:
         pfx = jnp.where(p.prefix_cache & running, r.prefix[req], -1)
         pb = _ceil_div(r.prefix_tokens, p.block_tokens)
         need = need - jnp.where(pfx >= 0, pb, 0)[:, None]
-        free = free - pb * s.pc_cached.sum(dtype=jnp.int32)
     held = jnp.maximum(need, s.seat_blocks[:, None])
-    growth = jnp.where(alive, held - s.seat_blocks[:, None], 0).sum(axis=0, dtype=jnp.int32)
+    # Each ``unit`` of passes counts growth from the blocks held when it starts (the sequences
+    # finished before it have freed theirs), as a run of its own would.
+    base = jnp.stack([s.seat_blocks] + [jnp.where(alive[:, q], held[:, q - 1], 0)
+                                         for q in range(unit, lookahead, unit)], axis=1)
+    base = base[:, np.arange(lookahead) // unit]
+    free = p.total_blocks - base.sum(axis=0, dtype=jnp.int32)
+    if ext:
+        free = free - pb * s.pc_cached.sum(dtype=jnp.int32)
+    growth = jnp.where(alive, held - base, 0).sum(axis=0, dtype=jnp.int32)
     fits = growth <= free
     n_run = alive.sum(axis=0, dtype=jnp.int32)
     context = jnp.where(alive, ctx, 0).sum(axis=0).astype(jnp.float64)
     dt = pass_time(p.timing, 0.0, 0.0, n_run.astype(jnp.float64), context, xp=jnp)
-    ends = s.t + prefix_sum(dt)
+    # The clock and the busy time add pass after pass, as pass-by-pass stepping does, so a
+    # result does not depend on where runs are cut.
+    ends = _running(s.t, dt)
     starts = jnp.concatenate([s.t[None], ends[:-1]])
     # Running seats are the occupied ones here, so a free seat exists while n_run < max_batch.
     can_admit = ~p.static & (n_run < p.max_batch)
-    allowed = (fits & (n_run > 0) & (starts < r.end_time)
+    # A unit after the first is a step of its own, within the step bound.
+    units_left = aux.max_steps - s.steps + (~skipped).astype(jnp.int32)
+    allowed = (fits & (n_run > 0) & (starts < r.end_time) & (j // unit < units_left)
                & ~(can_admit & ((tail > s.head) | (starts >= next_arrival))))
     m = jnp.where(ok, jnp.cumprod(allowed).sum(dtype=jnp.int32), 0)
 
@@ -523,10 +523,8 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     passes_run = jnp.where(took, n_run, 0)
     hist = s.itl_hist.at[itl_bin(dt)].add(passes_run)
     hist = hist.at[0].add(emitted.sum(dtype=jnp.int32) - passes_run.sum(dtype=jnp.int32))
-    tail_last = _arrived(aux, starts[last]).astype(jnp.int32)
+    tail_last = _arrived(aux, starts[last], n)
     finish = s.finish.at[jnp.where(done_seat, s.seat_req, n)].set(seat_end, mode="drop")
-    area, tail_end = _area_gain(r, aux, s.t, t_end, tail, s.finished)
-    area = area - fixed_sum(jnp.where(done_seat, t_end - seat_end, 0.0))
     in_use = jnp.where(alive, held, 0).sum(axis=0, dtype=jnp.int32)
     if ext:
         # Each prefix held by a sequence alive at the pass counts once.
@@ -535,7 +533,7 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
         in_use = in_use + pb * refs.sum(axis=0, dtype=jnp.int32)
     peak = jnp.where(took, in_use, 0).max()
     return s._replace(
-        t=t_end, tail=tail_end,
+        t=t_end, tail=_arrived(aux, t_end, n),
         seat_req=jnp.where(done_seat, -1, s.seat_req),
         seat_gen=jnp.where(done_seat, 0, gen_new),
         seat_npass=jnp.where(done_seat, 0, npass + seat_passes),
@@ -546,26 +544,52 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
         tokens=s.tokens + emitted.sum(dtype=jnp.int64),
         max_queue=jnp.maximum(s.max_queue, jnp.where(m > 0, tail_last - s.head, 0)),
         peak_blocks=jnp.maximum(s.peak_blocks, peak),
-        area=s.area + jnp.where(m > 0, area, 0.0),
-        busy=s.busy + fixed_sum(jnp.where(took, dt, 0.0)),
+        busy=_running(s.busy, jnp.where(took, dt, 0.0))[-1],
         itl_hist=hist, passes=s.passes + m, run_full=m == lookahead,
-        # A step without a general pass counts if its run did something.
-        steps=s.steps + (skipped & (m > 0)).astype(jnp.int32),
+        # Every unit of the run is a step, less the first if a general pass began the step.
+        steps=s.steps + jnp.where(m > 0, (m + unit - 1) // unit - (~skipped).astype(jnp.int32),
+                                  0),
     )
 
 
 def step(p: EngineParams, r: Requests, aux: Aux, s: EngineState, k_max: int, lookahead: int,
-         ext: bool = False) -> EngineState:
+         static_lookahead: int, ext: bool = False) -> EngineState:
     """One step of a batch of simulations (leading axis: lanes): a general pass for those that
-    ``needs_pass``, then a decode run. The general pass is skipped altogether when no lane
-    needs it (it would leave each of them unchanged)."""
+    ``needs_pass``, then a decode run of up to ``lookahead`` passes, or ``static_lookahead``
+    when every running lane is a static batch (whose runs no arrival cuts short). The general
+    pass is skipped altogether when no lane needs it (it would leave each of them unchanged).
+    Neither choice changes a result."""
     general = jax.vmap(partial(_general_pass, k_max=k_max, ext=ext))
     need = jax.vmap(needs_pass)(p, aux, s)
     s = lax.cond(need.any(), lambda c: general(p, r, aux, s=c), lambda c: c, s)
     if lookahead == 0:
         return s
-    return jax.vmap(partial(_decode_run, k_max=k_max, lookahead=lookahead, ext=ext))(p, r, aux,
-                                                                                     s=s)
+
+    def run(look):
+        return lambda c: jax.vmap(partial(_decode_run, k_max=k_max, lookahead=look,
+                                          unit=lookahead, ext=ext))(p, r, aux, s=c)
+
+    if static_lookahead <= lookahead:
+        return run(lookahead)(s)
+    live = ~s.done & (s.steps < aux.max_steps)
+    return lax.cond((p.static | ~live).all(), run(static_lookahead), run(lookahead), s)
+
+
+def _running(x0, dx):
+    """x0 + dx[0], then + dx[1], ...: every partial sum, added one after another."""
+    sums = []
+    for j in range(dx.shape[0]):
+        x0 = x0 + dx[j]
+        sums.append(x0)
+    return jnp.stack(sums)
+
+
+def _area(r: Requests, finish, t_stop):
+    """Integral of the number in system over [0, t_stop], from per-request times (in an order
+    that depends only on the request count)."""
+    real = jnp.isfinite(r.arrival) & (r.arrival <= t_stop)
+    end = jnp.where(jnp.isfinite(finish), jnp.minimum(finish, t_stop), t_stop)
+    return fixed_sum(jnp.where(real, jnp.maximum(end - r.arrival, 0.0), 0.0))
 
 
 def _finish(s: EngineState, r: Requests) -> EngineOutput:
@@ -576,7 +600,8 @@ def _finish(s: EngineState, r: Requests) -> EngineOutput:
     return EngineOutput(
         first=s.first[:n], finish=s.finish, generated=generated, t_stop=s.t,
         tokens=s.tokens, preemptions=s.preemptions, max_queue=s.max_queue,
-        peak_blocks=s.peak_blocks, area=s.area, busy=s.busy, itl_hist=s.itl_hist,
+        peak_blocks=s.peak_blocks, area=_area(r, s.finish, s.t), busy=s.busy,
+        itl_hist=s.itl_hist,
         steps=s.steps, passes=s.passes, overflow=s.overflow, truncated=~s.done,
         prefix_lookups=s.pc_lookups, prefix_hits=s.pc_hits)
 
@@ -607,12 +632,17 @@ def uses_extensions(p: EngineParams) -> bool:
 
 def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
                    lanes: int | None = None, lookahead: int = DEFAULT_LOOKAHEAD,
+                   static_lookahead: int = DEFAULT_STATIC_LOOKAHEAD,
                    block_steps: int = DEFAULT_BLOCK_STEPS, max_steps=None,
                    compile_only: bool = False) -> EngineOutput:
     """``_simulate_batch``, compiled with prefix caching and chunked prefill only if the
     batch uses them. ``compile_only`` compiles it for these arguments (into the cache a call
     uses) and returns the compiled executable without simulating."""
+    if lookahead and static_lookahead % lookahead:
+        raise ValueError(f"static_lookahead: {static_lookahead} passes; allowed: a multiple of "
+                         f"lookahead ({lookahead})")
     kw = dict(seats=seats, k_max=k_max, lanes=lanes, lookahead=lookahead,
+              static_lookahead=static_lookahead,
               block_steps=block_steps, max_steps=max_steps, ext=uses_extensions(p))
     compiled = _SIMULATE_BATCH[jax.default_backend() == "cpu"]
     if compile_only:
@@ -621,7 +651,8 @@ def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
 
 
 def _simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
-                    lanes: int | None, lookahead: int, block_steps: int, max_steps,
+                    lanes: int | None, lookahead: int, static_lookahead: int,
+                    block_steps: int, max_steps,
                     ext: bool) -> EngineOutput:
     """Simulate every one of the M simulations stacked along the leading axis of ``p`` and
     ``r``, ``lanes`` (default all) at a time: steps are vmapped over the lanes, and every
@@ -635,7 +666,8 @@ def _simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
                                           pp.prefill_chunk if ext else None))
     fresh = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (lanes,) + x.shape),
                                    _init(n, seats))
-    step_lanes = partial(step, k_max=k_max, lookahead=lookahead, ext=ext)
+    step_lanes = partial(step, k_max=k_max, lookahead=lookahead,
+                         static_lookahead=static_lookahead, ext=ext)
 
     def load(ids):
         pp = jax.tree_util.tree_map(lambda x: x[ids], p)
@@ -667,7 +699,7 @@ def _simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
     return lax.while_loop(lambda q: (q.sim >= 0).any(), block, pool).out
 
 
-_STATIC = ("seats", "k_max", "lanes", "lookahead", "block_steps", "ext")
+_STATIC = ("seats", "k_max", "lanes", "lookahead", "static_lookahead", "block_steps", "ext")
 #: ``_simulate_batch`` compiled for a CPU (True) or an accelerator. XLA's CPU pipeline splits
 #: every reduction over more than 32 elements into a reduce-window and a reduce (for float
 #: accuracy): two kernels where one would do. The engine's float sums that reach results are

@@ -27,7 +27,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from . import topology
 from .api import stack, summarize_batch
 from .config import Study
-from .engine import DEFAULT_LOOKAHEAD, ITL_BINS, simulate_batch, uses_extensions
+from .engine import (DEFAULT_LOOKAHEAD, DEFAULT_STATIC_LOOKAHEAD, ITL_BINS, simulate_batch,
+                     uses_extensions)
 from .metrics import METRICS
 from .uncertainty import draws
 from .workload import Workload, sample_args, sample_batch, sample_batch_shape
@@ -491,7 +492,8 @@ def memory_budget_bytes() -> float:
 def simulation_bytes(n_requests: int, seats: int, k_max: int) -> tuple[int, int]:
     """Estimated bytes of one simulation in flight (its lane: state and the decode run's
     seats x lookahead temporaries) and of one queued simulation (its requests and results)."""
-    lane = 8 * (n_requests + seats) + 4 * ITL_BINS + 16 * seats * DEFAULT_LOOKAHEAD * (8 + k_max)
+    look = max(DEFAULT_LOOKAHEAD, DEFAULT_STATIC_LOOKAHEAD)
+    lane = 8 * (n_requests + seats) + 4 * ITL_BINS + 16 * seats * look * (8 + k_max)
     queued = n_requests * (16 + 20) + 4 * ITL_BINS + 256
     return 2 * lane, queued  # x2: XLA keeps the loop carry and its update
 
