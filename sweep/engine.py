@@ -45,12 +45,14 @@ ITL_LOG_WIDTH = math.log(ITL_HI_S / ITL_LO_S) / (ITL_BINS - 1)
 #: Scan steps per block of the outer while loop: the loop stops within one block of the slowest
 #: simulation finishing.
 DEFAULT_BLOCK_STEPS = 64
-#: Passes a decode run may cover in one step, and in a step of static batches only: a continuous
-#: batch's runs end at the next arrival (about ten passes in the brief), a static batch's only at
-#: its end. Measured on 2 CPU cores (benchmarks/README.md): for continuous batches runs of 8-16
-#: cost the same and 32 was 30% slower; for static ones 32 was ~20% faster than 16, 64 no faster.
+#: Passes a decode run may cover in one step, and in a step of static batches only (a continuous
+#: batch's runs end at the next arrival, about ten passes in the brief; a static batch's only at
+#: its end). Measured on 2 CPU cores (benchmarks/README.md): for continuous batches 8-16 cost the
+#: same and 32 was 30% slower; calls of static batches only ran 24% faster with 32 at 64 seats,
+#: but the brief did not (its static designs mostly overflow into the wide tier) while a second
+#: decode run made compilation 20% longer, so by default both are 16 (one decode run compiled).
 DEFAULT_LOOKAHEAD = 16
-DEFAULT_STATIC_LOOKAHEAD = 32
+DEFAULT_STATIC_LOOKAHEAD = 16
 
 
 class EngineState(NamedTuple):

@@ -1,12 +1,13 @@
 """The scan engine and the event-driven twin agree request by request on random designs."""
 import math
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from sweep.api import run_batch, stack
 from sweep.design import Design
-from sweep.engine import ITL_LOG_WIDTH
+from sweep.engine import ITL_LOG_WIDTH, simulate_batch
 from sweep.reference import simulate_reference, summarize_reference
 from sweep.trace import Trace
 from sweep.workload import Lengths, Workload, sample_n
@@ -240,3 +241,21 @@ def test_extension_cases_cover_the_features(extension_cases):
     assert ((mets["prefix_hit_rate"] > 0) & (mets["prefix_hit_rate"] < 1)).sum() >= 5
     assert (mets["preemptions"][cached | chunked] > 0).sum() >= 3
     assert not mets["truncated"].any()
+
+
+def test_results_do_not_depend_on_where_decode_runs_are_cut(cases):
+    """Static batches' decode runs (a call of static batches only) may take 16 or 64 passes at
+    once: every output, the step count and a step bound's truncation included, is the same to
+    the bit."""
+    _, params, reqs, _, _ = cases
+    static = [b for b in range(N_DESIGNS) if params[b].static]
+    p, r = stack([params[b] for b in static]), stack([reqs[b] for b in static])
+    runs = [simulate_batch(p, r, seats=SEATS, k_max=K_MAX, max_steps=jnp.int32(40),
+                           static_lookahead=look) for look in (16, 64)]
+    truncated = np.asarray(runs[0].truncated)
+    assert 0 < truncated.sum() < len(static)
+    # Runs are long (about 10 passes per 16-pass step), so 64-pass runs span several steps.
+    assert np.asarray(runs[0].passes).sum() > 8 * np.asarray(runs[0].steps).sum()
+    for name in runs[0]._fields:
+        np.testing.assert_array_equal(np.asarray(getattr(runs[0], name)),
+                                      np.asarray(getattr(runs[1], name)), err_msg=name)
