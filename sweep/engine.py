@@ -490,10 +490,10 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     held = jnp.maximum(need, s.seat_blocks[:, None])
     # Each ``unit`` of passes counts growth from the blocks held when it starts (the sequences
     # finished before it have freed theirs), as a run of its own would.
-    base = jnp.stack([s.seat_blocks] + [jnp.where(alive[:, q], held[:, q - 1], 0)
-                                         for q in range(unit, lookahead, unit)], axis=1)
-    base = base[:, np.arange(lookahead) // unit]
-    free = p.total_blocks - base.sum(axis=0, dtype=jnp.int32)
+    unit_blocks = jnp.stack([s.seat_blocks] + [jnp.where(alive[:, q], held[:, q - 1], 0)
+                                                for q in range(unit, lookahead, unit)], axis=1)
+    base = jnp.repeat(unit_blocks, unit, axis=1)
+    free = jnp.repeat(p.total_blocks - unit_blocks.sum(axis=0, dtype=jnp.int32), unit)
     if ext:
         free = free - pb * s.pc_cached.sum(dtype=jnp.int32)
     growth = jnp.where(alive, held - base, 0).sum(axis=0, dtype=jnp.int32)
