@@ -29,7 +29,7 @@ import numpy as np
 from jax import lax
 
 from .design import EngineParams
-from .numerics import count_prefix_sum, fixed_sum
+from .numerics import count_prefix_sum, fixed_sum, running_sum
 from .rng import uniform_bits
 from .timing import pass_time
 from .workload import MAX_PREFIXES, Requests
@@ -202,12 +202,17 @@ def _onehot(pfx):
 _NO_CHUNK = 2**30
 
 
+def _unfinished(aux: Aux, s: EngineState):
+    """Still simulating: not done, and within its step bound."""
+    return ~s.done & (s.steps < aux.max_steps)
+
+
 def needs_pass(p: EngineParams, aux: Aux, s: EngineState):
     """Whether a step starts with a general pass: a running simulation does, unless it is a
     static batch (nothing can join it) whose last decode run took all its passes; it goes
     straight on to the next run, which itself stops before any event. The choice depends only
     on the simulation's own state, so its result does too."""
-    return ~s.done & (s.steps < aux.max_steps) & ~(p.static & s.run_full)
+    return _unfinished(aux, s) & ~(p.static & s.run_full)
 
 
 def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int, ext: bool,
@@ -463,10 +468,10 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     never evicts one)."""
     n = r.arrival.shape[0]
     # Whether the general pass just before was skipped (``needs_pass``; it left run_full).
-    skipped = ~s.done & (s.steps < aux.max_steps) & p.static & s.run_full
+    skipped = _unfinished(aux, s) & p.static & s.run_full
     running = (s.seat_req >= 0) & ~s.seat_pre
     tail = s.tail  # the general pass just before left it at s.t
-    ok = (~s.done & (s.steps < aux.max_steps) & ~(s.seat_pre & (s.seat_req >= 0)).any())
+    ok = _unfinished(aux, s) & ~(s.seat_pre & (s.seat_req >= 0)).any()
     if ext:
         ok = ok & ~((s.seat_todo > 0) & (s.seat_req >= 0)).any()
     next_arrival = jnp.where(tail < n, r.arrival[jnp.minimum(tail, n - 1)], jnp.inf)
@@ -503,7 +508,7 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     dt = pass_time(p.timing, 0.0, 0.0, n_run.astype(jnp.float64), context, xp=jnp)
     # The clock and the busy time add pass after pass, as pass-by-pass stepping does, so a
     # result does not depend on where runs are cut.
-    ends = _running(s.t, dt)
+    ends = running_sum(dt, s.t, unroll=True)
     starts = jnp.concatenate([s.t[None], ends[:-1]])
     # Running seats are the occupied ones here, so a free seat exists while n_run < max_batch.
     can_admit = ~p.static & (n_run < p.max_batch)
@@ -546,7 +551,7 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
         tokens=s.tokens + emitted.sum(dtype=jnp.int64),
         max_queue=jnp.maximum(s.max_queue, jnp.where(m > 0, tail_last - s.head, 0)),
         peak_blocks=jnp.maximum(s.peak_blocks, peak),
-        busy=_running(s.busy, jnp.where(took, dt, 0.0))[-1],
+        busy=running_sum(jnp.where(took, dt, 0.0), s.busy, unroll=True)[-1],
         itl_hist=hist, passes=s.passes + m, run_full=m == lookahead,
         # Every unit of the run is a step, less the first if a general pass began the step.
         steps=s.steps + jnp.where(m > 0, (m + unit - 1) // unit - (~skipped).astype(jnp.int32),
@@ -573,17 +578,8 @@ def step(p: EngineParams, r: Requests, aux: Aux, s: EngineState, k_max: int, loo
 
     if static_lookahead <= lookahead:
         return run(lookahead)(s)
-    live = ~s.done & (s.steps < aux.max_steps)
-    return lax.cond((p.static | ~live).all(), run(static_lookahead), run(lookahead), s)
-
-
-def _running(x0, dx):
-    """x0 + dx[0], then + dx[1], ...: every partial sum, added one after another."""
-    sums = []
-    for j in range(dx.shape[0]):
-        x0 = x0 + dx[j]
-        sums.append(x0)
-    return jnp.stack(sums)
+    static_only = (p.static | ~_unfinished(aux, s)).all()
+    return lax.cond(static_only, run(static_lookahead), run(lookahead), s)
 
 
 def _area(r: Requests, finish, t_stop):
@@ -679,7 +675,7 @@ def _simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
     def block(pool: _Pool) -> _Pool:
         s = lax.scan(lambda c, _: (step_lanes(pool.p, pool.r, pool.aux, s=c), None), pool.s,
                      None, length=block_steps)[0]
-        ended = (pool.sim >= 0) & (s.done | (s.steps >= pool.aux.max_steps))
+        ended = (pool.sim >= 0) & ~_unfinished(pool.aux, s)
         results = jax.vmap(_finish)(s, pool.r)
         out = jax.tree_util.tree_map(
             lambda o, x: o.at[jnp.where(ended, pool.sim, m)].set(x, mode="drop"),

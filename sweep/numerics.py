@@ -27,12 +27,14 @@ def prefix_sum(x, axis: int = -1):
     return x
 
 
-def running_sum(x):
-    """Inclusive prefix sums along the last axis, one addition per element in order: monotone
-    for non-negative terms (a + b >= a in floating point), and a loop that compiles in a
-    fraction of the time of a log-step sum."""
+def running_sum(x, start=0.0, unroll: bool = False):
+    """Inclusive prefix sums along the last axis, from ``start``, one addition per element in
+    order: monotone for non-negative terms (a + b >= a in floating point), and a loop that
+    compiles in a fraction of the time of a log-step sum. ``unroll`` (for a short axis inside
+    a loop body) writes the additions out instead of looping."""
     x = jnp.moveaxis(x, -1, 0)
-    sums = lax.scan(lambda c, v: (c + v, c + v), jnp.zeros_like(x[0]), x)[1]
+    init = jnp.broadcast_to(jnp.asarray(start, x.dtype), x.shape[1:])
+    sums = lax.scan(lambda c, v: (c + v, c + v), init, x, unroll=unroll)[1]
     return jnp.moveaxis(sums, 0, -1)
 
 
