@@ -559,27 +559,112 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     )
 
 
+def _plain_run(p: EngineParams, r: Requests, aux: Aux, lookahead: int, unit: int,
+               s: EngineState) -> EngineState:
+    """``_decode_run`` when no lane speculates and none caches prefixes or chunks prefills:
+    the same passes and results, to the bit, at a fraction of the cost. Every running seat
+    then emits one token per pass, so seat i decodes exactly the passes j < rem_i of the run
+    and every per-pass figure (batch, context, KV blocks) is a sum over seats of a closed form
+    in (i, j): a few fused reductions instead of a [seats, passes] state of tokens."""
+    n = r.arrival.shape[0]
+    skipped = _unfinished(aux, s) & p.static & s.run_full
+    running = (s.seat_req >= 0) & ~s.seat_pre
+    tail = s.tail
+    ok = _unfinished(aux, s) & ~(s.seat_pre & (s.seat_req >= 0)).any()
+    next_arrival = jnp.where(tail < n, r.arrival[jnp.minimum(tail, n - 1)], jnp.inf)
+
+    req = jnp.maximum(s.seat_req, 0)
+    output, gen = r.output[req], s.seat_gen
+    rem = jnp.where(running, output - gen, 0)[:, None]  # passes left to each seat
+    ctx0 = (r.prompt[req] + gen)[:, None]
+    j = jnp.arange(lookahead, dtype=jnp.int32)
+    alive = rem > j  # decodes at pass j
+
+    def held(jj):
+        """Blocks seat i holds once it has decoded pass jj (growing to cover the next token)."""
+        return jnp.maximum(_ceil_div(ctx0 + jj + 1, p.block_tokens), s.seat_blocks[:, None])
+
+    # Each ``unit`` of passes counts growth from the blocks held when it starts, as a run of its
+    # own would: u is the unit's first pass; before it the seat held held(u - 1), or its blocks.
+    u = j - j % unit
+    base = jnp.where(u > 0, held(u - 1), s.seat_blocks[:, None])
+    in_use = jnp.where(alive, held(j), 0).sum(axis=0, dtype=jnp.int32)
+    growth = in_use - jnp.where(alive, base, 0).sum(axis=0, dtype=jnp.int32)
+    free = p.total_blocks - jnp.where((rem > u) | (u == 0), base, 0).sum(axis=0, dtype=jnp.int32)
+    fits = growth <= free
+    n_run = alive.sum(axis=0, dtype=jnp.int32)
+    context = (jnp.where(alive, ctx0, 0).sum(axis=0, dtype=jnp.int32) + j * n_run
+               ).astype(jnp.float64)
+    dt = pass_time(p.timing, 0.0, 0.0, n_run.astype(jnp.float64), context, xp=jnp)
+    ends = running_sum(dt, s.t, unroll=True)
+    starts = jnp.concatenate([s.t[None], ends[:-1]])
+    can_admit = ~p.static & (n_run < p.max_batch)
+    units_left = aux.max_steps - s.steps + (~skipped).astype(jnp.int32)
+    allowed = (fits & (n_run > 0) & (starts < r.end_time) & (j // unit < units_left)
+               & ~(can_admit & ((tail > s.head) | (starts >= next_arrival))))
+    m = jnp.where(ok, jnp.cumprod(allowed).sum(dtype=jnp.int32), 0)
+
+    took = j < m
+    last = jnp.maximum(m - 1, 0)
+    t_end = jnp.where(m > 0, ends[last], s.t)
+    seat_passes = jnp.minimum(rem[:, 0], m)
+    seat_end = ends[jnp.maximum(seat_passes - 1, 0)]
+    gen_new = gen + seat_passes
+    done_seat = (seat_passes > 0) & (gen_new >= output)
+    blocks = jnp.where(seat_passes > 0, held(seat_passes[:, None] - 1)[:, 0], s.seat_blocks)
+    passes_run = jnp.where(took, n_run, 0)
+    tail_last = _arrived(aux, starts[last], n)
+    finish = s.finish.at[jnp.where(done_seat, s.seat_req, n)].set(seat_end, mode="drop")
+    return s._replace(
+        t=t_end, tail=_arrived(aux, t_end, n),
+        seat_req=jnp.where(done_seat, -1, s.seat_req),
+        seat_gen=jnp.where(done_seat, 0, gen_new),
+        seat_npass=jnp.where(done_seat, 0, s.seat_npass + seat_passes),
+        seat_blocks=jnp.where(done_seat, 0, blocks),
+        seat_last=jnp.where(seat_passes > 0, seat_end, s.seat_last),
+        finish=finish,
+        finished=s.finished + done_seat.sum(dtype=jnp.int32),
+        tokens=s.tokens + seat_passes.sum(dtype=jnp.int64),
+        max_queue=jnp.maximum(s.max_queue, jnp.where(m > 0, tail_last - s.head, 0)),
+        peak_blocks=jnp.maximum(s.peak_blocks, jnp.where(took, in_use, 0).max()),
+        busy=running_sum(jnp.where(took, dt, 0.0), s.busy, unroll=True)[-1],
+        itl_hist=s.itl_hist.at[itl_bin(dt)].add(passes_run), passes=s.passes + m,
+        run_full=m == lookahead,
+        steps=s.steps + jnp.where(m > 0, (m + unit - 1) // unit - (~skipped).astype(jnp.int32),
+                                  0),
+    )
+
+
 def step(p: EngineParams, r: Requests, aux: Aux, s: EngineState, k_max: int, lookahead: int,
          static_lookahead: int, ext: bool = False) -> EngineState:
     """One step of a batch of simulations (leading axis: lanes): a general pass for those that
     ``needs_pass``, then a decode run of up to ``lookahead`` passes, or ``static_lookahead``
-    when every running lane is a static batch (whose runs no arrival cuts short). The general
-    pass is skipped altogether when no lane needs it (it would leave each of them unchanged).
-    Neither choice changes a result."""
+    when every running lane is a static batch (whose runs no arrival cuts short); the run is
+    ``_plain_run`` when no running lane speculates. The general pass is skipped altogether
+    when no lane needs it (it would leave each of them unchanged). None of these choices
+    changes a result."""
     general = jax.vmap(partial(_general_pass, k_max=k_max, ext=ext))
     need = jax.vmap(needs_pass)(p, aux, s)
     s = lax.cond(need.any(), lambda c: general(p, r, aux, s=c), lambda c: c, s)
     if lookahead == 0:
         return s
 
-    def run(look):
-        return lambda c: jax.vmap(partial(_decode_run, k_max=k_max, lookahead=look,
-                                          unit=lookahead, ext=ext))(p, r, aux, s=c)
+    def decode(run):
+        def of(look):
+            return lambda c: jax.vmap(partial(run, lookahead=look, unit=lookahead))(
+                p, r, aux, s=c)
+        if static_lookahead <= lookahead:
+            return of(lookahead)
+        return lambda c: lax.cond((p.static | ~_unfinished(aux, c)).all(), of(static_lookahead),
+                                  of(lookahead), c)
 
-    if static_lookahead <= lookahead:
-        return run(lookahead)(s)
-    static_only = (p.static | ~_unfinished(aux, s)).all()
-    return lax.cond(static_only, run(static_lookahead), run(lookahead), s)
+    general_run = decode(partial(_decode_run, k_max=k_max, ext=ext))
+    if ext:  # prefix caching and chunked prefill are the general run's alone
+        return general_run(s)
+    if k_max == 0:
+        return decode(_plain_run)(s)
+    speculates = (p.draft_tokens > 0) & _unfinished(aux, s)
+    return lax.cond(speculates.any(), general_run, decode(_plain_run), s)
 
 
 def _area(r: Requests, finish, t_stop):

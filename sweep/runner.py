@@ -197,10 +197,12 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
                 bound.setdefault(seats, []).append(s)
             left[s.point] += 1
 
-    def kind(s: _Sim) -> str:
+    def kind(s: _Sim) -> tuple[str, bool]:
         """Simulations of a kind share calls: a batch of lanes skips the general pass only if
-        none of them needs it (full static batches, ``engine.needs_pass``)."""
-        return study.points[s.point].design.batching
+        none of them needs it (full static batches, ``engine.needs_pass``), and takes the
+        cheaper decode run only if none of them speculates (``engine.step``)."""
+        design = study.points[s.point].design
+        return design.batching, design.draft_tokens > 0
 
     # One compiled shape per tier, fixed up front so that every tier compiles on a background
     # thread: the first while this thread samples the first requests, the wide ones (needed

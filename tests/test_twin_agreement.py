@@ -259,3 +259,32 @@ def test_results_do_not_depend_on_where_decode_runs_are_cut(cases):
     for name in runs[0]._fields:
         np.testing.assert_array_equal(np.asarray(getattr(runs[0], name)),
                                       np.asarray(getattr(runs[1], name)), err_msg=name)
+    # Without the speculating ones, the call takes the plain decode run (engine._plain_run):
+    # the same bits again, truncation included.
+    plain = [i for i, b in enumerate(static) if params[b].draft_tokens == 0]
+    alone = simulate_batch(stack([params[static[i]] for i in plain]),
+                           stack([reqs[static[i]] for i in plain]), seats=SEATS, k_max=K_MAX,
+                           max_steps=jnp.int32(40))
+    assert 0 < np.asarray(alone.truncated).sum() < len(plain)
+    _assert_outputs_equal(alone, runs[0], plain)
+
+
+def _assert_outputs_equal(out, ref, rows) -> None:
+    """Every field of ``out`` equals, to the bit, the ``rows`` of ``ref``."""
+    for name in out._fields:
+        np.testing.assert_array_equal(np.asarray(getattr(out, name)),
+                                      np.asarray(getattr(ref, name))[np.asarray(rows)],
+                                      err_msg=name)
+
+
+def test_calls_without_speculation_take_the_plain_decode_run_to_the_same_bits(cases):
+    """A call in which no simulation speculates takes the plain decode run from its first step
+    (engine._plain_run); in the mixed call the same designs took the general one while a
+    speculating simulation ran. Their results are equal to the bit, so the plain run agrees
+    with the twin as the general one does."""
+    designs, params, reqs, out, _ = cases
+    plain = [b for b in range(N_DESIGNS) if params[b].draft_tokens == 0]
+    assert {designs[b].batching for b in plain} == {"one_at_a_time", "static", "continuous"}
+    alone = simulate_batch(stack([params[b] for b in plain]), stack([reqs[b] for b in plain]),
+                           seats=SEATS, k_max=K_MAX)
+    _assert_outputs_equal(alone, out, plain)
