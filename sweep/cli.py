@@ -153,7 +153,8 @@ def _cmd_run(args) -> int:
         chunks = iter_chunks(study, chunk_size=args.chunk_size, per_request=per_request,
                              skip=set(zip(saved["design"], saved["seed"])),
                              share=(pid, jax.process_count()),
-                             progress=None if args.quiet else default_progress())
+                             progress=None if args.quiet else default_progress(),
+                             stop=lambda: stop.signum is not None)
         done = len(saved)
         for chunk in chunks:
             if len(chunk.metrics):
@@ -163,11 +164,11 @@ def _cmd_run(args) -> int:
                 done += len(chunk.metrics)
             if args.strict:
                 _refuse_truncated(chunk.metrics, out)
-            if stop.signum is not None:
-                print(f"sweep run: interrupted; {done} of {total} simulations saved in "
-                      f"{out / PARTS}; resume with: sweep run {args.config} --out {out} --resume",
-                      file=sys.stderr)
-                return 128 + stop.signum
+        if stop.signum is not None:
+            print(f"sweep run: interrupted; {done} of {total} simulations saved in "
+                  f"{out / PARTS}; resume with: sweep run {args.config} --out {out} --resume",
+                  file=sys.stderr)
+            return 128 + stop.signum
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
@@ -181,7 +182,7 @@ def _cmd_run(args) -> int:
 
 
 class _Stop:
-    """SIGINT/SIGTERM handler: let the chunk in flight finish and be saved, then stop; a second
+    """SIGINT/SIGTERM handler: let the chunks in flight finish and be saved, then stop; a second
     signal stops at once (the saved chunks stay)."""
 
     def __init__(self):
@@ -191,7 +192,8 @@ class _Stop:
         if self.signum is not None:
             raise KeyboardInterrupt
         self.signum = signum
-        print("sweep run: stopping after the chunk in flight (again to stop now)", file=sys.stderr)
+        print("sweep run: stopping after the chunks in flight (again to stop now)",
+              file=sys.stderr)
 
 
 def _device() -> str:

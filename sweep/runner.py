@@ -10,12 +10,14 @@ finished rows chunk by chunk (the CLI saves each as a part, so a killed run can 
 from __future__ import annotations
 
 import math
+import os
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
+from queue import Queue
 from typing import Callable, Iterator
 
 import jax
@@ -33,13 +35,18 @@ from .metrics import METRICS
 from .uncertainty import draws
 from .workload import Workload, sample_args, sample_batch, sample_batch_shape
 
-#: Simulations in flight at once (vmapped lanes) unless the study or the user says otherwise:
-#: on a CPU a few dozen lanes run fastest (measured: 24-48 lanes 1.5-2x faster than 512, see
-#: benchmarks/README.md), twice as many in the narrow first-try tier (64 lanes of 64 seats ran
-#: ~8% faster than 32); an accelerator wants as many as memory allows.
+#: Simulations in flight at once (vmapped lanes, shared by the calls in flight) unless the study
+#: or the user says otherwise: on a CPU a few dozen lanes run fastest (measured: 24-48 lanes
+#: 1.5-2x faster than 512, see benchmarks/README.md), twice as many in the narrow first-try tier
+#: (64 lanes of 64 seats ran ~8% faster than 32); an accelerator wants as many as memory allows.
 DEFAULT_CHUNK_CPU = 32
 NARROW_CHUNK_CPU = 64
 DEFAULT_CHUNK_ACCELERATOR = 65536
+#: Engine calls in flight at once on a CPU, at most (one per core): one call keeps only part of
+#: a second core busy (XLA splits its small kernels over both and waits for each); on 2 cores,
+#: two calls of half the lanes each ran the brief ~20% faster than one (benchmarks/README.md).
+#: An accelerator takes one call at a time, as wide as memory allows.
+CALLS_IN_FLIGHT_CPU = 4
 #: Memory a CPU sweep may use for simulations in flight and queued, bytes.
 MEMORY_BUDGET_CPU = 4e9
 #: Seats of the first try (see ``iter_chunks``).
@@ -81,24 +88,27 @@ class _Sim:
 
 
 def plan_chunks(study: Study, chunk_size: int | None = None) -> tuple[int, int, int]:
-    """(simulations in flight, rounds of them per compiled call, simulations in flight in the
-    narrow first-try tier) within the memory budget; a chunk size that cannot fit is refused
-    before anything runs."""
+    """(simulations in flight per call, rounds of them per compiled call, simulations in flight
+    per call in the narrow first-try tier) within the memory budget, shared by the calls in
+    flight at once; a chunk size that cannot fit is refused before anything runs."""
     n_max = max(p.workload.capacity for p in study.points)
     seats_max = max(p.design.seats for p in study.points)
     k_max = max(p.design.draft_tokens for p in study.points)
-    budget = memory_budget_bytes()
+    workers = calls_in_flight()
+    budget = memory_budget_bytes() / workers
     per_lane, per_sim = simulation_bytes(n_max, seats_max, k_max)
     per_sim *= _widest(study)  # a simulation's replicas are queued as simulations of their own
     fits = max(1, int(budget // (per_lane + per_sim)))
     chunk = chunk_size or study.chunk_size
     if chunk and chunk > fits:
         raise ValueError(f"run.chunk_size: {chunk} simulations in flight need ~"
-                         f"{chunk * (per_lane + per_sim) / 1e9:.1f} GB, more than the "
-                         f"{budget / 1e9:.1f} GB budget; allowed: at most {fits}")
+                         f"{workers * chunk * (per_lane + per_sim) / 1e9:.1f} GB in {workers} "
+                         f"call(s) at once, more than the {workers * budget / 1e9:.1f} GB "
+                         f"budget; allowed: at most {fits}")
     cpu = jax.local_devices()[0].platform == "cpu"
-    narrow = chunk or min(NARROW_CHUNK_CPU if cpu else DEFAULT_CHUNK_ACCELERATOR, fits)
-    chunk = chunk or min(DEFAULT_CHUNK_CPU if cpu else DEFAULT_CHUNK_ACCELERATOR, fits)
+    narrow = chunk or min(NARROW_CHUNK_CPU // workers if cpu else DEFAULT_CHUNK_ACCELERATOR, fits)
+    chunk = chunk or min(max(1, DEFAULT_CHUNK_CPU // workers) if cpu
+                         else DEFAULT_CHUNK_ACCELERATOR, fits)
     rounds = max(1, min(POOL_ROUNDS, int((budget - chunk * per_lane) // (chunk * per_sim))))
     return chunk, rounds, narrow
 
@@ -162,8 +172,8 @@ def _shard_on(x: jax.Array, device) -> jax.Array:
 
 def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool | None = None,
                 devices=None, skip=frozenset(), share: tuple[int, int] = (0, 1),
-                progress: Callable[[int, int, int, int, float], None] | None = None
-                ) -> Iterator[Chunk]:
+                progress: Callable[[int, int, int, int, float], None] | None = None,
+                stop: Callable[[], bool] | None = None) -> Iterator[Chunk]:
     """Simulate this process's share of the grid points x seeds, less the (design, seed) pairs
     in ``skip`` (already saved), yielding the finished rows call by call.
 
@@ -173,7 +183,10 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
     with all ``max_batch`` seats in a later chunk. Simulations are spread over ``devices``
     (default: every local device; a CPU is one device unless
     XLA_FLAGS=--xla_force_host_platform_device_count=N splits it, which on 2 cores measured only
-    ~5% faster in steady state and doubled compilation)."""
+    ~5% faster in steady state and doubled compilation). Up to ``calls_in_flight()`` calls run
+    at once, on worker threads, and their chunks come back as they finish. ``stop`` is asked
+    between chunks: once it says so, no call starts, and those in flight finish and are
+    yielded."""
     devices = list(devices or jax.local_devices())
     chunk, rounds, narrow = plan_chunks(study, chunk_size)
     want_requests = study.per_request if per_request is None else per_request
@@ -211,7 +224,8 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
     shapes = {seats: _call_shape(len(sims), *((narrow, max(1, rounds * chunk // narrow))
                                               if seats <= SMALL_SEATS else (chunk, rounds)),
                                  len(devices),
-                                 max(study.points[s.point].workload.capacity for s in sims))
+                                 max(study.points[s.point].workload.capacity for s in sims),
+                                 calls_in_flight())
               for seats, sims in bound.items()}
     tiers = [seats for seats in sorted(shapes) if pending and (
         seats == min(pending) or (seats not in pending and sum(len(v) for v in pending.values())
@@ -229,52 +243,115 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
                                           like(seats), _widest(study))) for seats in tiers])
     total, done = len(mine), len(mine) - sum(left)
     designs_total = len({s.point for s in mine})
-    t0 = time.perf_counter()
-    while pending:
-        seats = min(pending)
-        sims = sorted(pending.pop(seats), key=kind)
+
+    def simulate(seats: int, part: list[_Sim]):
+        """One engine call on ``part`` (padded to the tier's shape), on a worker thread."""
+        t_call = time.perf_counter()
         size, lanes, n_req = shapes[seats]
-        for start in range(0, len(sims), size):
-            t_call = time.perf_counter()
-            part = sims[start:start + size]
-            args = [sample_args(study.points[s.point].workload, s.seed,
-                                study.points[s.point].design.context_limit, n_req) for s in part]
-            plist = [sim_params(s) for s in part]
-            # Pad with simulations that have no requests: they end at once.
-            args += [sample_args(_NOTHING, 0, 2, n_req)] * (size - len(part))
-            plist += [plist[0]] * (size - len(part))
-            reqs = sample_batch(n_req, stack(args))
+        args = [sample_args(study.points[s.point].workload, s.seed,
+                            study.points[s.point].design.context_limit, n_req) for s in part]
+        plist = [sim_params(s) for s in part]
+        # Pad with simulations that have no requests: they end at once.
+        args += [sample_args(_NOTHING, 0, 2, n_req)] * (size - len(part))
+        plist += [plist[0]] * (size - len(part))
+        reqs = sample_batch(n_req, stack(args))
+        out, mets = _dispatch(plist, reqs, seats, k_max, lanes, devices, max_steps,
+                              _widest(study))
+        return seats, part, reqs, out, mets, time.perf_counter() - t_call
+
+    def ready() -> list[tuple[int, list[_Sim]]]:
+        """Calls to start next: the narrowest tier's simulations, in parts (one per worker at
+        least), once nothing narrower is left to run or overflow into it; a wider tier's as
+        soon as they fill the lanes of a call, so that no worker waits for the last narrow
+        call to finish."""
+        for seats in sorted(pending):
+            size, lanes, _ = shapes[seats]
+            narrower = any(s < seats for s in pending) or any(s < seats for s in running.values())
+            if narrower and len(pending[seats]) < lanes:
+                continue
+            sims = sorted(pending.pop(seats), key=kind)
+            return [(seats, part) for part in _split(sims, size, lanes, workers)]
+        return []
+
+    t0 = time.perf_counter()
+    workers = calls_in_flight()
+    running: dict = {}  # call -> its tier
+    queue: list[tuple[int, list[_Sim]]] = []
+    finished: Queue = Queue()
+
+    def start(call: int, seats: int, part: list[_Sim]) -> None:
+        """``simulate`` on a daemon thread (an interrupted run exits without waiting for it)."""
+        def work():
+            try:
+                finished.put((call, simulate(seats, part), None))
+            except BaseException as exc:  # handed to the caller below
+                finished.put((call, None, exc))
+
+        running[call] = seats
+        threading.Thread(target=work, daemon=True).start()
+
+    calls = 0
+    while True:
+        while len(running) < workers and not (stop and stop()):
+            queue = queue or ready()
+            if not queue:
+                break
+            seats, part = queue.pop(0)
             compiler.wait(seats)
-            out, mets = _dispatch(plist, reqs, seats, k_max, lanes, devices, max_steps,
-                                  _widest(study))
-            overflow = np.asarray(out.overflow)
-            kept = [j for j, s in enumerate(part) if not overflow[j]]
-            for j, s in enumerate(part):
-                if overflow[j]:
-                    pending.setdefault(study.points[s.point].design.seats, []).append(s)
-                else:
-                    left[s.point] -= 1
-            done += len(kept)
-            sims_kept = [part[j] for j in kept]
-            metrics = pd.DataFrame({
-                "design": np.array([s.point for s in sims_kept], dtype=np.int64),
-                "seed": np.array([s.seed for s in sims_kept], dtype=np.int64),
-                **{c: np.array([drawn[s.seed][c] for s in sims_kept], dtype=np.float64)
-                   for c in study.uncertain},
-                **{k: mets[k][kept].astype(_DTYPES[kind]) for k, kind in METRICS.items()}})
-            requests = (_request_table(sims_kept, reqs, out, kept) if want_requests else None)
-            if progress:
-                designs = sum(1 for i in {s.point for s in mine} if left[i] == 0)
-                progress(done, total, designs, designs_total, time.perf_counter() - t0)
-            yield Chunk(metrics, requests, seats, time.perf_counter() - t_call)
+            start(calls, seats, part)
+            calls += 1
+        if not running:
+            break
+        call, result, error = finished.get()
+        del running[call]
+        if error is not None:
+            raise error
+        seats, part, reqs, out, mets, seconds = result
+        overflow = np.asarray(out.overflow)
+        kept = [j for j, s in enumerate(part) if not overflow[j]]
+        for j, s in enumerate(part):
+            if overflow[j]:
+                pending.setdefault(study.points[s.point].design.seats, []).append(s)
+            else:
+                left[s.point] -= 1
+        done += len(kept)
+        sims_kept = [part[j] for j in kept]
+        metrics = pd.DataFrame({
+            "design": np.array([s.point for s in sims_kept], dtype=np.int64),
+            "seed": np.array([s.seed for s in sims_kept], dtype=np.int64),
+            **{c: np.array([drawn[s.seed][c] for s in sims_kept], dtype=np.float64)
+               for c in study.uncertain},
+            **{k: mets[k][kept].astype(_DTYPES[kind]) for k, kind in METRICS.items()}})
+        requests = _request_table(sims_kept, reqs, out, kept) if want_requests else None
+        if progress:
+            designs = sum(1 for i in {s.point for s in mine} if left[i] == 0)
+            progress(done, total, designs, designs_total, time.perf_counter() - t0)
+        yield Chunk(metrics, requests, seats, seconds)
 
 
-def _call_shape(sims: int, chunk: int, rounds: int, n_dev: int, n_req: int
+def calls_in_flight() -> int:
+    """Engine calls run at once: one per CPU core (at most ``CALLS_IN_FLIGHT_CPU``), one on an
+    accelerator."""
+    if jax.local_devices()[0].platform != "cpu":
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(CALLS_IN_FLIGHT_CPU, cores or 1))
+
+
+def _split(sims: list, size: int, lanes: int, workers: int) -> list[list]:
+    """Consecutive parts of ``sims``, at most ``size`` each: as few as fit, but one per worker
+    while each would still fill its lanes."""
+    n = max(-(-len(sims) // size), min(workers, len(sims) // lanes), 1)
+    return [sims[i * len(sims) // n:(i + 1) * len(sims) // n] for i in range(n)]
+
+
+def _call_shape(sims: int, chunk: int, rounds: int, n_dev: int, n_req: int, workers: int = 1
                 ) -> tuple[int, int, int]:
     """(simulations per call, lanes per device, requests per simulation) for up to ``sims``
-    simulations: equal calls, equal shares per device."""
+    simulations: equal calls, equal shares per device, as many calls as ``workers`` run at
+    once (or a multiple)."""
     lanes = min(chunk, -(-sims // n_dev))
-    calls = -(-sims // (n_dev * lanes * rounds))
+    calls = workers * -(-sims // (workers * n_dev * lanes * rounds))
     return -(-sims // (calls * n_dev * lanes)) * lanes * n_dev, lanes, n_req
 
 

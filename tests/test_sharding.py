@@ -9,6 +9,7 @@ import jax
 import pandas as pd
 
 from sweep.config import parse_study
+from sweep import runner
 from sweep.runner import run_study
 
 REPO = Path(__file__).parents[1]
@@ -32,6 +33,7 @@ SCRIPT = """
 import sys
 import jax
 from sweep.config import parse_study
+from sweep import runner
 from sweep.runner import run_study
 assert len(jax.local_devices()) == 4, jax.local_devices()
 res = run_study(parse_study(sys.stdin.read()), chunk_size=2, per_request=True)
@@ -53,3 +55,19 @@ def test_four_devices_give_the_rows_of_one(tmp_path):
     assert len(one.runs) == 18  # 18 simulations: not a multiple of 4, the last shard is padded
     pd.testing.assert_frame_equal(one.runs, pd.read_pickle(tmp_path / "runs.pkl"))
     pd.testing.assert_frame_equal(one.requests, pd.read_pickle(tmp_path / "requests.pkl"))
+
+
+def test_calls_in_flight_at_once_give_the_same_rows(monkeypatch):
+    """One engine call at a time or three at once (on worker threads, chunks coming back in
+    any order): the same rows, to the bit."""
+    rows = []
+    for workers in (1, 3):
+        monkeypatch.setattr(runner, "calls_in_flight", lambda w=workers: w)
+        chunks = list(runner.iter_chunks(parse_study(STUDY), chunk_size=2, per_request=True))
+        assert len(chunks) >= workers  # three calls, when three run at once
+        rows.append([pd.concat([getattr(c, t) for c in chunks]).sort_values(
+            keys, ignore_index=True) for t, keys in (("metrics", ["design", "seed"]),
+                                                     ("requests", ["design", "seed", "request"]))])
+    assert len(rows[0][0]) == 18
+    pd.testing.assert_frame_equal(rows[0][0], rows[1][0])
+    pd.testing.assert_frame_equal(rows[0][1], rows[1][1])
