@@ -454,6 +454,75 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int, ext: bool,
     )
 
 
+def _run_start(p: EngineParams, r: Requests, aux: Aux, ext: bool, s: EngineState):
+    """Whether the general pass before a decode run was skipped (``needs_pass``; it left
+    run_full), whether a run may start at all, and the next arrival after ``s.tail`` (the
+    general pass just before left it at s.t)."""
+    n = r.arrival.shape[0]
+    skipped = _unfinished(aux, s) & p.static & s.run_full
+    ok = _unfinished(aux, s) & ~(s.seat_pre & (s.seat_req >= 0)).any()
+    if ext:
+        ok = ok & ~((s.seat_todo > 0) & (s.seat_req >= 0)).any()
+    next_arrival = jnp.where(s.tail < n, r.arrival[jnp.minimum(s.tail, n - 1)], jnp.inf)
+    return skipped, ok, next_arrival
+
+
+def _run_length(p: EngineParams, r: Requests, aux: Aux, s: EngineState, skipped, ok,
+                next_arrival, fits, n_run, context, unit: int):
+    """A run's pass times and clock, and the passes it takes (m): all of them up to the first
+    at which an event could occur. Returns (dt, ends, starts, m, took, last)."""
+    j = jnp.arange(n_run.shape[0], dtype=jnp.int32)
+    dt = pass_time(p.timing, 0.0, 0.0, n_run.astype(jnp.float64), context, xp=jnp)
+    # The clock and the busy time add pass after pass, as pass-by-pass stepping does, so a
+    # result does not depend on where runs are cut.
+    ends = running_sum(dt, s.t, unroll=True)
+    starts = jnp.concatenate([s.t[None], ends[:-1]])
+    # Running seats are the occupied ones here, so a free seat exists while n_run < max_batch.
+    can_admit = ~p.static & (n_run < p.max_batch)
+    # A unit after the first is a step of its own, within the step bound.
+    units_left = aux.max_steps - s.steps + (~skipped).astype(jnp.int32)
+    allowed = (fits & (n_run > 0) & (starts < r.end_time) & (j // unit < units_left)
+               & ~(can_admit & ((s.tail > s.head) | (starts >= next_arrival))))
+    m = jnp.where(ok, jnp.cumprod(allowed).sum(dtype=jnp.int32), 0)
+    return dt, ends, starts, m, j < m, jnp.maximum(m - 1, 0)
+
+
+def _run_end(r: Requests, aux: Aux, s: EngineState, skipped, unit: int, dt, ends, starts, m,
+             n_run, in_use, seat_passes, gen_new, blocks) -> EngineState:
+    """The state after a run of ``m`` passes in which each seat decoded ``seat_passes`` of them,
+    reaching ``gen_new`` tokens and holding ``blocks``."""
+    n = r.arrival.shape[0]
+    lookahead = n_run.shape[0]
+    took = jnp.arange(lookahead) < m
+    last = jnp.maximum(m - 1, 0)
+    t_end = jnp.where(m > 0, ends[last], s.t)
+    seat_end = ends[jnp.maximum(seat_passes - 1, 0)]  # the seat's last token in the run
+    done_seat = (seat_passes > 0) & (gen_new >= r.output[jnp.maximum(s.seat_req, 0)])
+    emitted = gen_new - s.seat_gen
+    passes_run = jnp.where(took, n_run, 0)
+    hist = s.itl_hist.at[itl_bin(dt)].add(passes_run)
+    hist = hist.at[0].add(emitted.sum(dtype=jnp.int32) - passes_run.sum(dtype=jnp.int32))
+    tail_last = _arrived(aux, starts[last], n)
+    return s._replace(
+        t=t_end, tail=_arrived(aux, t_end, n),
+        seat_req=jnp.where(done_seat, -1, s.seat_req),
+        seat_gen=jnp.where(done_seat, 0, gen_new),
+        seat_npass=jnp.where(done_seat, 0, s.seat_npass + seat_passes),
+        seat_blocks=jnp.where(done_seat, 0, blocks),
+        seat_last=jnp.where(seat_passes > 0, seat_end, s.seat_last),
+        finish=s.finish.at[jnp.where(done_seat, s.seat_req, n)].set(seat_end, mode="drop"),
+        finished=s.finished + done_seat.sum(dtype=jnp.int32),
+        tokens=s.tokens + emitted.sum(dtype=jnp.int64),
+        max_queue=jnp.maximum(s.max_queue, jnp.where(m > 0, tail_last - s.head, 0)),
+        peak_blocks=jnp.maximum(s.peak_blocks, jnp.where(took, in_use, 0).max()),
+        busy=running_sum(jnp.where(took, dt, 0.0), s.busy, unroll=True)[-1],
+        itl_hist=hist, passes=s.passes + m, run_full=m == lookahead,
+        # Every unit of the run is a step, less the first if a general pass began the step.
+        steps=s.steps + jnp.where(m > 0, (m + unit - 1) // unit - (~skipped).astype(jnp.int32),
+                                  0),
+    )
+
+
 def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: int, unit: int,
                 ext: bool, s: EngineState) -> EngineState:
     """Up to ``lookahead`` decode-only passes at once (none if an event could intervene), taken
@@ -466,16 +535,8 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     KV block that may not fit, the end time, or an empty batch. With ``ext``, no run starts
     while a seat is mid-prefill, and growth must fit beside every cached prefix (so the run
     never evicts one)."""
-    n = r.arrival.shape[0]
-    # Whether the general pass just before was skipped (``needs_pass``; it left run_full).
-    skipped = _unfinished(aux, s) & p.static & s.run_full
+    skipped, ok, next_arrival = _run_start(p, r, aux, ext, s)
     running = (s.seat_req >= 0) & ~s.seat_pre
-    tail = s.tail  # the general pass just before left it at s.t
-    ok = _unfinished(aux, s) & ~(s.seat_pre & (s.seat_req >= 0)).any()
-    if ext:
-        ok = ok & ~((s.seat_todo > 0) & (s.seat_req >= 0)).any()
-    next_arrival = jnp.where(tail < n, r.arrival[jnp.minimum(tail, n - 1)], jnp.inf)
-
     req = jnp.maximum(s.seat_req, 0)
     prompt, output, gen, npass = r.prompt[req], r.output[req], s.seat_gen, s.seat_npass
     j = jnp.arange(lookahead, dtype=jnp.int32)
@@ -505,58 +566,18 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     fits = growth <= free
     n_run = alive.sum(axis=0, dtype=jnp.int32)
     context = jnp.where(alive, ctx, 0).sum(axis=0).astype(jnp.float64)
-    dt = pass_time(p.timing, 0.0, 0.0, n_run.astype(jnp.float64), context, xp=jnp)
-    # The clock and the busy time add pass after pass, as pass-by-pass stepping does, so a
-    # result does not depend on where runs are cut.
-    ends = running_sum(dt, s.t, unroll=True)
-    starts = jnp.concatenate([s.t[None], ends[:-1]])
-    # Running seats are the occupied ones here, so a free seat exists while n_run < max_batch.
-    can_admit = ~p.static & (n_run < p.max_batch)
-    # A unit after the first is a step of its own, within the step bound.
-    units_left = aux.max_steps - s.steps + (~skipped).astype(jnp.int32)
-    allowed = (fits & (n_run > 0) & (starts < r.end_time) & (j // unit < units_left)
-               & ~(can_admit & ((tail > s.head) | (starts >= next_arrival))))
-    m = jnp.where(ok, jnp.cumprod(allowed).sum(dtype=jnp.int32), 0)
-
-    took = j < m
-    last = jnp.maximum(m - 1, 0)
-    t_end = jnp.where(m > 0, ends[last], s.t)
-    seat_passes = (alive & took).sum(axis=1, dtype=jnp.int32)
-    seat_end = ends[jnp.maximum(seat_passes - 1, 0)]  # the seat's last token in the run
-    gen_new = jnp.where(seat_passes > 0, gen_after[:, last], gen)
-    done_seat = (seat_passes > 0) & (gen_new >= output)
-    blocks = jnp.where(seat_passes > 0, held[:, last], s.seat_blocks)
-    emitted = gen_new - gen
-    passes_run = jnp.where(took, n_run, 0)
-    hist = s.itl_hist.at[itl_bin(dt)].add(passes_run)
-    hist = hist.at[0].add(emitted.sum(dtype=jnp.int32) - passes_run.sum(dtype=jnp.int32))
-    tail_last = _arrived(aux, starts[last], n)
-    finish = s.finish.at[jnp.where(done_seat, s.seat_req, n)].set(seat_end, mode="drop")
     in_use = jnp.where(alive, held, 0).sum(axis=0, dtype=jnp.int32)
     if ext:
         # Each prefix held by a sequence alive at the pass counts once.
         refs = jnp.einsum("sc,sj->cj", _onehot(pfx).astype(jnp.float32),
                           alive.astype(jnp.float32)) > 0
         in_use = in_use + pb * refs.sum(axis=0, dtype=jnp.int32)
-    peak = jnp.where(took, in_use, 0).max()
-    return s._replace(
-        t=t_end, tail=_arrived(aux, t_end, n),
-        seat_req=jnp.where(done_seat, -1, s.seat_req),
-        seat_gen=jnp.where(done_seat, 0, gen_new),
-        seat_npass=jnp.where(done_seat, 0, npass + seat_passes),
-        seat_blocks=jnp.where(done_seat, 0, blocks),
-        seat_last=jnp.where(seat_passes > 0, seat_end, s.seat_last),
-        finish=finish,
-        finished=s.finished + done_seat.sum(dtype=jnp.int32),
-        tokens=s.tokens + emitted.sum(dtype=jnp.int64),
-        max_queue=jnp.maximum(s.max_queue, jnp.where(m > 0, tail_last - s.head, 0)),
-        peak_blocks=jnp.maximum(s.peak_blocks, peak),
-        busy=running_sum(jnp.where(took, dt, 0.0), s.busy, unroll=True)[-1],
-        itl_hist=hist, passes=s.passes + m, run_full=m == lookahead,
-        # Every unit of the run is a step, less the first if a general pass began the step.
-        steps=s.steps + jnp.where(m > 0, (m + unit - 1) // unit - (~skipped).astype(jnp.int32),
-                                  0),
-    )
+    dt, ends, starts, m, took, last = _run_length(p, r, aux, s, skipped, ok, next_arrival, fits,
+                                                  n_run, context, unit)
+    seat_passes = (alive & took).sum(axis=1, dtype=jnp.int32)
+    return _run_end(r, aux, s, skipped, unit, dt, ends, starts, m, n_run, in_use, seat_passes,
+                    gen_new=jnp.where(seat_passes > 0, gen_after[:, last], gen),
+                    blocks=jnp.where(seat_passes > 0, held[:, last], s.seat_blocks))
 
 
 def _plain_run(p: EngineParams, r: Requests, aux: Aux, lookahead: int, unit: int,
@@ -566,13 +587,8 @@ def _plain_run(p: EngineParams, r: Requests, aux: Aux, lookahead: int, unit: int
     then emits one token per pass, so seat i decodes exactly the passes j < rem_i of the run
     and every per-pass figure (batch, context, KV blocks) is a sum over seats of a closed form
     in (i, j): a few fused reductions instead of a [seats, passes] state of tokens."""
-    n = r.arrival.shape[0]
-    skipped = _unfinished(aux, s) & p.static & s.run_full
+    skipped, ok, next_arrival = _run_start(p, r, aux, False, s)
     running = (s.seat_req >= 0) & ~s.seat_pre
-    tail = s.tail
-    ok = _unfinished(aux, s) & ~(s.seat_pre & (s.seat_req >= 0)).any()
-    next_arrival = jnp.where(tail < n, r.arrival[jnp.minimum(tail, n - 1)], jnp.inf)
-
     req = jnp.maximum(s.seat_req, 0)
     output, gen = r.output[req], s.seat_gen
     rem = jnp.where(running, output - gen, 0)[:, None]  # passes left to each seat
@@ -595,44 +611,13 @@ def _plain_run(p: EngineParams, r: Requests, aux: Aux, lookahead: int, unit: int
     n_run = alive.sum(axis=0, dtype=jnp.int32)
     context = (jnp.where(alive, ctx0, 0).sum(axis=0, dtype=jnp.int32) + j * n_run
                ).astype(jnp.float64)
-    dt = pass_time(p.timing, 0.0, 0.0, n_run.astype(jnp.float64), context, xp=jnp)
-    ends = running_sum(dt, s.t, unroll=True)
-    starts = jnp.concatenate([s.t[None], ends[:-1]])
-    can_admit = ~p.static & (n_run < p.max_batch)
-    units_left = aux.max_steps - s.steps + (~skipped).astype(jnp.int32)
-    allowed = (fits & (n_run > 0) & (starts < r.end_time) & (j // unit < units_left)
-               & ~(can_admit & ((tail > s.head) | (starts >= next_arrival))))
-    m = jnp.where(ok, jnp.cumprod(allowed).sum(dtype=jnp.int32), 0)
-
-    took = j < m
-    last = jnp.maximum(m - 1, 0)
-    t_end = jnp.where(m > 0, ends[last], s.t)
+    dt, ends, starts, m, _, _ = _run_length(p, r, aux, s, skipped, ok, next_arrival, fits,
+                                            n_run, context, unit)
     seat_passes = jnp.minimum(rem[:, 0], m)
-    seat_end = ends[jnp.maximum(seat_passes - 1, 0)]
-    gen_new = gen + seat_passes
-    done_seat = (seat_passes > 0) & (gen_new >= output)
-    blocks = jnp.where(seat_passes > 0, held(seat_passes[:, None] - 1)[:, 0], s.seat_blocks)
-    passes_run = jnp.where(took, n_run, 0)
-    tail_last = _arrived(aux, starts[last], n)
-    finish = s.finish.at[jnp.where(done_seat, s.seat_req, n)].set(seat_end, mode="drop")
-    return s._replace(
-        t=t_end, tail=_arrived(aux, t_end, n),
-        seat_req=jnp.where(done_seat, -1, s.seat_req),
-        seat_gen=jnp.where(done_seat, 0, gen_new),
-        seat_npass=jnp.where(done_seat, 0, s.seat_npass + seat_passes),
-        seat_blocks=jnp.where(done_seat, 0, blocks),
-        seat_last=jnp.where(seat_passes > 0, seat_end, s.seat_last),
-        finish=finish,
-        finished=s.finished + done_seat.sum(dtype=jnp.int32),
-        tokens=s.tokens + seat_passes.sum(dtype=jnp.int64),
-        max_queue=jnp.maximum(s.max_queue, jnp.where(m > 0, tail_last - s.head, 0)),
-        peak_blocks=jnp.maximum(s.peak_blocks, jnp.where(took, in_use, 0).max()),
-        busy=running_sum(jnp.where(took, dt, 0.0), s.busy, unroll=True)[-1],
-        itl_hist=s.itl_hist.at[itl_bin(dt)].add(passes_run), passes=s.passes + m,
-        run_full=m == lookahead,
-        steps=s.steps + jnp.where(m > 0, (m + unit - 1) // unit - (~skipped).astype(jnp.int32),
-                                  0),
-    )
+    return _run_end(r, aux, s, skipped, unit, dt, ends, starts, m, n_run, in_use, seat_passes,
+                    gen_new=gen + seat_passes,
+                    blocks=jnp.where(seat_passes > 0, held(seat_passes[:, None] - 1)[:, 0],
+                                     s.seat_blocks))
 
 
 def step(p: EngineParams, r: Requests, aux: Aux, s: EngineState, k_max: int, lookahead: int,
