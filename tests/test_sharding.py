@@ -8,8 +8,8 @@ from pathlib import Path
 import jax
 import pandas as pd
 
-from sweep.config import parse_study
 from sweep import runner
+from sweep.config import parse_study
 from sweep.runner import run_study
 
 REPO = Path(__file__).parents[1]
@@ -33,7 +33,6 @@ SCRIPT = """
 import sys
 import jax
 from sweep.config import parse_study
-from sweep import runner
 from sweep.runner import run_study
 assert len(jax.local_devices()) == 4, jax.local_devices()
 res = run_study(parse_study(sys.stdin.read()), chunk_size=2, per_request=True)
