@@ -467,10 +467,22 @@ def _run_start(p: EngineParams, r: Requests, aux: Aux, ext: bool, s: EngineState
     return skipped, ok, next_arrival
 
 
+class _Run(NamedTuple):
+    """A decode run's passes: their times, the clock, and how many of them it takes."""
+
+    n_run: jax.Array  # i32[L] sequences decoding at each pass
+    dt: jax.Array  # f64[L] pass times
+    ends: jax.Array  # f64[L] the clock at the end of each pass
+    starts: jax.Array  # f64[L] and at its start
+    m: jax.Array  # i32 passes taken
+    took: jax.Array  # bool[L] pass j is taken
+    last: jax.Array  # i32 the last pass taken (0 if none)
+
+
 def _run_length(p: EngineParams, r: Requests, aux: Aux, s: EngineState, skipped, ok,
-                next_arrival, fits, n_run, context, unit: int):
-    """A run's pass times and clock, and the passes it takes (m): all of them up to the first
-    at which an event could occur. Returns (dt, ends, starts, m, took, last)."""
+                next_arrival, fits, n_run, context, unit: int) -> _Run:
+    """A run's pass times and clock, and the passes it takes: all of them up to the first at
+    which an event could occur."""
     j = jnp.arange(n_run.shape[0], dtype=jnp.int32)
     dt = pass_time(p.timing, 0.0, 0.0, n_run.astype(jnp.float64), context, xp=jnp)
     # The clock and the busy time add pass after pass, as pass-by-pass stepping does, so a
@@ -484,25 +496,23 @@ def _run_length(p: EngineParams, r: Requests, aux: Aux, s: EngineState, skipped,
     allowed = (fits & (n_run > 0) & (starts < r.end_time) & (j // unit < units_left)
                & ~(can_admit & ((s.tail > s.head) | (starts >= next_arrival))))
     m = jnp.where(ok, jnp.cumprod(allowed).sum(dtype=jnp.int32), 0)
-    return dt, ends, starts, m, j < m, jnp.maximum(m - 1, 0)
+    return _Run(n_run, dt, ends, starts, m, j < m, jnp.maximum(m - 1, 0))
 
 
-def _run_end(r: Requests, aux: Aux, s: EngineState, skipped, unit: int, dt, ends, starts, m,
-             n_run, in_use, seat_passes, gen_new, blocks) -> EngineState:
-    """The state after a run of ``m`` passes in which each seat decoded ``seat_passes`` of them,
-    reaching ``gen_new`` tokens and holding ``blocks``."""
+def _run_end(r: Requests, aux: Aux, s: EngineState, skipped, unit: int, run: _Run, in_use,
+             output, seat_passes, gen_new, blocks) -> EngineState:
+    """The state after ``run``, in which each seat decoded ``seat_passes`` of its passes,
+    reaching ``gen_new`` of its ``output`` tokens and holding ``blocks``."""
     n = r.arrival.shape[0]
-    lookahead = n_run.shape[0]
-    took = jnp.arange(lookahead) < m
-    last = jnp.maximum(m - 1, 0)
+    m, took, last, ends = run.m, run.took, run.last, run.ends
     t_end = jnp.where(m > 0, ends[last], s.t)
     seat_end = ends[jnp.maximum(seat_passes - 1, 0)]  # the seat's last token in the run
-    done_seat = (seat_passes > 0) & (gen_new >= r.output[jnp.maximum(s.seat_req, 0)])
+    done_seat = (seat_passes > 0) & (gen_new >= output)
     emitted = gen_new - s.seat_gen
-    passes_run = jnp.where(took, n_run, 0)
-    hist = s.itl_hist.at[itl_bin(dt)].add(passes_run)
+    passes_run = jnp.where(took, run.n_run, 0)
+    hist = s.itl_hist.at[itl_bin(run.dt)].add(passes_run)
     hist = hist.at[0].add(emitted.sum(dtype=jnp.int32) - passes_run.sum(dtype=jnp.int32))
-    tail_last = _arrived(aux, starts[last], n)
+    tail_last = _arrived(aux, run.starts[last], n)
     return s._replace(
         t=t_end, tail=_arrived(aux, t_end, n),
         seat_req=jnp.where(done_seat, -1, s.seat_req),
@@ -515,8 +525,8 @@ def _run_end(r: Requests, aux: Aux, s: EngineState, skipped, unit: int, dt, ends
         tokens=s.tokens + emitted.sum(dtype=jnp.int64),
         max_queue=jnp.maximum(s.max_queue, jnp.where(m > 0, tail_last - s.head, 0)),
         peak_blocks=jnp.maximum(s.peak_blocks, jnp.where(took, in_use, 0).max()),
-        busy=running_sum(jnp.where(took, dt, 0.0), s.busy, unroll=True)[-1],
-        itl_hist=hist, passes=s.passes + m, run_full=m == lookahead,
+        busy=running_sum(jnp.where(took, run.dt, 0.0), s.busy, unroll=True)[-1],
+        itl_hist=hist, passes=s.passes + m, run_full=m == took.shape[0],
         # Every unit of the run is a step, less the first if a general pass began the step.
         steps=s.steps + jnp.where(m > 0, (m + unit - 1) // unit - (~skipped).astype(jnp.int32),
                                   0),
@@ -572,12 +582,11 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
         refs = jnp.einsum("sc,sj->cj", _onehot(pfx).astype(jnp.float32),
                           alive.astype(jnp.float32)) > 0
         in_use = in_use + pb * refs.sum(axis=0, dtype=jnp.int32)
-    dt, ends, starts, m, took, last = _run_length(p, r, aux, s, skipped, ok, next_arrival, fits,
-                                                  n_run, context, unit)
-    seat_passes = (alive & took).sum(axis=1, dtype=jnp.int32)
-    return _run_end(r, aux, s, skipped, unit, dt, ends, starts, m, n_run, in_use, seat_passes,
-                    gen_new=jnp.where(seat_passes > 0, gen_after[:, last], gen),
-                    blocks=jnp.where(seat_passes > 0, held[:, last], s.seat_blocks))
+    run = _run_length(p, r, aux, s, skipped, ok, next_arrival, fits, n_run, context, unit)
+    seat_passes = (alive & run.took).sum(axis=1, dtype=jnp.int32)
+    return _run_end(r, aux, s, skipped, unit, run, in_use, output, seat_passes,
+                    gen_new=jnp.where(seat_passes > 0, gen_after[:, run.last], gen),
+                    blocks=jnp.where(seat_passes > 0, held[:, run.last], s.seat_blocks))
 
 
 def _plain_run(p: EngineParams, r: Requests, aux: Aux, lookahead: int, unit: int,
@@ -611,10 +620,9 @@ def _plain_run(p: EngineParams, r: Requests, aux: Aux, lookahead: int, unit: int
     n_run = alive.sum(axis=0, dtype=jnp.int32)
     context = (jnp.where(alive, ctx0, 0).sum(axis=0, dtype=jnp.int32) + j * n_run
                ).astype(jnp.float64)
-    dt, ends, starts, m, _, _ = _run_length(p, r, aux, s, skipped, ok, next_arrival, fits,
-                                            n_run, context, unit)
-    seat_passes = jnp.minimum(rem[:, 0], m)
-    return _run_end(r, aux, s, skipped, unit, dt, ends, starts, m, n_run, in_use, seat_passes,
+    run = _run_length(p, r, aux, s, skipped, ok, next_arrival, fits, n_run, context, unit)
+    seat_passes = jnp.minimum(rem[:, 0], run.m)
+    return _run_end(r, aux, s, skipped, unit, run, in_use, output, seat_passes,
                     gen_new=gen + seat_passes,
                     blocks=jnp.where(seat_passes > 0, held(seat_passes[:, None] - 1)[:, 0],
                                      s.seat_blocks))

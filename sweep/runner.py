@@ -188,6 +188,7 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
     between chunks: once it says so, no call starts, and those in flight finish and are
     yielded."""
     devices = list(devices or jax.local_devices())
+    workers = calls_in_flight()
     chunk, rounds, narrow = plan_chunks(study, chunk_size)
     want_requests = study.per_request if per_request is None else per_request
     max_steps = None if study.max_steps is None else jnp.int32(study.max_steps)
@@ -225,7 +226,7 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
                                               if seats <= SMALL_SEATS else (chunk, rounds)),
                                  len(devices),
                                  max(study.points[s.point].workload.capacity for s in sims),
-                                 calls_in_flight())
+                                 workers)
               for seats, sims in bound.items()}
     tiers = [seats for seats in sorted(shapes) if pending and (
         seats == min(pending) or (seats not in pending and sum(len(v) for v in pending.values())
@@ -274,7 +275,6 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
         return []
 
     t0 = time.perf_counter()
-    workers = calls_in_flight()
     running: dict = {}  # call -> its tier
     queue: list[tuple[int, list[_Sim]]] = []
     finished: Queue = Queue()
