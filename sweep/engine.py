@@ -74,7 +74,8 @@ class EngineState(NamedTuple):
     max_queue: jax.Array  # i32 waiting requests after admission, max over passes
     peak_blocks: jax.Array  # i32
     busy: jax.Array  # f64 seconds spent in passes
-    itl_hist: jax.Array  # i32[ITL_BINS]
+    itl_hist: jax.Array  # i32[ITL_BINS] (bin 0 is kept in ``itl_zero`` until the end)
+    itl_zero: jax.Array  # i32 zero gaps: one column of the histogram is costly to update per lane
     steps: jax.Array  # i32 steps that did something
     passes: jax.Array  # i32
     overflow: jax.Array  # bool: the seat array, not max_batch, held back an admission
@@ -117,10 +118,13 @@ class EngineOutput(NamedTuple):
 
 
 def _ceil_div(a, b):
-    """ceil(a / b) for int32 a >= 0, b >= 1. A float64 quotient is exact here (a, b < 2**31,
-    so a correctly rounded a/b never crosses an integer) and vectorises; x86 has no vector
-    integer division, and XLA's scalar one dominated the decode run."""
-    return jnp.ceil(a.astype(jnp.float64) / b).astype(jnp.int32)
+    """ceil(a / b) for int32 a >= 0, b >= 1: floor(x / b) for x = a + b - 1, taken as
+    floor((x + 1/2) x (1/b)) in float64. The product is within a relative 2**-52 of
+    (x + 1/2) / b, which is at least 1/(2b) from any integer, so the floor is exact while
+    x < 2**51. x86 has no vector integer division, and a vector float division costs several
+    multiplies (the decode runs take two of these per seat and pass)."""
+    b = jnp.asarray(b, jnp.float64)
+    return jnp.floor((jnp.asarray(a, jnp.float64) + (b - 0.5)) * (1.0 / b)).astype(jnp.int32)
 
 
 def _aux(r: Requests, seats: int, max_steps, chunk=None) -> Aux:
@@ -151,7 +155,7 @@ def _init(n: int, seats: int) -> EngineState:
         first=jnp.full((n + seats,), jnp.nan), finish=jnp.full((n,), jnp.nan),
         finished=i32(0), tokens=jnp.int64(0), preemptions=i32(0), max_queue=i32(0),
         peak_blocks=i32(0), busy=jnp.float64(0.0),
-        itl_hist=jnp.zeros((ITL_BINS,), i32), steps=i32(0), passes=i32(0),
+        itl_hist=jnp.zeros((ITL_BINS,), i32), itl_zero=i32(0), steps=i32(0), passes=i32(0),
         overflow=jnp.bool_(False), done=jnp.bool_(False), run_full=jnp.bool_(False),
         seat_todo=zeros,
         pc_cached=jnp.zeros((MAX_PREFIXES,), bool), pc_stamp=jnp.zeros((MAX_PREFIXES,), i32),
@@ -215,12 +219,13 @@ def needs_pass(p: EngineParams, aux: Aux, s: EngineState):
     return _unfinished(aux, s) & ~(p.static & s.run_full)
 
 
-def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int, ext: bool,
-                  s: EngineState) -> EngineState:
-    """One engine pass (or one preemption) by the rules: docs/model.md, "One step". ``ext``
-    compiles in prefix caching and chunked prefill (docs/model.md, "Prefix caching" and
-    "Chunked prefill"); without it the pass is exactly the plain rules'. A simulation that
-    does not ``needs_pass`` is left as it is."""
+def _general_pass(p: EngineParams, r: Requests, aux: Aux, ext: bool, s: EngineState,
+                  accepted) -> EngineState:
+    """One engine pass (or one preemption) by the rules: docs/model.md, "One step", in which
+    each seat's draft accepts ``accepted`` tokens if it decodes. ``ext`` compiles in prefix
+    caching and chunked prefill (docs/model.md, "Prefix caching" and "Chunked prefill");
+    without it the pass is exactly the plain rules'. A simulation that does not
+    ``needs_pass`` is left as it is."""
     n = r.arrival.shape[0]
     nseat = s.seat_req.shape[0]
     seats = jnp.arange(nseat, dtype=jnp.int32)
@@ -360,7 +365,6 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int, ext: bool,
     t_end = t + dt
 
     # 7. Tokens.
-    accepted = _accepted(p, r.seed, s.seat_req, s.seat_npass, k_max)
     dec_tokens = jnp.where(decode, jnp.minimum(accepted + 1, output - gen), 0)
     if ext:
         todo_after = todo - pre_len
@@ -373,15 +377,12 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int, ext: bool,
     # so its gap is the pass time; only a seat completing a recompute has a gap of its own.
     if ext:
         stalls = completes & ~new & (gen > 0)
-        hist = s.itl_hist.at[jnp.concatenate([itl_bin(dt)[None], itl_bin(t_end - s.seat_last),
-                                              jnp.zeros((1,), jnp.int32)])].add(
-            jnp.concatenate([decode.sum(dtype=jnp.int32)[None], stalls.astype(jnp.int32),
-                             jnp.where(decode, dec_tokens - 1, 0).sum(dtype=jnp.int32)[None]]))
+        hist = s.itl_hist.at[jnp.concatenate([itl_bin(dt)[None], itl_bin(t_end - s.seat_last)])
+                             ].add(jnp.concatenate([decode.sum(dtype=jnp.int32)[None],
+                                                    stalls.astype(jnp.int32)]))
     else:
-        hist = s.itl_hist.at[jnp.stack([itl_bin(dt), itl_bin(t_end - s.seat_last[r_seat]),
-                                        jnp.int32(0)])].add(
-            jnp.stack([decode.sum(dtype=jnp.int32), readmit.astype(jnp.int32),
-                       jnp.where(decode, dec_tokens - 1, 0).sum(dtype=jnp.int32)]))
+        hist = s.itl_hist.at[jnp.stack([itl_bin(dt), itl_bin(t_end - s.seat_last[r_seat])])].add(
+            jnp.stack([decode.sum(dtype=jnp.int32), readmit.astype(jnp.int32)]))
 
     # 8. Completion.
     seat_req = jnp.where(new, new_req, s.seat_req)
@@ -446,6 +447,7 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, k_max: int, ext: bool,
         max_queue=jnp.maximum(s.max_queue, jnp.where(work, queue - m, 0)),
         peak_blocks=jnp.maximum(s.peak_blocks, jnp.where(work, in_use, 0)),
         busy=s.busy + dt, itl_hist=hist,
+        itl_zero=s.itl_zero + jnp.where(decode, dec_tokens - 1, 0).sum(dtype=jnp.int32),
         steps=s.steps + go.astype(jnp.int32), passes=s.passes + work.astype(jnp.int32),
         overflow=s.overflow | overflow,
         # An overflowed result is discarded (rerun wider), so it need not run on.
@@ -511,7 +513,6 @@ def _run_end(r: Requests, aux: Aux, s: EngineState, skipped, unit: int, run: _Ru
     emitted = gen_new - s.seat_gen
     passes_run = jnp.where(took, run.n_run, 0)
     hist = s.itl_hist.at[itl_bin(run.dt)].add(passes_run)
-    hist = hist.at[0].add(emitted.sum(dtype=jnp.int32) - passes_run.sum(dtype=jnp.int32))
     tail_last = _arrived(aux, run.starts[last], n)
     return s._replace(
         t=t_end, tail=_arrived(aux, t_end, n),
@@ -527,6 +528,7 @@ def _run_end(r: Requests, aux: Aux, s: EngineState, skipped, unit: int, run: _Ru
         peak_blocks=jnp.maximum(s.peak_blocks, jnp.where(took, in_use, 0).max()),
         busy=running_sum(jnp.where(took, run.dt, 0.0), s.busy, unroll=True)[-1],
         itl_hist=hist, passes=s.passes + m, run_full=m == took.shape[0],
+        itl_zero=s.itl_zero + emitted.sum(dtype=jnp.int32) - passes_run.sum(dtype=jnp.int32),
         # Every unit of the run is a step, less the first if a general pass began the step.
         steps=s.steps + jnp.where(m > 0, (m + unit - 1) // unit - (~skipped).astype(jnp.int32),
                                   0),
@@ -611,11 +613,16 @@ def _plain_run(p: EngineParams, r: Requests, aux: Aux, lookahead: int, unit: int
 
     # Each ``unit`` of passes counts growth from the blocks held when it starts, as a run of its
     # own would: u is the unit's first pass; before it the seat held held(u - 1), or its blocks.
-    u = j - j % unit
-    base = jnp.where(u > 0, held(u - 1), s.seat_blocks[:, None])
+    if unit == lookahead:  # one unit (the usual run), from the blocks held now
+        base = s.seat_blocks[:, None]
+        free = p.total_blocks - s.seat_blocks.sum(dtype=jnp.int32)
+    else:
+        u = j - j % unit
+        base = jnp.where(u > 0, held(u - 1), s.seat_blocks[:, None])
+        free = p.total_blocks - jnp.where((rem > u) | (u == 0), base, 0).sum(axis=0,
+                                                                           dtype=jnp.int32)
     in_use = jnp.where(alive, held(j), 0).sum(axis=0, dtype=jnp.int32)
     growth = in_use - jnp.where(alive, base, 0).sum(axis=0, dtype=jnp.int32)
-    free = p.total_blocks - jnp.where((rem > u) | (u == 0), base, 0).sum(axis=0, dtype=jnp.int32)
     fits = growth <= free
     n_run = alive.sum(axis=0, dtype=jnp.int32)
     context = (jnp.where(alive, ctx0, 0).sum(axis=0, dtype=jnp.int32) + j * n_run
@@ -636,9 +643,22 @@ def step(p: EngineParams, r: Requests, aux: Aux, s: EngineState, k_max: int, loo
     ``_plain_run`` when no running lane speculates. The general pass is skipped altogether
     when no lane needs it (it would leave each of them unchanged). None of these choices
     changes a result."""
-    general = jax.vmap(partial(_general_pass, k_max=k_max, ext=ext))
+    general = jax.vmap(partial(_general_pass, ext=ext))
+    draws = jax.vmap(partial(_accepted, k_max=k_max))
+    speculates = (p.draft_tokens > 0) & _unfinished(aux, s)
+
+    def accepted(c):
+        """The general pass's draws, taken once (behind a barrier: XLA would fuse the hash into
+        each of their consumers) and only if some lane speculates."""
+        none = jnp.zeros_like(c.seat_req)
+        if k_max == 0:
+            return none
+        return lax.cond(speculates.any(), lambda: lax.optimization_barrier(
+            draws(p, r.seed, c.seat_req, c.seat_npass)), lambda: none)
+
     need = jax.vmap(needs_pass)(p, aux, s)
-    s = lax.cond(need.any(), lambda c: general(p, r, aux, s=c), lambda c: c, s)
+    s = lax.cond(need.any(), lambda c: general(p, r, aux, s=c, accepted=accepted(c)),
+                 lambda c: c, s)
     if lookahead == 0:
         return s
 
@@ -677,7 +697,7 @@ def _finish(s: EngineState, r: Requests) -> EngineOutput:
         first=s.first[:n], finish=s.finish, generated=generated, t_stop=s.t,
         tokens=s.tokens, preemptions=s.preemptions, max_queue=s.max_queue,
         peak_blocks=s.peak_blocks, area=_area(r, s.finish, s.t), busy=s.busy,
-        itl_hist=s.itl_hist,
+        itl_hist=s.itl_hist.at[0].add(s.itl_zero),
         steps=s.steps, passes=s.passes, overflow=s.overflow, truncated=~s.done,
         prefix_lookups=s.pc_lookups, prefix_hits=s.pc_hits)
 

@@ -51,3 +51,23 @@ def test_late_request_keeps_microsecond_resolution(early_and_late):
         clock32 = np.float32(clock32 + np.float32(d))
     drift = abs(float(clock32) - float(out.first[1, 0]) - decode_time)
     assert drift > 1e-3, drift  # float32 spacing at 7200 s is 0.49 ms: rounding every pass
+
+
+def test_block_counts_are_exact_integer_ceilings():
+    """The engine counts KV blocks as ceil(tokens / block_tokens) with a float multiply by the
+    reciprocal, not a division: it must equal the integer ceiling everywhere, at multiples of
+    the block and one either side, for paged blocks and whole-context contiguous ones."""
+    import jax
+    from sweep.engine import _ceil_div
+
+    blocks = np.concatenate([np.arange(1, 1001), [4096, 8192, 131072, 999983, 2**24]]
+                            ).astype(np.int32)
+    k = np.arange(0, 400, dtype=np.int64)
+    a = (k[None, :] * blocks[:, None])[..., None] + np.array([-1, 0, 1])
+    a = np.clip(a, 0, 2**31 - 2**25).astype(np.int32)
+    a = np.concatenate([a.reshape(len(blocks), -1),
+                        np.broadcast_to(np.array([0, 1, 2**31 - 2**25], np.int32),
+                                        (len(blocks), 3))], axis=1)
+    b = np.broadcast_to(blocks[:, None], a.shape)
+    got = np.asarray(jax.jit(_ceil_div)(a, b))
+    np.testing.assert_array_equal(got, -(-a.astype(np.int64) // b))
