@@ -34,7 +34,16 @@ def running_sum(x, start=0.0, unroll: bool = False):
     a loop body) writes the additions out instead of looping."""
     x = jnp.moveaxis(x, -1, 0)
     init = jnp.broadcast_to(jnp.asarray(start, x.dtype), x.shape[1:])
-    sums = lax.scan(lambda c, v: (c + v, c + v), init, x, unroll=unroll)[1]
+    if unroll:
+        # Element j adds the terms after j as zeros (x + 0.0 == x): one elementwise kernel for
+        # the whole axis, where an unrolled scan was one kernel per element.
+        n = x.shape[0]
+        after = jnp.arange(n)
+        sums = jnp.broadcast_to(init[..., None], init.shape + (n,))
+        for i in range(n):
+            sums = sums + jnp.where(after >= i, x[i][..., None], 0.0)
+        return sums
+    sums = lax.scan(lambda c, v: (c + v, c + v), init, x)[1]
     return jnp.moveaxis(sums, 0, -1)
 
 
