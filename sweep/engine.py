@@ -640,12 +640,13 @@ def step(p: EngineParams, r: Requests, aux: Aux, s: EngineState, k_max: int, loo
     """One step of a batch of simulations (leading axis: lanes): a general pass for those that
     ``needs_pass``, then a decode run of up to ``lookahead`` passes, or ``static_lookahead``
     when every running lane is a static batch (whose runs no arrival cuts short); the run is
-    ``_plain_run`` when no running lane speculates. The general pass is skipped altogether
+    ``_plain_run`` when no lane running at the step's start speculates (then the general
+    pass takes no draws either). The general pass is skipped altogether
     when no lane needs it (it would leave each of them unchanged). None of these choices
     changes a result."""
     general = jax.vmap(partial(_general_pass, ext=ext))
     draws = jax.vmap(partial(_accepted, k_max=k_max))
-    speculates = (p.draft_tokens > 0) & _unfinished(aux, s)
+    speculates = ((p.draft_tokens > 0) & _unfinished(aux, s)).any()
 
     def accepted(c):
         """The general pass's draws, taken once (behind a barrier: XLA would fuse the hash into
@@ -653,7 +654,7 @@ def step(p: EngineParams, r: Requests, aux: Aux, s: EngineState, k_max: int, loo
         none = jnp.zeros_like(c.seat_req)
         if k_max == 0:
             return none
-        return lax.cond(speculates.any(), lambda: lax.optimization_barrier(
+        return lax.cond(speculates, lambda: lax.optimization_barrier(
             draws(p, r.seed, c.seat_req, c.seat_npass)), lambda: none)
 
     need = jax.vmap(needs_pass)(p, aux, s)
@@ -676,8 +677,7 @@ def step(p: EngineParams, r: Requests, aux: Aux, s: EngineState, k_max: int, loo
         return general_run(s)
     if k_max == 0:
         return decode(_plain_run)(s)
-    speculates = (p.draft_tokens > 0) & _unfinished(aux, s)
-    return lax.cond(speculates.any(), general_run, decode(_plain_run), s)
+    return lax.cond(speculates, general_run, decode(_plain_run), s)
 
 
 def _area(r: Requests, finish, t_stop):

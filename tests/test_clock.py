@@ -1,9 +1,11 @@
 """Simulated time runs in float64: a float32 clock would lose sub-millisecond resolution."""
+import jax
 import numpy as np
 import pytest
 
 from sweep.api import run_batch, stack
 from sweep.design import Design
+from sweep.engine import _ceil_div
 from sweep.timing import pass_time
 from sweep.workload import Requests
 
@@ -57,9 +59,6 @@ def test_block_counts_are_exact_integer_ceilings():
     """The engine counts KV blocks as ceil(tokens / block_tokens) with a float multiply by the
     reciprocal, not a division: it must equal the integer ceiling everywhere, at multiples of
     the block and one either side, for paged blocks and whole-context contiguous ones."""
-    import jax
-    from sweep.engine import _ceil_div
-
     blocks = np.concatenate([np.arange(1, 1001), [4096, 8192, 131072, 999983, 2**24]]
                             ).astype(np.int32)
     k = np.arange(0, 400, dtype=np.int64)
