@@ -461,7 +461,7 @@ def _run_start(p: EngineParams, r: Requests, aux: Aux, ext: bool, s: EngineState
     run_full), whether a run may start at all, and the next arrival after ``s.tail`` (the
     general pass just before left it at s.t)."""
     n = r.arrival.shape[0]
-    skipped = _unfinished(aux, s) & p.static & s.run_full
+    skipped = _unfinished(aux, s) & ~needs_pass(p, aux, s)
     ok = _unfinished(aux, s) & ~(s.seat_pre & (s.seat_req >= 0)).any()
     if ext:
         ok = ok & ~((s.seat_todo > 0) & (s.seat_req >= 0)).any()

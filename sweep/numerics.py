@@ -28,7 +28,7 @@ def prefix_sum(x, axis: int = -1):
 
 
 def running_sum(x, start=0.0, unroll: bool = False):
-    """Inclusive prefix sums along the last axis, from ``start``, one addition per element in
+    """Inclusive prefix sums along the last axis, from ``start``, one term after another in
     order: monotone for non-negative terms (a + b >= a in floating point), and a loop that
     compiles in a fraction of the time of a log-step sum. ``unroll`` (for a short axis inside
     a loop body) writes the additions out instead of looping."""
@@ -38,10 +38,10 @@ def running_sum(x, start=0.0, unroll: bool = False):
         # Element j adds the terms after j as zeros (x + 0.0 == x): one elementwise kernel for
         # the whole axis, where an unrolled scan was one kernel per element.
         n = x.shape[0]
-        after = jnp.arange(n)
+        j = jnp.arange(n)
         sums = jnp.broadcast_to(init[..., None], init.shape + (n,))
         for i in range(n):
-            sums = sums + jnp.where(after >= i, x[i][..., None], 0.0)
+            sums = sums + jnp.where(j >= i, x[i][..., None], 0.0)
         return sums
     sums = lax.scan(lambda c, v: (c + v, c + v), init, x)[1]
     return jnp.moveaxis(sums, 0, -1)

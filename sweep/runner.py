@@ -345,7 +345,7 @@ def _split(sims: list, size: int, lanes: int, workers: int) -> list[list]:
     return [sims[i * len(sims) // n:(i + 1) * len(sims) // n] for i in range(n)]
 
 
-def _call_shape(sims: int, chunk: int, rounds: int, n_dev: int, n_req: int, workers: int = 1
+def _call_shape(sims: int, chunk: int, rounds: int, n_dev: int, n_req: int, workers: int
                 ) -> tuple[int, int, int]:
     """(simulations per call, lanes per device, requests per simulation) for up to ``sims``
     simulations: equal calls, equal shares per device, as many calls as ``workers`` run at
