@@ -219,7 +219,7 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
         return design.batching, design.draft_tokens > 0
 
     # One compiled shape per tier, fixed up front so that every tier compiles on a background
-    # thread: the first while this thread samples the first requests, the wide ones (needed
+    # thread: the first while the first calls sample their requests, the wide ones (needed
     # only by the simulations that overflow) while the narrow ones run, if they run long.
     # (The narrow tier's wider lanes take fewer rounds: as many simulations per call.)
     shapes = {seats: _call_shape(len(sims), *((narrow, max(1, rounds * chunk // narrow))
@@ -256,6 +256,10 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
         args += [sample_args(_NOTHING, 0, 2, n_req)] * (size - len(part))
         plist += [plist[0]] * (size - len(part))
         reqs = sample_batch(n_req, stack(args))
+        # Sampled while the tier compiles; the call's seconds leave the wait out.
+        t_wait = time.perf_counter()
+        compiler.wait(seats)
+        t_call += time.perf_counter() - t_wait
         out, mets = _dispatch(plist, reqs, seats, k_max, lanes, devices, max_steps,
                               _widest(study))
         return seats, part, reqs, out, mets, time.perf_counter() - t_call
@@ -297,7 +301,6 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
             if not queue:
                 break
             seats, part = queue.pop(0)
-            compiler.wait(seats)
             start(calls, seats, part)
             calls += 1
         if not running:
