@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from queue import Queue
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -37,11 +37,16 @@ from .workload import Workload, sample_args, sample_batch, sample_batch_shape
 
 #: Simulations in flight at once (vmapped lanes, shared by the calls in flight) unless the study
 #: or the user says otherwise: on a CPU a few dozen lanes run fastest (measured: 24-48 lanes
-#: 1.5-2x faster than 512, see benchmarks/README.md), twice as many in the narrow first-try tier
-#: (64 lanes of 64 seats ran ~8% faster than 32); an accelerator wants as many as memory allows.
+#: 1.5-2x faster than 512, see benchmarks/README.md); an accelerator wants as many as memory
+#: allows.
 DEFAULT_CHUNK_CPU = 32
-NARROW_CHUNK_CPU = 64
 DEFAULT_CHUNK_ACCELERATOR = 65536
+#: On a CPU, by default, a call's lanes x seats, and its lanes at most: the decode run's
+#: [lanes, seats, passes] arrays then stay in a core's cache. Measured on 2 cores, two calls at
+#: once (benchmarks/README.md): the brief's wide tier (256 seats) ran 4 lanes per call ~20%
+#: faster than 16, and 8 lanes ~10%; its narrow tier (64 seats) 16 lanes as fast as 32.
+CPU_SEAT_LANES = 1024
+CPU_LANES_MAX = 32
 #: Engine calls in flight at once on a CPU, at most (one per core): one call keeps only part of
 #: a second core busy (XLA splits its small kernels over both and waits for each); on 2 cores,
 #: two calls of half the lanes each ran the brief ~20% faster than one (benchmarks/README.md).
@@ -87,10 +92,28 @@ class _Sim:
     seed: int
 
 
-def plan_chunks(study: Study, chunk_size: int | None = None) -> tuple[int, int, int]:
-    """(simulations in flight per call, rounds of them per compiled call, simulations in flight
-    per call in the narrow first-try tier) within the memory budget, shared by the calls in
-    flight at once; a chunk size that cannot fit is refused before anything runs."""
+class ChunkPlan(NamedTuple):
+    """How many simulations a call holds and how many it runs at once."""
+
+    chunk: int  # simulations in flight per call, the study's or the user's if set
+    rounds: int  # a call simulates up to chunk x rounds of them
+    seat_lanes: int  # lanes x seats of a call (``CPU_SEAT_LANES``); 0: ``chunk`` lanes
+    fits: int  # lanes in flight per call that the memory budget allows
+
+    def lanes(self, seats: int) -> int:
+        """Lanes of a call in the tier of ``seats`` seats."""
+        if not self.seat_lanes:
+            return self.chunk
+        return max(1, min(self.seat_lanes // seats, CPU_LANES_MAX, self.fits))
+
+    def per_call(self) -> int:
+        """Simulations a call holds at most, in any tier."""
+        return self.chunk * self.rounds
+
+
+def plan_chunks(study: Study, chunk_size: int | None = None) -> ChunkPlan:
+    """The calls' shape within the memory budget, shared by the calls in flight at once; a
+    chunk size that cannot fit is refused before anything runs."""
     n_max = max(p.workload.capacity for p in study.points)
     seats_max = max(p.design.seats for p in study.points)
     k_max = max(p.design.draft_tokens for p in study.points)
@@ -106,11 +129,11 @@ def plan_chunks(study: Study, chunk_size: int | None = None) -> tuple[int, int, 
                          f"call(s) at once, more than the {workers * budget / 1e9:.1f} GB "
                          f"budget; allowed: at most {fits}")
     cpu = jax.local_devices()[0].platform == "cpu"
-    narrow = chunk or min(NARROW_CHUNK_CPU // workers if cpu else DEFAULT_CHUNK_ACCELERATOR, fits)
+    seat_lanes = CPU_SEAT_LANES if cpu and not chunk else 0
     chunk = chunk or min(max(1, DEFAULT_CHUNK_CPU // workers) if cpu
                          else DEFAULT_CHUNK_ACCELERATOR, fits)
     rounds = max(1, min(POOL_ROUNDS, int((budget - chunk * per_lane) // (chunk * per_sim))))
-    return chunk, rounds, narrow
+    return ChunkPlan(chunk, rounds, seat_lanes, fits)
 
 
 def _widest(study: Study) -> int:
@@ -189,7 +212,7 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
     yielded."""
     devices = list(devices or jax.local_devices())
     workers = calls_in_flight()
-    chunk, rounds, narrow = plan_chunks(study, chunk_size)
+    plan = plan_chunks(study, chunk_size)
     want_requests = study.per_request if per_request is None else per_request
     max_steps = None if study.max_steps is None else jnp.int32(study.max_steps)
     params = [topology.plan(p.design) for p in study.points]
@@ -221,10 +244,9 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
     # One compiled shape per tier, fixed up front so that every tier compiles on a background
     # thread: the first while the first calls sample their requests, the wide ones (needed
     # only by the simulations that overflow) while the narrow ones run, if they run long.
-    # (The narrow tier's wider lanes take fewer rounds: as many simulations per call.)
-    shapes = {seats: _call_shape(len(sims), *((narrow, max(1, rounds * chunk // narrow))
-                                              if seats <= SMALL_SEATS else (chunk, rounds)),
-                                 len(devices),
+    # (Tiers of fewer lanes take more rounds: as many simulations per call.)
+    shapes = {seats: _call_shape(len(sims), plan.lanes(seats),
+                                 max(1, plan.per_call() // plan.lanes(seats)), len(devices),
                                  max(study.points[s.point].workload.capacity for s in sims),
                                  workers)
               for seats, sims in bound.items()}

@@ -70,3 +70,16 @@ def test_calls_in_flight_at_once_give_the_same_rows(monkeypatch):
     assert len(rows[0][0]) == 18
     pd.testing.assert_frame_equal(rows[0][0], rows[1][0])
     pd.testing.assert_frame_equal(rows[0][1], rows[1][1])
+
+
+def test_a_cpu_call_takes_fewer_lanes_in_a_wider_tier():
+    """By default a CPU call's lanes x seats stay within ``CPU_SEAT_LANES`` (its decode run's
+    arrays in a core's cache); a chunk size the user sets is every tier's lanes."""
+    study = parse_study(STUDY)
+    plan = runner.plan_chunks(study)
+    for seats in (1, 8, 64, 256, 4096):
+        assert 1 <= plan.lanes(seats) <= runner.CPU_LANES_MAX
+        assert plan.lanes(seats) * seats <= max(runner.CPU_SEAT_LANES, seats)
+    assert plan.lanes(256) < plan.lanes(64)
+    chosen = runner.plan_chunks(study, chunk_size=5)
+    assert [chosen.lanes(seats) for seats in (8, 64, 256)] == [5, 5, 5]
