@@ -31,7 +31,8 @@ def running_sum(x, start=0.0, unroll: bool = False):
     """Inclusive prefix sums along the last axis, from ``start``, one term after another in
     order: monotone for non-negative terms (a + b >= a in floating point), and a loop that
     compiles in a fraction of the time of a log-step sum. ``unroll`` (for a short axis inside
-    a loop body) writes the additions out instead of looping."""
+    a loop body) writes the additions out instead of looping. Integers too (exact in any
+    order)."""
     x = jnp.moveaxis(x, -1, 0)
     init = jnp.broadcast_to(jnp.asarray(start, x.dtype), x.shape[1:])
     if unroll:
@@ -39,9 +40,10 @@ def running_sum(x, start=0.0, unroll: bool = False):
         # the whole axis, where an unrolled scan was one kernel per element.
         n = x.shape[0]
         j = jnp.arange(n)
+        zero = jnp.zeros((), x.dtype)
         sums = jnp.broadcast_to(init[..., None], init.shape + (n,))
         for i in range(n):
-            sums = sums + jnp.where(j >= i, x[i][..., None], 0.0)
+            sums = sums + jnp.where(j >= i, x[i][..., None], zero)
         return sums
     sums = lax.scan(lambda c, v: (c + v, c + v), init, x)[1]
     return jnp.moveaxis(sums, 0, -1)
@@ -51,12 +53,3 @@ def fixed_sum(x, axis: int = -1):
     """The sum along ``axis``, in an order that depends only on its length."""
     return lax.index_in_dim(prefix_sum(x, axis), x.shape[axis % x.ndim] - 1, axis % x.ndim,
                             keepdims=False)
-
-
-def count_prefix_sum(x):
-    """Inclusive prefix sums of small non-negative integers along the last axis, as one float32
-    matmul with a triangular matrix: exact while totals stay below 2**24, and far cheaper on a
-    CPU than shifted adds over a padded copy."""
-    n = x.shape[-1]
-    upper = jnp.triu(jnp.ones((n, n), jnp.float32))
-    return (x.astype(jnp.float32) @ upper).astype(x.dtype)

@@ -6,6 +6,7 @@ import pytest
 from sweep.api import run_batch, stack
 from sweep.design import Design
 from sweep.engine import _ceil_div
+from sweep.numerics import running_sum
 from sweep.timing import pass_time
 from sweep.workload import Requests
 
@@ -70,3 +71,15 @@ def test_block_counts_are_exact_integer_ceilings():
     b = np.broadcast_to(blocks[:, None], a.shape)
     got = np.asarray(jax.jit(_ceil_div)(a, b))
     np.testing.assert_array_equal(got, -(-a.astype(np.int64) // b))
+
+
+def test_unrolled_running_sum_of_token_counts_stays_exact_integers():
+    """A decode run counts each seat's tokens by pass with the unrolled running sum: on integers
+    it must stay integer (no float promotion) and equal the exact prefix sums, also past 2**24
+    where a float32 sum would round."""
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 6, size=(3, 64, 16)).astype(np.int32)
+    x[0, 0, 0] = 2**24 + 1
+    got = jax.jit(lambda v: running_sum(v, 0, unroll=True))(x)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(np.asarray(got), np.cumsum(x, axis=-1))
