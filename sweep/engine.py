@@ -556,8 +556,8 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     steps_tokens = lax.optimization_barrier(
         _accepted(p, r.seed, s.seat_req[:, None], npass[:, None] + j, k_max) + 1)
     out_col = output[:, None]
-    # Tokens by each pass: the unrolled sum is one elementwise kernel (a triangular matmul was
-    # 12% slower for the whole run).
+    # Tokens by each pass: the unrolled sum is one elementwise kernel; a triangular float32
+    # matmul (a library call on a CPU) made calls of speculating designs 10-35% slower.
     gen_after = jnp.minimum(gen[:, None] + running_sum(steps_tokens, 0, unroll=True), out_col)
     gen_before = jnp.concatenate([gen[:, None], gen_after[:, :-1]], axis=1)
     alive = running[:, None] & (gen_before < out_col)  # decodes at pass j

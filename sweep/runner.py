@@ -36,9 +36,10 @@ from .uncertainty import draws
 from .workload import Workload, sample_args, sample_batch, sample_batch_shape
 
 #: Simulations in flight at once (vmapped lanes, shared by the calls in flight) unless the study
-#: or the user says otherwise: on a CPU a few dozen lanes run fastest (measured: 24-48 lanes
-#: 1.5-2x faster than 512, see benchmarks/README.md); an accelerator wants as many as memory
-#: allows.
+#: or the user says otherwise: an accelerator wants as many as memory allows. On a CPU a few
+#: dozen run fastest (measured: 24-48 lanes 1.5-2x faster than 512, see benchmarks/README.md):
+#: there this sets how many simulations a call holds (x ``POOL_ROUNDS``), and each tier's lanes
+#: follow ``CPU_SEAT_LANES``.
 DEFAULT_CHUNK_CPU = 32
 DEFAULT_CHUNK_ACCELERATOR = 65536
 #: On a CPU, by default, a call's lanes x seats, and its lanes at most: the decode run's
