@@ -98,14 +98,14 @@ class ChunkPlan(NamedTuple):
 
     chunk: int  # simulations in flight per call, the study's or the user's if set
     rounds: int  # a call simulates up to chunk x rounds of them
-    seat_lanes: int  # lanes x seats of a call (``CPU_SEAT_LANES``); 0: ``chunk`` lanes
+    by_seats: bool  # a call's lanes follow its tier's seats (``CPU_SEAT_LANES``), else chunk
     fits: int  # lanes in flight per call that the memory budget allows
 
     def lanes(self, seats: int) -> int:
         """Lanes of a call in the tier of ``seats`` seats."""
-        if not self.seat_lanes:
+        if not self.by_seats:
             return self.chunk
-        return max(1, min(self.seat_lanes // seats, CPU_LANES_MAX, self.fits))
+        return max(1, min(CPU_SEAT_LANES // seats, CPU_LANES_MAX, self.fits))
 
     def per_call(self) -> int:
         """Simulations a call holds at most, in any tier."""
@@ -130,11 +130,11 @@ def plan_chunks(study: Study, chunk_size: int | None = None) -> ChunkPlan:
                          f"call(s) at once, more than the {workers * budget / 1e9:.1f} GB "
                          f"budget; allowed: at most {fits}")
     cpu = jax.local_devices()[0].platform == "cpu"
-    seat_lanes = CPU_SEAT_LANES if cpu and not chunk else 0
+    by_seats = cpu and not chunk
     chunk = chunk or min(max(1, DEFAULT_CHUNK_CPU // workers) if cpu
                          else DEFAULT_CHUNK_ACCELERATOR, fits)
     rounds = max(1, min(POOL_ROUNDS, int((budget - chunk * per_lane) // (chunk * per_sim))))
-    return ChunkPlan(chunk, rounds, seat_lanes, fits)
+    return ChunkPlan(chunk, rounds, by_seats, fits)
 
 
 def _widest(study: Study) -> int:
