@@ -60,6 +60,8 @@ class EngineState(NamedTuple):
     head: jax.Array  # i32 requests ever admitted (the FIFO queue is head..tail-1)
     tail: jax.Array  # i32 requests arrived by t, as left by the last pass (read by the decode run)
     seat_req: jax.Array  # i32[S] request index, -1 if free
+    seat_prompt: jax.Array  # i32[S] its prompt and output lengths, copied at admission (a
+    seat_output: jax.Array  # gather from the [N] request arrays costs more than the copy)
     seat_gen: jax.Array  # i32[S] tokens generated
     seat_npass: jax.Array  # i32[S] decode passes the request has taken (keys its draws)
     seat_blocks: jax.Array  # i32[S] KV blocks held
@@ -95,6 +97,8 @@ class Aux(NamedTuple):
     max_steps: jax.Array  # i32 safe bound on steps
     arrival_blocks: jax.Array  # f64[N/B + 1, B] arrival times in blocks of B, inf-padded
     block_last: jax.Array  # f64[N/B + 1] the last arrival time of each block
+    window: jax.Array  # i32[2, N + S] prompt and output lengths, 0-padded so that the admission
+    # window head..head+S-1 is a slice (a row copy per lane; a gather indexes element by element)
 
 
 class EngineOutput(NamedTuple):
@@ -141,7 +145,8 @@ def _aux(r: Requests, seats: int, max_steps, chunk=None) -> Aux:
     n = r.arrival.shape[0]
     b = _count_block(n)
     blocks = jnp.full((n // b + 1) * b, jnp.inf).at[:n].set(r.arrival).reshape(-1, b)
-    return Aux(bound.astype(jnp.int32), blocks, blocks[:, -1])
+    window = jnp.zeros((2, n + seats), jnp.int32).at[:, :n].set(jnp.stack([r.prompt, r.output]))
+    return Aux(bound.astype(jnp.int32), blocks, blocks[:, -1], window)
 
 
 def _init(n: int, seats: int) -> EngineState:
@@ -149,7 +154,8 @@ def _init(n: int, seats: int) -> EngineState:
     zeros = jnp.zeros((seats,), i32)
     return EngineState(
         t=jnp.float64(0.0), head=i32(0), tail=i32(0),
-        seat_req=jnp.full((seats,), -1, i32), seat_gen=zeros, seat_npass=zeros,
+        seat_req=jnp.full((seats,), -1, i32), seat_prompt=zeros, seat_output=zeros,
+        seat_gen=zeros, seat_npass=zeros,
         seat_blocks=zeros, seat_pre=jnp.zeros((seats,), bool),
         seat_last=jnp.zeros((seats,), jnp.float64),
         first=jnp.full((n + seats,), jnp.nan), finish=jnp.full((n,), jnp.nan),
@@ -246,7 +252,7 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, ext: bool, s: EngineSt
 
     # 3. Growth of decoding sequences; preempt the latest arrival if it does not fit.
     req = jnp.maximum(s.seat_req, 0)
-    prompt, output, gen = r.prompt[req], r.output[req], s.seat_gen
+    prompt, output, gen = s.seat_prompt, s.seat_output, s.seat_gen
     ctx = prompt + gen
     look = jnp.minimum(p.draft_tokens + 1, output - gen)
     need = _ceil_div(ctx + look, p.block_tokens)
@@ -306,15 +312,14 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, ext: bool, s: EngineSt
     gate = work & ~any_pre & (~p.static | (n_occ == 0))
     free_seat = ~occupied & (seats < p.max_batch)
     window = s.head + seats
-    w_req = jnp.minimum(window, n - 1)
-    w_prompt = r.prompt[w_req]
+    w_prompt, w_output = lax.dynamic_slice_in_dim(aux.window, s.head, nseat, axis=1)
     w_need = _ceil_div(w_prompt + 1, p.block_tokens)
     w_ok = (window < tail) & (seats < free_seat.sum())
     w_own = w_cost = w_need
     if ext:
         # Blocks of a prefix already held (by a running seat or one admitted before it in this
         # pass) are shared; only a prefix cached before the pass saves its prefill.
-        w_pfx = jnp.where(p.prefix_cache, r.prefix[w_req], -1)
+        w_pfx = jnp.where(p.prefix_cache, r.prefix[jnp.minimum(window, n - 1)], -1)
         w_slot = jnp.maximum(w_pfx, 0)
         w_hit = (w_pfx >= 0) & s.pc_cached[w_slot]
         earlier = ((w_pfx[None, :] == w_pfx[:, None]) & (seats[None, :] < seats[:, None])).any(1)
@@ -336,7 +341,7 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, ext: bool, s: EngineSt
     slot = jnp.clip(rank, 0, nseat - 1)
     new_req = s.head + rank
     new_prompt = w_prompt[slot]
-    new_output = r.output[jnp.minimum(new_req, n - 1)]
+    new_output = w_output[slot]
 
     # 6. The pass.
     f64 = jnp.float64
@@ -435,6 +440,8 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, ext: bool, s: EngineSt
         head=s.head + m,
         tail=_arrived(aux, t_end, n),
         seat_req=jnp.where(done_seat, -1, seat_req),
+        seat_prompt=jnp.where(new, new_prompt, prompt),
+        seat_output=jnp.where(new, new_output, output),
         seat_gen=jnp.where(done_seat, 0, gen_new),
         seat_npass=jnp.where(new | done_seat, 0, s.seat_npass + decode),
         seat_blocks=out_blocks,
@@ -550,7 +557,7 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     skipped, ok, next_arrival = _run_start(p, r, aux, ext, s)
     running = (s.seat_req >= 0) & ~s.seat_pre
     req = jnp.maximum(s.seat_req, 0)
-    prompt, output, gen, npass = r.prompt[req], r.output[req], s.seat_gen, s.seat_npass
+    prompt, output, gen, npass = s.seat_prompt, s.seat_output, s.seat_gen, s.seat_npass
     j = jnp.arange(lookahead, dtype=jnp.int32)
     # The barrier keeps XLA from fusing (recomputing) the draws into every consumer.
     steps_tokens = lax.optimization_barrier(
@@ -602,10 +609,9 @@ def _plain_run(p: EngineParams, r: Requests, aux: Aux, lookahead: int, unit: int
     in (i, j): a few fused reductions instead of a [seats, passes] state of tokens."""
     skipped, ok, next_arrival = _run_start(p, r, aux, False, s)
     running = (s.seat_req >= 0) & ~s.seat_pre
-    req = jnp.maximum(s.seat_req, 0)
-    output, gen = r.output[req], s.seat_gen
+    output, gen = s.seat_output, s.seat_gen
     rem = jnp.where(running, output - gen, 0)[:, None]  # passes left to each seat
-    ctx0 = (r.prompt[req] + gen)[:, None]
+    ctx0 = (s.seat_prompt + gen)[:, None]
     j = jnp.arange(lookahead, dtype=jnp.int32)
     alive = rem > j  # decodes at pass j
 
