@@ -504,7 +504,8 @@ def _run_length(p: EngineParams, r: Requests, aux: Aux, s: EngineState, skipped,
     units_left = aux.max_steps - s.steps + (~skipped).astype(jnp.int32)
     allowed = (fits & (n_run > 0) & (starts < r.end_time) & (j // unit < units_left)
                & ~(can_admit & ((s.tail > s.head) | (starts >= next_arrival))))
-    m = jnp.where(ok, jnp.cumprod(allowed).sum(dtype=jnp.int32), 0)
+    # The first pass not allowed (a minimum, not a cumulative product of int64s).
+    m = jnp.where(ok, jnp.where(allowed, n_run.shape[0], j).min(), 0)
     return _Run(n_run, dt, ends, starts, m, j < m, jnp.maximum(m - 1, 0))
 
 
@@ -583,11 +584,12 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     free = jnp.repeat(p.total_blocks - unit_blocks.sum(axis=0, dtype=jnp.int32), unit)
     if ext:
         free = free - pb * s.pc_cached.sum(dtype=jnp.int32)
-    growth = jnp.where(alive, held - base, 0).sum(axis=0, dtype=jnp.int32)
+    # Growth as a difference of two sums: XLA recomputes ``held`` in each reduction that reads it.
+    in_use = jnp.where(alive, held, 0).sum(axis=0, dtype=jnp.int32)
+    growth = in_use - jnp.where(alive, base, 0).sum(axis=0, dtype=jnp.int32)
     fits = growth <= free
     n_run = alive.sum(axis=0, dtype=jnp.int32)
     context = jnp.where(alive, ctx, 0).sum(axis=0).astype(jnp.float64)
-    in_use = jnp.where(alive, held, 0).sum(axis=0, dtype=jnp.int32)
     if ext:
         # Each prefix held by a sequence alive at the pass counts once.
         refs = jnp.einsum("sc,sj->cj", _onehot(pfx).astype(jnp.float32),
