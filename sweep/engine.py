@@ -60,8 +60,8 @@ class EngineState(NamedTuple):
     head: jax.Array  # i32 requests ever admitted (the FIFO queue is head..tail-1)
     tail: jax.Array  # i32 requests arrived by t, as left by the last pass (read by the decode run)
     seat_req: jax.Array  # i32[S] request index, -1 if free
-    seat_prompt: jax.Array  # i32[S] its prompt and output lengths, copied at admission (a
-    seat_output: jax.Array  # gather from the [N] request arrays costs more than the copy)
+    seat_prompt: jax.Array  # i32[S] the request's prompt and output lengths, copied at
+    seat_output: jax.Array  # i32[S] admission (a gather from the [N] requests costs more)
     seat_gen: jax.Array  # i32[S] tokens generated
     seat_npass: jax.Array  # i32[S] decode passes the request has taken (keys its draws)
     seat_blocks: jax.Array  # i32[S] KV blocks held

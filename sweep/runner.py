@@ -598,9 +598,10 @@ def simulation_bytes(n_requests: int, seats: int, k_max: int) -> tuple[int, int]
     """Estimated bytes of one simulation in flight (its lane: state and the decode run's
     seats x lookahead temporaries) and of one queued simulation (its requests and results)."""
     look = max(DEFAULT_LOOKAHEAD, DEFAULT_STATIC_LOOKAHEAD)
-    # Per request: first and finish times, arrivals in blocks, the admission window's two
-    # lengths, and the lane's copy of the requests (arrival, prompt, output, prefix).
-    lane = 56 * (n_requests + seats) + 4 * ITL_BINS + 16 * seats * look * (8 + k_max)
+    # Per request: first and finish times (16 bytes), arrivals in blocks (8), the admission
+    # window's two lengths (8), and the lane's copy of the requests (arrival, prompt, output,
+    # prefix: 20).
+    lane = 52 * (n_requests + seats) + 4 * ITL_BINS + 16 * seats * look * (8 + k_max)
     queued = n_requests * (16 + 20) + 4 * ITL_BINS + 256
     return 2 * lane, queued  # x2: XLA keeps the loop carry and its update
 
