@@ -145,7 +145,7 @@ def _aux(r: Requests, seats: int, max_steps, chunk=None) -> Aux:
     n = r.arrival.shape[0]
     b = _count_block(n)
     blocks = jnp.full((n // b + 1) * b, jnp.inf).at[:n].set(r.arrival).reshape(-1, b)
-    window = jnp.zeros((2, n + seats), jnp.int32).at[:, :n].set(jnp.stack([r.prompt, r.output]))
+    window = jnp.pad(jnp.stack([r.prompt, r.output]), ((0, 0), (0, seats)))
     return Aux(bound.astype(jnp.int32), blocks, blocks[:, -1], window)
 
 
@@ -251,14 +251,13 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, ext: bool, s: EngineSt
     go = live & ~stop
 
     # 3. Growth of decoding sequences; preempt the latest arrival if it does not fit.
-    req = jnp.maximum(s.seat_req, 0)
     prompt, output, gen = s.seat_prompt, s.seat_output, s.seat_gen
     ctx = prompt + gen
     look = jnp.minimum(p.draft_tokens + 1, output - gen)
     need = _ceil_div(ctx + look, p.block_tokens)
     if ext:
         # A seat's own blocks are its context's less its prefix's, which are shared.
-        pfx = jnp.where(p.prefix_cache & occupied, r.prefix[req], -1)
+        pfx = jnp.where(p.prefix_cache & occupied, r.prefix[jnp.maximum(s.seat_req, 0)], -1)
         pb = _ceil_div(r.prefix_tokens, p.block_tokens)
         shared = jnp.where(pfx >= 0, pb, 0)
         refs = (_onehot(pfx) & running[:, None]).any(axis=0)
@@ -505,7 +504,7 @@ def _run_length(p: EngineParams, r: Requests, aux: Aux, s: EngineState, skipped,
     allowed = (fits & (n_run > 0) & (starts < r.end_time) & (j // unit < units_left)
                & ~(can_admit & ((s.tail > s.head) | (starts >= next_arrival))))
     # The first pass not allowed (a minimum, not a cumulative product of int64s).
-    m = jnp.where(ok, jnp.where(allowed, n_run.shape[0], j).min(), 0)
+    m = jnp.where(ok, jnp.where(allowed, j.shape[0], j).min(), 0)
     return _Run(n_run, dt, ends, starts, m, j < m, jnp.maximum(m - 1, 0))
 
 
@@ -557,7 +556,6 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     never evicts one)."""
     skipped, ok, next_arrival = _run_start(p, r, aux, ext, s)
     running = (s.seat_req >= 0) & ~s.seat_pre
-    req = jnp.maximum(s.seat_req, 0)
     prompt, output, gen, npass = s.seat_prompt, s.seat_output, s.seat_gen, s.seat_npass
     j = jnp.arange(lookahead, dtype=jnp.int32)
     # The barrier keeps XLA from fusing (recomputing) the draws into every consumer.
@@ -572,7 +570,7 @@ def _decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: i
     ctx = prompt[:, None] + gen_before
     need = _ceil_div(ctx + jnp.minimum(p.draft_tokens + 1, out_col - gen_before), p.block_tokens)
     if ext:
-        pfx = jnp.where(p.prefix_cache & running, r.prefix[req], -1)
+        pfx = jnp.where(p.prefix_cache & running, r.prefix[jnp.maximum(s.seat_req, 0)], -1)
         pb = _ceil_div(r.prefix_tokens, p.block_tokens)
         need = need - jnp.where(pfx >= 0, pb, 0)[:, None]
     held = jnp.maximum(need, s.seat_blocks[:, None])
