@@ -737,11 +737,13 @@ def uses_extensions(p: EngineParams) -> bool:
 def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
                    lanes: int | None = None, lookahead: int = DEFAULT_LOOKAHEAD,
                    static_lookahead: int = DEFAULT_STATIC_LOOKAHEAD,
-                   block_steps: int = DEFAULT_BLOCK_STEPS, max_steps=None,
+                   block_steps: int = DEFAULT_BLOCK_STEPS, max_steps=None, count=None,
                    compile_only: bool = False) -> EngineOutput:
     """``_simulate_batch``, compiled with prefix caching and chunked prefill only if the
-    batch uses them. ``compile_only`` compiles it for these arguments (into the cache a call
-    uses) and returns the compiled executable without simulating."""
+    batch uses them. Only the first ``count`` simulations (default all) are simulated: the
+    rest are padding, whose results are left zero. ``compile_only`` compiles it for these
+    arguments (into the cache a call uses) and returns the compiled executable without
+    simulating."""
     if lookahead and static_lookahead % lookahead:
         raise ValueError(f"static_lookahead: {static_lookahead} passes; allowed: a multiple of "
                          f"lookahead ({lookahead})")
@@ -749,20 +751,22 @@ def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
               static_lookahead=static_lookahead,
               block_steps=block_steps, max_steps=max_steps, ext=uses_extensions(p))
     compiled = _SIMULATE_BATCH[jax.default_backend() == "cpu"]
+    count = jnp.int32(p.max_batch.shape[0] if count is None else count)
     if compile_only:
-        return compiled.lower(p, r, **kw).compile()
-    return compiled(p, r, **kw)
+        return compiled.lower(p, r, count, **kw).compile()
+    return compiled(p, r, count, **kw)
 
 
-def _simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
+def _simulate_batch(p: EngineParams, r: Requests, count, *, seats: int, k_max: int,
                     lanes: int | None, lookahead: int, static_lookahead: int,
                     block_steps: int, max_steps,
                     ext: bool) -> EngineOutput:
-    """Simulate every one of the M simulations stacked along the leading axis of ``p`` and
-    ``r``, ``lanes`` (default all) at a time: steps are vmapped over the lanes, and every
-    ``block_steps`` steps the lanes whose simulation ended take the next ones, so a short
+    """Simulate the first ``count`` of the M simulations stacked along the leading axis of
+    ``p`` and ``r``, ``lanes`` (default all) at a time: steps are vmapped over the lanes, and
+    every ``block_steps`` steps the lanes whose simulation ended take the next ones, so a short
     simulation does not wait for the longest of its batch. A simulation's result depends on
-    nothing but its own inputs."""
+    nothing but its own inputs. Padding (after ``count``) is never loaded: a padded simulation
+    would hold its lane for a whole block."""
     m = p.max_batch.shape[0]
     lanes = min(lanes or m, m)
     n = r.arrival.shape[1]
@@ -787,7 +791,7 @@ def _simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
             lambda o, x: o.at[jnp.where(ended, pool.sim, m)].set(x, mode="drop"),
             pool.out, results)
         new_id = pool.next + jnp.cumsum(ended, dtype=jnp.int32) - 1
-        start = ended & (new_id < m)
+        start = ended & (new_id < count)
         pp, rr, aux = load(jnp.where(start, new_id, 0))
         return _Pool(
             s=_where(start, fresh, s), p=_where(start, pp, pool.p), r=_where(start, rr, pool.r),
@@ -799,7 +803,10 @@ def _simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
     pp, rr, aux = load(ids)
     empty = jax.eval_shape(jax.vmap(_finish), fresh, rr)
     out = jax.tree_util.tree_map(lambda x: jnp.zeros((m,) + x.shape[1:], x.dtype), empty)
-    pool = _Pool(fresh, pp, rr, aux, ids, jnp.int32(lanes), out)
+    # A lane with nothing to simulate starts done, so it never asks for a pass.
+    idle = ids >= count
+    s0 = _where(idle, fresh._replace(done=jnp.ones(lanes, bool)), fresh)
+    pool = _Pool(s0, pp, rr, aux, jnp.where(idle, -1, ids), jnp.minimum(count, lanes), out)
     return lax.while_loop(lambda q: (q.sim >= 0).any(), block, pool).out
 
 

@@ -143,7 +143,7 @@ def _widest(study: Study) -> int:
 
 
 def _dispatch(params: list, reqs, seats: int, k_max: int, lanes: int, devices,
-              max_steps, widest: int = 1) -> tuple:
+              max_steps, widest: int = 1, real: int | None = None) -> tuple:
     """Shard a call's simulations (their ``topology.Plan``s) over a 1-D mesh of ``devices``
     (axis ``sims``), run the same single-device compiled engine on every shard (asynchronously:
     the devices work at once), gather the EngineOutput on the host in mesh order, merge the
@@ -152,17 +152,22 @@ def _dispatch(params: list, reqs, seats: int, k_max: int, lanes: int, devices,
     Not one SPMD program over the mesh: ``jit`` of the sharded batch and ``shard_map`` both
     compile a different HLO module, whose fusions (FMA contraction) changed the last bit of
     finish times for some simulations (measured; openxla/xla#41579); the same executable per
-    shard keeps the rows byte-identical to one device."""
-    def call(server_params, server_reqs):
+    shard keeps the rows byte-identical to one device.
+
+    Simulations after the first ``real`` (default all) are padding: with plain designs only
+    (one server each, the requests as given) they are not simulated, and their rows are zero."""
+    def call(server_params, server_reqs, real=None):
         # Requests as device arrays, whichever composition stacked them (see ``_warm``).
         server_reqs = jax.tree_util.tree_map(jnp.asarray, server_reqs)
         outs = _engine(_shards([stack(server_params), server_reqs], devices), seats, k_max,
-                       lanes, max_steps)
+                       lanes, max_steps, real=real)
         return jax.tree_util.tree_map(lambda *xs: np.concatenate([np.asarray(x) for x in xs]),
                                       *outs)
 
-    # ``widest`` servers per simulation whatever the chunk holds: one compiled shape per study.
-    out = topology.run(params, reqs, call, len(params) * widest)
+    if all(topology.plain(p) for p in params):
+        out = call([p.first[0] for p in params], reqs, real)
+    else:  # ``widest`` servers per simulation whatever the chunk holds: one compiled shape
+        out = topology.run(params, reqs, call, len(params) * widest)
     parts = [summarize_batch(o_d, r_d, p_d) for o_d, r_d, p_d in
              _shards([out, reqs, stack([p.system for p in params])], devices)]
     mets = {k: np.concatenate([np.asarray(m[k]) for m in parts]) for k in METRICS}
@@ -178,16 +183,20 @@ def _shards(trees: list, devices) -> list[list]:
 
 
 def _engine(shards: list, seats: int, k_max: int, lanes: int, max_steps,
-            compile_only: bool = False) -> list:
+            compile_only: bool = False, real: int | None = None) -> list:
     """The engine on every device's (params, requests) shard at once: each device compiles
-    its own executable, on threads. ``compile_only`` compiles (into the same cache a call
-    uses) without simulating."""
-    def run_on(trees):
+    its own executable, on threads. Rows after the first ``real`` of all shards together
+    are padding, not simulated. ``compile_only`` compiles (into the same cache a call uses)
+    without simulating."""
+    per = shards[0][0].max_batch.shape[0]
+
+    def run_on(i, trees):
+        count = per if real is None else min(max(real - i * per, 0), per)
         return simulate_batch(*trees, seats=seats, k_max=k_max, lanes=lanes,
-                              max_steps=max_steps, compile_only=compile_only)
+                              max_steps=max_steps, count=count, compile_only=compile_only)
 
     with ThreadPoolExecutor(len(shards)) as pool:
-        return list(pool.map(run_on, shards))
+        return list(pool.map(run_on, range(len(shards)), shards))
 
 
 def _shard_on(x: jax.Array, device) -> jax.Array:
@@ -284,7 +293,7 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
         compiler.wait(seats)
         t_call += time.perf_counter() - t_wait
         out, mets = _dispatch(plist, reqs, seats, k_max, lanes, devices, max_steps,
-                              _widest(study))
+                              _widest(study), real=len(part))
         return seats, part, reqs, out, mets, time.perf_counter() - t_call
 
     def ready() -> list[tuple[int, list[_Sim]]]:

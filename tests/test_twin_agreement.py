@@ -1,6 +1,7 @@
 """The scan engine and the event-driven twin agree request by request on random designs."""
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -288,3 +289,18 @@ def test_calls_without_speculation_take_the_plain_decode_run_to_the_same_bits(ca
     alone = simulate_batch(stack([params[b] for b in plain]), stack([reqs[b] for b in plain]),
                            seats=SEATS, k_max=K_MAX)
     _assert_outputs_equal(alone, out, plain)
+
+
+def test_simulations_after_count_are_padding_left_unsimulated(cases):
+    """``count`` simulates the leading simulations only (the runner's padding after them
+    would hold a lane for a whole block): their rows are the same bits, the rest stay zero."""
+    _, params, reqs, out, _ = cases
+    plain = [b for b in range(N_DESIGNS) if params[b].draft_tokens == 0]
+    half = len(plain) // 2
+    part = simulate_batch(stack([params[b] for b in plain]), stack([reqs[b] for b in plain]),
+                          seats=SEATS, k_max=K_MAX, count=half)
+    _assert_outputs_equal(jax.tree_util.tree_map(lambda x: np.asarray(x)[:half], part), out,
+                          plain[:half])
+    for name in part._fields:
+        assert not np.asarray(getattr(part, name))[half:].any(), name
+    assert np.asarray(out.steps)[plain[half:]].all()  # the same rows, simulated, took steps
