@@ -165,6 +165,7 @@ def _dispatch(params: list, reqs, seats: int, k_max: int, lanes: int, devices,
                                       *outs)
 
     if all(topology.plain(p) for p in params):
+        # ``topology.run``'s first case, told where the padding starts.
         out = call([p.first[0] for p in params], reqs, real)
     else:  # ``widest`` servers per simulation whatever the chunk holds: one compiled shape
         out = topology.run(params, reqs, call, len(params) * widest)
