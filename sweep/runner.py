@@ -207,7 +207,7 @@ def _shard_on(x: jax.Array, device) -> jax.Array:
 def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool | None = None,
                 devices=None, skip=frozenset(), share: tuple[int, int] = (0, 1),
                 progress: Callable[[int, int, int, int, float], None] | None = None,
-                stop: Callable[[], bool] | None = None) -> Iterator[Chunk]:
+                stop: Callable[[], bool] | None = None, processes: int = 1) -> Iterator[Chunk]:
     """Simulate this process's share of the grid points x seeds, less the (design, seed) pairs
     in ``skip`` (already saved), yielding the finished rows call by call.
 
@@ -220,7 +220,17 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
     ~5% faster in steady state and doubled compilation). Up to ``calls_in_flight()`` calls run
     at once, on worker threads, and their chunks come back as they finish. ``stop`` is asked
     between chunks: once it says so, no call starts, and those in flight finish and are
-    yielded."""
+    yielded.
+
+    ``processes > 1`` (a CPU only) splits the share over that many worker processes, each
+    pinned to one core (``workers.in_processes``)."""
+    if processes > 1:
+        from .workers import in_processes
+
+        yield from in_processes(study, processes, chunk_size=chunk_size,
+                                 per_request=per_request, skip=skip, share=share,
+                                 progress=progress, stop=stop)
+        return
     devices = list(devices or jax.local_devices())
     workers = calls_in_flight()
     plan = plan_chunks(study, chunk_size)
@@ -230,9 +240,7 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
     drawn = {seed: draws(study.uncertain, seed) for seed in study.seeds}
     sim_params = _uncertain_params(study, params, drawn)
     k_max = max(p.design.draft_tokens for p in study.points)
-    index, count = share
-    mine = [_Sim(i, seed) for k, (i, seed) in enumerate(
-        (i, seed) for i in range(len(study.points)) for seed in study.seeds) if k % count == index]
+    mine = share_of(study, share)
     pending: dict[int, list[_Sim]] = {}
     bound: dict[int, list[_Sim]] = {}  # seat tier -> every simulation that may run in it
     left = [0] * len(study.points)  # simulations of each point still to run here
@@ -365,6 +373,14 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
         yield Chunk(metrics, requests, seats, seconds)
 
 
+def share_of(study: Study, share: tuple[int, int]) -> list[_Sim]:
+    """The simulations of ``share = (index, count)``: the k-th of the (design, seed) order
+    belongs to ``k % count``."""
+    index, count = share
+    return [_Sim(i, seed) for k, (i, seed) in enumerate(
+        (i, seed) for i in range(len(study.points)) for seed in study.seeds) if k % count == index]
+
+
 def calls_in_flight() -> int:
     """Engine calls run at once: one per CPU core (at most ``CALLS_IN_FLIGHT_CPU``), one on an
     accelerator."""
@@ -443,11 +459,12 @@ class _Compiler:
 
 def run_study(study: Study, chunk_size: int | None = None, per_request: bool | None = None,
               progress: Callable[[int, int, int, int, float], None] | None = None,
-              devices=None) -> SweepResult:
+              devices=None, processes: int = 1) -> SweepResult:
     """Simulate every grid point x seed of ``study`` in memory; rows come back in (design,
     seed) order (see ``iter_chunks``)."""
     t0 = time.perf_counter()
-    chunks = list(iter_chunks(study, chunk_size, per_request, devices, progress=progress))
+    chunks = list(iter_chunks(study, chunk_size, per_request, devices, progress=progress,
+                              processes=processes))
     runs = runs_table(grid_table(study), pd.concat([c.metrics for c in chunks]), study.seeds)
     requests = None
     if chunks and chunks[0].requests is not None:

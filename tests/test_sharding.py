@@ -7,10 +7,12 @@ from pathlib import Path
 
 import jax
 import pandas as pd
+import pytest
 
 from sweep import runner
 from sweep.config import parse_study
 from sweep.runner import run_study
+from sweep.workers import check as check_processes
 
 REPO = Path(__file__).parents[1]
 STUDY = """
@@ -34,6 +36,7 @@ import sys
 import jax
 from sweep.config import parse_study
 from sweep.runner import run_study
+from sweep.workers import check as check_processes
 assert len(jax.local_devices()) == 4, jax.local_devices()
 res = run_study(parse_study(sys.stdin.read()), chunk_size=2, per_request=True)
 res.runs.to_pickle(sys.argv[1] + "/runs.pkl")
@@ -70,6 +73,27 @@ def test_calls_in_flight_at_once_give_the_same_rows(monkeypatch):
     assert len(rows[0][0]) == 18
     pd.testing.assert_frame_equal(rows[0][0], rows[1][0])
     pd.testing.assert_frame_equal(rows[0][1], rows[1][1])
+
+
+def test_worker_processes_give_the_same_rows():
+    """Two worker processes, each pinned to one core and given every other simulation: the
+    rows of one process, to the bit, with progress counted over both."""
+    study = parse_study(STUDY)
+    one = run_study(study, chunk_size=2, per_request=True)
+    seen = []
+    two = run_study(study, chunk_size=2, per_request=True, processes=2,
+                    progress=lambda done, total, designs, of, t: seen.append((done, total,
+                                                                               designs, of)))
+    pd.testing.assert_frame_equal(one.runs, two.runs)
+    pd.testing.assert_frame_equal(one.requests, two.requests)
+    assert seen[-1] == (18, 18, 6, 6) and len(seen) >= 2
+
+
+def test_worker_processes_are_refused_on_an_accelerator(monkeypatch):
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    with pytest.raises(ValueError, match="--processes: 2; allowed: 1 on a gpu"):
+        check_processes(2)
+    check_processes(1)
 
 
 def test_a_cpu_call_takes_fewer_lanes_in_a_wider_tier():

@@ -1,0 +1,130 @@
+"""Local worker processes: a CPU sweep split over one JAX process per core.
+
+XLA's CPU runtime sizes its thread pool to the cores a process may use. Pinned to one core, a
+process runs a call's ~200 small kernels per step on one thread; a pool of two hands each of
+them between threads, and a `perf` profile of one process on 2 cores found 31% of the CPU time
+in the runtime. The brief's steady state ran 1.35-1.93x faster as two pinned processes
+(benchmarks/README.md). Each process compiles its own engines (a compilation cache set for
+this process is shared with them), so a small study gains nothing.
+
+A worker is ``python -m sweep.workers FD``: it reads its job (a pickle) on stdin, writes its
+chunks (pickles, then None or the error) on file descriptor FD, and stops starting calls once
+anything (a byte, or the end of the stream) arrives on stdin.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import subprocess
+import sys
+import time
+from multiprocessing.connection import wait
+from typing import Iterator
+
+
+def check(processes: int) -> None:
+    """Worker processes split a CPU, not an accelerator."""
+    import jax
+
+    if processes > 1 and jax.default_backend() != "cpu":
+        raise ValueError(f"--processes: {processes}; allowed: 1 on a {jax.default_backend()} "
+                         f"(worker processes split a CPU's cores)")
+
+
+def in_processes(study, processes: int, *, share: tuple[int, int], skip, progress, stop,
+                 **kw) -> Iterator:
+    """``runner.iter_chunks`` over ``processes`` workers, each pinned to one core and given
+    every ``processes``-th simulation of ``share``; their chunks are yielded as they come."""
+    import jax
+
+    from .runner import share_of
+
+    check(processes)
+    cores = sorted(os.sched_getaffinity(0))
+    index, count = share
+    mine = share_of(study, share)
+    points = {s.point for s in mine}
+    left = [0] * len(study.points)  # counted as ``iter_chunks`` counts its progress
+    for s in mine:
+        left[s.point] += (s.point, s.seed) not in skip
+    cache = jax.config.jax_compilation_cache_dir
+    procs, streams = [], {}
+    try:
+        for i in range(processes):
+            r, w = os.pipe()
+            proc = subprocess.Popen([sys.executable, "-m", "sweep.workers", str(w)],
+                                    stdin=subprocess.PIPE, pass_fds=(w,))
+            os.close(w)
+            procs.append(proc)
+            streams[os.fdopen(r, "rb")] = proc
+            job = dict(kw, skip=skip, share=(index + count * i, count * processes))
+            proc.stdin.write(pickle.dumps((cores[i % len(cores)], cache, study, job)))
+            proc.stdin.flush()
+        t0, done, halted = time.perf_counter(), len(mine) - sum(left), False
+        while streams:
+            if stop and not halted and stop():
+                halted = True
+                for proc in procs:
+                    proc.stdin.close()
+            for stream in wait(list(streams), timeout=0.1):
+                try:
+                    got = pickle.load(stream)
+                except EOFError:
+                    raise RuntimeError("a worker process ended without its results") from None
+                if got is None:
+                    del streams[stream]
+                    stream.close()
+                    continue
+                if isinstance(got, BaseException):
+                    raise got
+                for point in got.metrics["design"]:
+                    left[point] -= 1
+                done += len(got.metrics)
+                if progress:
+                    progress(done, len(mine), sum(1 for i in points if left[i] == 0),
+                             len(points), time.perf_counter() - t0)
+                yield got
+    finally:
+        for stream in streams:
+            stream.close()
+        for proc in procs:
+            if not proc.stdin.closed:
+                proc.stdin.close()
+            if streams:  # stopped early, or an error: no need to wait for the rest
+                proc.kill()
+            proc.wait()
+
+
+def _main(fd: int) -> None:
+    core, cache, study, job = pickle.load(sys.stdin.buffer)
+    os.sched_setaffinity(0, {core})  # before JAX starts its runtime and sizes its thread pool
+    import jax
+
+    from .runner import iter_chunks
+
+    if cache:
+        jax.config.update("jax_compilation_cache_dir", cache)
+    out = os.fdopen(fd, "wb")
+
+    def stop() -> bool:  # the parent wrote, closed stdin, or died
+        return bool(select.select([sys.stdin], [], [], 0)[0])
+
+    try:
+        for chunk in iter_chunks(study, stop=stop, **job):
+            pickle.dump(chunk, out)
+            out.flush()
+        pickle.dump(None, out)
+    except BaseException as exc:  # handed to the parent, which raises it
+        try:
+            pickle.dump(exc, out)
+        except Exception:
+            pickle.dump(RuntimeError(f"{type(exc).__name__}: {exc}"), out)
+    out.close()
+
+
+if __name__ == "__main__":
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops its workers itself
+    _main(int(sys.argv[1]))
