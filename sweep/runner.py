@@ -227,6 +227,9 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
     if processes > 1:
         from .workers import in_processes
 
+        if devices is not None:
+            raise ValueError(f"processes: {processes}; allowed: 1 with devices given")
+
         yield from in_processes(study, processes, chunk_size=chunk_size,
                                  per_request=per_request, skip=skip, share=share,
                                  progress=progress, stop=stop)
