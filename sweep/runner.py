@@ -207,7 +207,8 @@ def _shard_on(x: jax.Array, device) -> jax.Array:
 def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool | None = None,
                 devices=None, skip=frozenset(), share: tuple[int, int] = (0, 1),
                 progress: Callable[[int, int, int, int, float], None] | None = None,
-                stop: Callable[[], bool] | None = None, processes: int = 1) -> Iterator[Chunk]:
+                stop: Callable[[], bool] | None = None, processes: int = 1,
+                compile_order: int = 0) -> Iterator[Chunk]:
     """Simulate this process's share of the grid points x seeds, less the (design, seed) pairs
     in ``skip`` (already saved), yielding the finished rows call by call.
 
@@ -223,7 +224,9 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
     yielded.
 
     ``processes > 1`` (a CPU only) splits the share over that many worker processes, each
-    pinned to one core (``workers.in_processes``)."""
+    pinned to one core (``workers.in_processes``). ``compile_order`` rotates the order in which
+    the tiers compile: workers sharing a compilation cache start on different tiers, so each
+    tier is compiled once and loaded by the others."""
     if processes > 1:
         from .workers import in_processes
 
@@ -284,8 +287,10 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
         plans = [params[s.point] for s in sims]
         return next((p for p in plans if uses_extensions(p.first[0])), plans[0])
 
+    turn = compile_order % max(len(tiers), 1)
     compiler = _Compiler([(seats, partial(_warm, shapes[seats], seats, k_max, devices, max_steps,
-                                          like(seats), _widest(study))) for seats in tiers])
+                                          like(seats), _widest(study)))
+                          for seats in tiers[turn:] + tiers[:turn]])
     total, done = len(mine), len(mine) - sum(left)
     designs_total = len({s.point for s in mine})
 

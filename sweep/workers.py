@@ -58,7 +58,8 @@ def in_processes(study, processes: int, *, share: tuple[int, int], skip, progres
             os.close(w)
             procs.append(proc)
             streams[os.fdopen(r, "rb")] = proc
-            job = dict(kw, skip=skip, share=(index + count * i, count * processes))
+            job = dict(kw, skip=skip, share=(index + count * i, count * processes),
+                       compile_order=i if cache else 0)
             proc.stdin.write(pickle.dumps((cores[i % len(cores)], cache, study, job)))
             proc.stdin.flush()
         t0, done, halted = time.perf_counter(), len(mine) - sum(left), False
