@@ -66,9 +66,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="refuse grids with more designs than this (default 100000)")
     run.add_argument("--per-request", action="store_true",
                      help="also write every request's times (requests.parquet)")
-    run.add_argument("--processes", type=_positive_int, default=1,
-                     help="worker processes, each pinned to one CPU core (default 1; faster "
-                          "for large studies on a CPU, see benchmarks/README.md)")
+    run.add_argument("--processes", type=_positive_int,
+                     help="worker processes, each pinned to one CPU core (default: one per core, "
+                          "up to 4, for 2,500 simulations or more on a CPU; else 1)")
     again = run.add_mutually_exclusive_group()
     again.add_argument("--resume", action="store_true",
                        help="continue the interrupted sweep in --out: simulate only what is missing")
@@ -125,7 +125,7 @@ def _cmd_run(args) -> int:
     from .config import load_study
     from .results import PARTS, next_part, read_parts, write_part
     from .runner import default_progress, iter_chunks, plan_chunks
-    from .workers import check as check_processes
+    from .workers import check as check_processes, default_processes
 
     import jax
 
@@ -139,7 +139,9 @@ def _cmd_run(args) -> int:
     if cluster:
         initialize(cluster)
     _checked(plan_chunks, study, args.chunk_size)
-    _checked(check_processes, args.processes)
+    processes = args.processes or default_processes(
+        len(study.points) * len(study.seeds) // jax.process_count())
+    _checked(check_processes, processes)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     fresh = _check_out(out, args, _manifest(study, per_request, started))
     barrier("servesweep: output checked")
@@ -159,7 +161,7 @@ def _cmd_run(args) -> int:
                              skip=set(zip(saved["design"], saved["seed"])),
                              share=(pid, jax.process_count()),
                              progress=None if args.quiet else default_progress(),
-                             stop=lambda: stop.signum is not None, processes=args.processes)
+                             stop=lambda: stop.signum is not None, processes=processes)
         done = len(saved)
         for chunk in chunks:
             if len(chunk.metrics):

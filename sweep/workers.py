@@ -23,6 +23,25 @@ from multiprocessing.connection import wait
 from typing import Iterator
 
 
+#: Simulations (of this machine's share) from which ``sweep run`` splits a CPU run over one
+#: worker per core unless told (``--processes``). Measured on 2 cores (benchmarks/README.md),
+#: with the compilation cache empty: the brief's 1,152 simulations ran slower as two workers
+#: (40.2 s against 33.6-37.4 s), 3,456 ran faster (62.1 s against 82.4 s; cache warm, 42.7 s
+#: against 68.2 s).
+AUTO_FROM_SIMULATIONS = 2500
+#: Workers at most by default: each holds its own JAX runtime, engines and requests (~1 GB).
+AUTO_MAX = 4
+
+
+def default_processes(simulations: int) -> int:
+    """Worker processes for a run of this many simulations when the user does not say."""
+    import jax
+
+    if jax.default_backend() != "cpu" or simulations < AUTO_FROM_SIMULATIONS:
+        return 1
+    return max(1, min(len(os.sched_getaffinity(0)), AUTO_MAX))
+
+
 def check(processes: int) -> None:
     """Worker processes split a CPU, not an accelerator."""
     import jax

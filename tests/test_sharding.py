@@ -12,6 +12,7 @@ import pytest
 from sweep import runner
 from sweep.config import parse_study
 from sweep.runner import run_study
+from sweep import workers as local_workers
 from sweep.workers import check as check_processes
 
 REPO = Path(__file__).parents[1]
@@ -36,6 +37,7 @@ import sys
 import jax
 from sweep.config import parse_study
 from sweep.runner import run_study
+from sweep import workers as local_workers
 from sweep.workers import check as check_processes
 assert len(jax.local_devices()) == 4, jax.local_devices()
 res = run_study(parse_study(sys.stdin.read()), chunk_size=2, per_request=True)
@@ -90,10 +92,15 @@ def test_worker_processes_give_the_same_rows():
 
 
 def test_worker_processes_are_refused_on_an_accelerator(monkeypatch):
+    big = local_workers.AUTO_FROM_SIMULATIONS
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert (local_workers.default_processes(big - 1), local_workers.default_processes(big)) == (
+        1, local_workers.AUTO_MAX)  # large studies on a CPU split over cores by default
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     with pytest.raises(ValueError, match="--processes: 2; allowed: 1 on a gpu"):
         check_processes(2)
     check_processes(1)
+    assert local_workers.default_processes(big) == 1
 
 
 def test_a_cpu_call_takes_fewer_lanes_in_a_wider_tier():
