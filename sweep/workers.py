@@ -4,8 +4,9 @@ XLA's CPU runtime sizes its thread pool to the cores a process may use. Pinned t
 process runs a call's ~200 small kernels per step on one thread; a pool of two hands each of
 them between threads, and a `perf` profile of one process on 2 cores found 31% of the CPU time
 in the runtime. The brief's steady state ran 1.35-1.93x faster as two pinned processes
-(benchmarks/README.md). Each process compiles its own engines (a compilation cache set for
-this process is shared with them), so a small study gains nothing.
+(benchmarks/README.md). With a compilation cache set (``sweep run`` always sets one), the
+workers compile the tiers in turn and load each other's; each still starts its own Python and
+JAX and traces every tier, so a small study gains nothing.
 
 A worker is ``python -m sweep.workers FD``: it reads its job (a pickle) on stdin, writes its
 chunks (pickles, then None or the error) on file descriptor FD, and stops starting calls once
