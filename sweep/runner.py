@@ -249,7 +249,6 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
     mine = share_of(study, share)
     pending: dict[int, list[_Sim]] = {}
     bound: dict[int, list[_Sim]] = {}  # seat tier -> every simulation that may run in it
-    left = [0] * len(study.points)  # simulations of each point still to run here
     for s in mine:
         if (s.point, s.seed) not in skip:
             seats = study.points[s.point].design.seats
@@ -257,7 +256,6 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
             bound.setdefault(min(seats, SMALL_SEATS), []).append(s)
             if seats > SMALL_SEATS:  # may overflow the narrow first try
                 bound.setdefault(seats, []).append(s)
-            left[s.point] += 1
 
     def kind(s: _Sim) -> tuple[str, bool]:
         """Simulations of a kind share calls: a batch of lanes skips the general pass only if
@@ -291,8 +289,7 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
     compiler = _Compiler([(seats, partial(_warm, shapes[seats], seats, k_max, devices, max_steps,
                                           like(seats), _widest(study)))
                           for seats in tiers[turn:] + tiers[:turn]])
-    total, done = len(mine), len(mine) - sum(left)
-    designs_total = len({s.point for s in mine})
+    tally = Tally(study, mine, skip)
 
     def simulate(seats: int, part: list[_Sim]):
         """One engine call on ``part`` (padded to the tier's shape), on a worker thread."""
@@ -327,7 +324,6 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
             return [(seats, part) for part in _split(sims, size, lanes, workers)]
         return []
 
-    t0 = time.perf_counter()
     running: dict = {}  # call -> its tier
     queue: list[tuple[int, list[_Sim]]] = []
     finished: Queue = Queue()
@@ -364,9 +360,6 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
         for j, s in enumerate(part):
             if overflow[j]:
                 pending.setdefault(study.points[s.point].design.seats, []).append(s)
-            else:
-                left[s.point] -= 1
-        done += len(kept)
         sims_kept = [part[j] for j in kept]
         metrics = pd.DataFrame({
             "design": np.array([s.point for s in sims_kept], dtype=np.int64),
@@ -375,10 +368,34 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
                for c in study.uncertain},
             **{k: mets[k][kept].astype(_DTYPES[kind]) for k, kind in METRICS.items()}})
         requests = _request_table(sims_kept, reqs, out, kept) if want_requests else None
-        if progress:
-            designs = sum(1 for i in {s.point for s in mine} if left[i] == 0)
-            progress(done, total, designs, designs_total, time.perf_counter() - t0)
+        tally.add(s.point for s in sims_kept)
+        tally.report(progress)
         yield Chunk(metrics, requests, seats, seconds)
+
+
+class Tally:
+    """Progress over a share ``mine``: simulations and designs done, the ones in ``skip``
+    (saved before) counted as done."""
+
+    def __init__(self, study: Study, mine: list[_Sim], skip):
+        self.points = {s.point for s in mine}
+        self.left = [0] * len(study.points)  # simulations of each point still to run
+        for s in mine:
+            self.left[s.point] += (s.point, s.seed) not in skip
+        self.total = len(mine)
+        self.done = self.total - sum(self.left)
+        self.t0 = time.perf_counter()
+
+    def add(self, points) -> None:
+        """One finished simulation of each of ``points``."""
+        for point in points:
+            self.left[point] -= 1
+            self.done += 1
+
+    def report(self, progress: Callable[[int, int, int, int, float], None] | None) -> None:
+        if progress:
+            progress(self.done, self.total, sum(1 for i in self.points if self.left[i] == 0),
+                     len(self.points), time.perf_counter() - self.t0)
 
 
 def share_of(study: Study, share: tuple[int, int]) -> list[_Sim]:

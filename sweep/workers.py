@@ -19,7 +19,6 @@ import pickle
 import select
 import subprocess
 import sys
-import time
 from multiprocessing.connection import wait
 from typing import Iterator
 
@@ -58,16 +57,12 @@ def in_processes(study, processes: int, *, share: tuple[int, int], skip, progres
     every ``processes``-th simulation of ``share``; their chunks are yielded as they come."""
     import jax
 
-    from .runner import share_of
+    from .runner import Tally, share_of
 
     check(processes)
     cores = sorted(os.sched_getaffinity(0))
     index, count = share
-    mine = share_of(study, share)
-    points = {s.point for s in mine}
-    left = [0] * len(study.points)  # counted as ``iter_chunks`` counts its progress
-    for s in mine:
-        left[s.point] += (s.point, s.seed) not in skip
+    tally = Tally(study, share_of(study, share), skip)
     cache = jax.config.jax_compilation_cache_dir
     procs, streams = [], {}
     try:
@@ -82,7 +77,7 @@ def in_processes(study, processes: int, *, share: tuple[int, int], skip, progres
                        compile_order=i if cache else 0)
             proc.stdin.write(pickle.dumps((cores[i % len(cores)], cache, study, job)))
             proc.stdin.flush()
-        t0, done, halted = time.perf_counter(), len(mine) - sum(left), False
+        halted = False
         while streams:
             if stop and not halted and stop():
                 halted = True
@@ -99,12 +94,8 @@ def in_processes(study, processes: int, *, share: tuple[int, int], skip, progres
                     continue
                 if isinstance(got, BaseException):
                     raise got
-                for point in got.metrics["design"]:
-                    left[point] -= 1
-                done += len(got.metrics)
-                if progress:
-                    progress(done, len(mine), sum(1 for i in points if left[i] == 0),
-                             len(points), time.perf_counter() - t0)
+                tally.add(got.metrics["design"])
+                tally.report(progress)
                 yield got
     finally:
         for stream in streams:

@@ -37,8 +37,6 @@ import sys
 import jax
 from sweep.config import parse_study
 from sweep.runner import run_study
-from sweep import workers as local_workers
-from sweep.workers import check as check_processes
 assert len(jax.local_devices()) == 4, jax.local_devices()
 res = run_study(parse_study(sys.stdin.read()), chunk_size=2, per_request=True)
 res.runs.to_pickle(sys.argv[1] + "/runs.pkl")
@@ -91,7 +89,8 @@ def test_worker_processes_give_the_same_rows():
     assert seen[-1] == (18, 18, 6, 6) and len(seen) >= 2
 
 
-def test_worker_processes_are_refused_on_an_accelerator(monkeypatch):
+def test_worker_processes_by_default_for_large_cpu_runs_and_refused_on_an_accelerator(
+        monkeypatch):
     big = local_workers.AUTO_FROM_SIMULATIONS
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
     assert (local_workers.default_processes(big - 1), local_workers.default_processes(big)) == (
