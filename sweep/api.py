@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from . import topology
+from . import executables, topology
 from .design import Design, EngineParams
 from .engine import EngineOutput, simulate_batch
 from .metrics import METRICS, summarize
@@ -27,7 +27,14 @@ def stack(trees):
     return jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *trees)
 
 
-summarize_batch = jax.jit(jax.vmap(summarize))
+_summarize_batch = jax.jit(jax.vmap(summarize))
+
+
+def summarize_batch(out: EngineOutput, reqs: Requests, system, compile_only: bool = False):
+    """The metrics of a batch of simulations (``summarize`` vmapped); ``compile_only``
+    returns the compiled executable without running it."""
+    exe = executables.get("summaries", _summarize_batch, (out, reqs, system), {}, {})
+    return exe if compile_only else exe(out, reqs, system)
 
 
 def run_batch(params: EngineParams, reqs: Requests, seats: int, k_max: int, max_steps=None,

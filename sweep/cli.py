@@ -125,13 +125,16 @@ def _cmd_run(args) -> int:
     from .config import load_study
     from .results import PARTS, next_part, read_parts, write_part
     from .runner import default_progress, iter_chunks, plan_chunks
+    from . import executables
     from .workers import check as check_processes, default_processes
 
     import jax
 
-    # Compiled engines persist across runs (the same shapes recompile in ~10 s each otherwise).
-    jax.config.update("jax_compilation_cache_dir",
-                      os.environ.get("SERVESWEEP_CACHE", str(Path.home() / ".cache" / "servesweep")))
+    # Compiled engines persist across runs (the same shapes recompile in ~10 s each otherwise):
+    # whole executables, and JAX's cache for what they miss.
+    cache = Path(os.environ.get("SERVESWEEP_CACHE", Path.home() / ".cache" / "servesweep"))
+    jax.config.update("jax_compilation_cache_dir", str(cache))
+    executables.use(cache / "executables")
     cluster = _checked(resolve, args.coordinator, args.num_processes, args.process_id, os.environ)
     study = _checked(load_study, args.config, seeds=args.seeds, max_designs=args.max_designs)
     out = Path(args.out) if args.out else Path("results") / study.name

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from . import executables
 from .design import EngineParams
 from .numerics import fixed_sum, running_sum
 from .rng import uniform_bits
@@ -747,14 +748,14 @@ def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
     if lookahead and static_lookahead % lookahead:
         raise ValueError(f"static_lookahead: {static_lookahead} passes; allowed: a multiple of "
                          f"lookahead ({lookahead})")
-    kw = dict(seats=seats, k_max=k_max, lanes=lanes, lookahead=lookahead,
-              static_lookahead=static_lookahead,
-              block_steps=block_steps, max_steps=max_steps, ext=uses_extensions(p))
-    compiled = _SIMULATE_BATCH[jax.default_backend() == "cpu"]
+    static = dict(seats=seats, k_max=k_max, lanes=lanes, lookahead=lookahead,
+                  static_lookahead=static_lookahead, block_steps=block_steps,
+                  ext=uses_extensions(p))
+    cpu = jax.default_backend() == "cpu"
     count = jnp.int32(p.max_batch.shape[0] if count is None else count)
-    if compile_only:
-        return compiled.lower(p, r, count, **kw).compile()
-    return compiled(p, r, count, **kw)
+    exe = executables.get("engine-cpu" if cpu else "engine", _SIMULATE_BATCH[cpu],
+                          (p, r, count), dict(max_steps=max_steps), static)
+    return exe if compile_only else exe(p, r, count, max_steps=max_steps)
 
 
 def _simulate_batch(p: EngineParams, r: Requests, count, *, seats: int, k_max: int,

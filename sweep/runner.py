@@ -451,7 +451,7 @@ def _warm(shape: tuple[int, int, int], seats: int, k_max: int, devices, max_step
     # The summaries see whole simulations (servers merged), as in the calls.
     for o_d, r_d, p_d in _shards([zeros(engine.out_info, size), zeros(shaped, size, jnp),
                                   stack([plan.system] * size)], devices):
-        summarize_batch.lower(o_d, r_d, p_d).compile()
+        summarize_batch(o_d, r_d, p_d, compile_only=True)
 
 
 class _Compiler:

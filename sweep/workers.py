@@ -63,7 +63,9 @@ def in_processes(study, processes: int, *, share: tuple[int, int], skip, progres
     cores = sorted(os.sched_getaffinity(0))
     index, count = share
     tally = Tally(study, share_of(study, share), skip)
-    cache = jax.config.jax_compilation_cache_dir
+    from . import executables
+
+    cache = jax.config.jax_compilation_cache_dir, executables.directory()
     procs, streams = [], {}
     try:
         for i in range(processes):
@@ -74,7 +76,7 @@ def in_processes(study, processes: int, *, share: tuple[int, int], skip, progres
             procs.append(proc)
             streams[os.fdopen(r, "rb")] = proc
             job = dict(kw, skip=skip, share=(index + count * i, count * processes),
-                       compile_order=i if cache else 0)
+                       compile_order=i if any(cache) else 0)
             proc.stdin.write(pickle.dumps((cores[i % len(cores)], cache, study, job)))
             proc.stdin.flush()
         halted = False
@@ -113,10 +115,13 @@ def _main(fd: int) -> None:
     os.sched_setaffinity(0, {core})  # before JAX starts its runtime and sizes its thread pool
     import jax
 
+    from . import executables
     from .runner import iter_chunks
 
-    if cache:
-        jax.config.update("jax_compilation_cache_dir", cache)
+    xla_cache, executables_dir = cache
+    if xla_cache:
+        jax.config.update("jax_compilation_cache_dir", xla_cache)
+    executables.use(executables_dir)
     out = os.fdopen(fd, "wb")
 
     def stop() -> bool:  # the parent wrote, closed stdin, or died

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import executables
 from .numerics import running_sum
 from .trace import Trace
 
@@ -274,8 +275,8 @@ def sample_args(wl: Workload, seed, max_context, n: int) -> tuple:
 _sample_one = jax.jit(_sample, static_argnums=(0, 1))
 
 
-@partial(jax.jit, static_argnums=(0, 1))
-def _sample_batch(n: int, gamma: bool, args: tuple) -> Requests:
+@partial(jax.jit, static_argnames=("n", "gamma"))
+def _sample_batch(args: tuple, *, n: int, gamma: bool) -> Requests:
     return jax.vmap(partial(_sample, n, gamma))(*args)
 
 
@@ -285,12 +286,14 @@ def _has_gamma(kind) -> bool:
 
 def sample_batch(n: int, args: tuple) -> Requests:
     """Requests of many (workload, seed) pairs at once: ``args`` is a stack of ``sample_args``."""
-    return _sample_batch(n, _has_gamma(args[1]), args)
+    exe = executables.get("sampler", _sample_batch, (args,), {},
+                          dict(n=n, gamma=_has_gamma(args[1])))
+    return exe(args)
 
 
 def sample_batch_shape(n: int, args: tuple) -> Requests:
     """The shapes and dtypes of ``sample_batch(n, args)``, without sampling."""
-    return jax.eval_shape(partial(_sample_batch, n, False), args)
+    return jax.eval_shape(partial(_sample_batch, n=n, gamma=False), args)
 
 
 def sample_n(wl: Workload, seed, max_context, n: int) -> Requests:

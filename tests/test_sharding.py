@@ -9,7 +9,7 @@ import jax
 import pandas as pd
 import pytest
 
-from sweep import runner
+from sweep import executables, runner
 from sweep.config import parse_study
 from sweep.runner import run_study
 from sweep import workers as local_workers
@@ -75,18 +75,25 @@ def test_calls_in_flight_at_once_give_the_same_rows(monkeypatch):
     pd.testing.assert_frame_equal(rows[0][1], rows[1][1])
 
 
-def test_worker_processes_give_the_same_rows():
+def test_worker_processes_give_the_same_rows(tmp_path):
     """Two worker processes, each pinned to one core and given every other simulation: the
-    rows of one process, to the bit, with progress counted over both."""
+    rows of one process, to the bit, with progress counted over both. They share a directory
+    of executables (each compiled by one of them, loaded by the other)."""
     study = parse_study(STUDY)
     one = run_study(study, chunk_size=2, per_request=True)
     seen = []
-    two = run_study(study, chunk_size=2, per_request=True, processes=2,
-                    progress=lambda done, total, designs, of, t: seen.append((done, total,
-                                                                               designs, of)))
+    executables.use(tmp_path)
+    try:
+        two = run_study(study, chunk_size=2, per_request=True, processes=2,
+                        progress=lambda done, total, designs, of, t: seen.append(
+                            (done, total, designs, of)))
+    finally:
+        executables.use(None)
     pd.testing.assert_frame_equal(one.runs, two.runs)
     pd.testing.assert_frame_equal(one.requests, two.requests)
     assert seen[-1] == (18, 18, 6, 6) and len(seen) >= 2
+    written = sorted(p.name.split("-")[0] for p in tmp_path.iterdir())
+    assert written == ["engine", "sampler", "summaries"]  # and no lock left behind
 
 
 def test_worker_processes_by_default_for_large_cpu_runs_and_refused_on_an_accelerator(

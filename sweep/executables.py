@@ -1,0 +1,203 @@
+"""Compiled executables, kept in memory and (with a directory set) on disk, so that a later
+process skips tracing and lowering as well as XLA.
+
+JAX's persistent compilation cache skips only XLA: to find its key a process still traces and
+lowers the function, which for the engine is ~3-4 CPU-s per seat tier, in every process and
+every worker (benchmarks/README.md). Here an executable's key is computed without tracing,
+from everything that shapes the program: this package's source, the jax and jaxlib versions,
+jax's settings, ``XLA_FLAGS``, the host's CPU, and the call's static arguments and its other
+arguments' tree, shapes, dtypes and placements. A process that finds no file compiles (JAX's
+own cache may still serve XLA) and writes one; while it compiles, a lock file tells other
+processes wanting the same executable to wait for it rather than compile it again.
+
+Loading runs code from the file (a pickle): the directory must be the user's own, as JAX's
+cache is.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import platform
+import socket
+import threading
+import time
+from pathlib import Path
+
+import jax
+import jaxlib
+import numpy as np
+from jax.experimental.serialize_executable import deserialize_and_load, serialize
+
+#: A process waits at most this long for another one compiling the same executable, seconds
+#: (the engine compiles in ~10-30 s; a process on another host cannot be asked if it lives).
+WAIT_S = 600.0
+#: jax settings that do not change a compiled program (caches, logging).
+_NEUTRAL = ("jax_compilation_cache", "jax_enable_compilation_cache", "jax_persistent_cache",
+            "jax_log_compiles", "jax_explain_cache_misses", "jax_raise_persistent_cache_errors",
+            "jax_logging_level", "jax_debug_log_modules")
+
+_directory: Path | None = None
+_loaded: dict[str, jax.stages.Compiled] = {}
+_locks: dict[str, threading.Lock] = {}
+_guard = threading.Lock()
+_setting: str | None = None
+
+
+def use(directory: str | os.PathLike | None) -> None:
+    """Keep executables in ``directory`` (created when first written); None keeps them in
+    memory only."""
+    global _directory
+    _directory = None if directory is None else Path(directory)
+
+
+def directory() -> Path | None:
+    return _directory
+
+
+def get(name: str, fn, args: tuple, kwargs: dict, static: dict) -> jax.stages.Compiled:
+    """``fn`` (a jitted function) compiled for ``fn(*args, **kwargs, **static)``: from memory,
+    from the directory, or compiled now (and written there). Call it as
+    ``exe(*args, **kwargs)``."""
+    key = _key(name, args, kwargs, static)
+    with _guard:
+        lock = _locks.setdefault(key, threading.Lock())
+    with lock:  # one compilation per key, whichever thread asks first
+        if key not in _loaded:
+            _loaded[key] = _load_or_compile(
+                name, key, lambda: fn.lower(*args, **kwargs, **static).compile())
+        return _loaded[key]
+
+
+def _key(name: str, args: tuple, kwargs: dict, static: dict) -> str:
+    leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
+    parts = [_environment(), name, str(tree), repr(sorted(static.items()))]
+    parts += [_describe(x) for x in leaves]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+def _describe(x) -> str:
+    if isinstance(x, jax.Array):
+        return (f"array {x.shape} {x.dtype} weak={x.weak_type} committed={x.committed} "
+                f"{x.sharding}")
+    if isinstance(x, (np.ndarray, np.generic)):
+        return f"numpy {x.shape} {x.dtype}"
+    return f"weak {type(x).__name__}"  # a Python number, traced by its type alone
+
+
+def _environment() -> str:
+    """What executables depend on besides the call: the process's fixed part (computed once)
+    and jax's settings now."""
+    global _setting
+    if _setting is None:
+        code = hashlib.sha256()
+        for path in sorted(Path(__file__).parent.rglob("*.py")):
+            code.update(path.name.encode() + b"\0" + path.read_bytes())
+        _setting = "\n".join([
+            code.hexdigest(), jax.__version__, jaxlib.__version__,
+            os.environ.get("XLA_FLAGS", ""), _host_cpu(),
+            repr([(d.platform, d.device_kind, d.id, d.client.platform_version)
+                  for d in jax.devices()])])
+    settings = sorted((k, repr(v)) for k, v in jax.config.values.items()
+                      if not k.startswith(_NEUTRAL))
+    return f"{_setting}\n{settings!r}"
+
+
+def _host_cpu() -> str:
+    """The CPU's model and instruction-set flags: XLA compiles a CPU program for the host's."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return f"{platform.machine()} {platform.processor()}"
+    wanted = ("model name", "flags", "Features", "CPU part")
+    seen = {}
+    for line in lines:
+        field, _, value = line.partition(":")
+        if field.strip() in wanted:
+            seen.setdefault(field.strip(), value.strip())
+    return f"{platform.machine()} {sorted(seen.items())}"
+
+
+def _load_or_compile(name: str, key: str, compile_now) -> jax.stages.Compiled:
+    if _directory is None:
+        return compile_now()
+    path = _directory / f"{name}-{key}.exe"
+    lock = path.with_suffix(".lock")
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        exe = _load(path)
+        if exe is not None:
+            return exe
+        try:
+            _directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            if _owner_gone(lock) or time.monotonic() > deadline:
+                _remove(lock)
+            else:
+                time.sleep(0.05)
+            continue
+        except OSError:  # a directory that cannot be written: compile for this process only
+            return compile_now()
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{socket.gethostname()} {os.getpid()}")
+        try:
+            exe = _load(path)  # finished by another process between the look and the lock
+            if exe is None:
+                exe = compile_now()
+                _save(path, exe)
+            return exe
+        finally:
+            _remove(lock)
+
+
+def _load(path: Path) -> jax.stages.Compiled | None:
+    try:
+        with open(path, "rb") as f:
+            blob = pickle.load(f)
+        return deserialize_and_load(*blob)
+    except FileNotFoundError:
+        return None
+    except Exception:  # a damaged or foreign file: compile again and replace it
+        _remove(path)
+        return None
+
+
+def _save(path: Path, exe: jax.stages.Compiled) -> None:
+    try:
+        blob = pickle.dumps(serialize(exe))
+    except Exception:  # a backend that cannot serialize: kept in memory only
+        return
+    tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        tmp.write_bytes(blob)
+        os.replace(tmp, path)
+    except OSError:
+        _remove(tmp)
+
+
+def _owner_gone(lock: Path) -> bool:
+    """Whether the process that wrote ``lock`` on this host has ended (a crashed compilation
+    must not keep others waiting)."""
+    try:
+        host, pid = lock.read_text().split()
+    except (OSError, ValueError):  # gone already, or not written yet
+        return not lock.exists()
+    if host != socket.gethostname():
+        return False
+    if int(pid) == os.getpid():  # a dead process's lock, its number reused by this one
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, ValueError):
+        return False
+    return False
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass

@@ -1,0 +1,137 @@
+"""Executables kept on disk: written once, loaded without tracing, keyed by what shapes them,
+and a damaged file, a crashed compiler's lock or another process compiling the same key are
+handled."""
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from sweep import engine, executables
+from sweep.api import simulate
+from sweep.design import Design
+from sweep.workload import Lengths, Workload
+
+lowered = []
+
+
+class _Double:
+    """A jitted function that counts its lowerings (jit caches traces, not this)."""
+
+    fn = jax.jit(lambda x: 2 * x)
+
+    def lower(self, *args, **kwargs):
+        lowered.append(args[0].shape)
+        return self.fn.lower(*args, **kwargs)
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """A fresh directory and an empty memory: every ``get`` looks at the disk first."""
+    monkeypatch.setattr(executables, "_loaded", {})
+    executables.use(tmp_path)
+    yield tmp_path
+    executables.use(None)
+
+
+def _get(x):
+    return executables.get("double", _Double(), (x,), {}, {})
+
+
+def test_an_executable_is_written_once_and_loaded_without_lowering(store, monkeypatch):
+    x = jnp.arange(5.0)
+    lowered.clear()
+    assert np.array_equal(_get(x)(x), 2 * np.arange(5.0))
+    assert len(lowered) == 1 and [p.suffix for p in store.iterdir()] == [".exe"]
+    monkeypatch.setattr(executables, "_loaded", {})  # a new process, as far as it can tell
+    assert np.array_equal(_get(x)(x), 2 * np.arange(5.0))
+    assert len(lowered) == 1  # loaded, not lowered again
+
+
+def test_the_key_follows_shapes_dtypes_static_arguments_and_the_code(monkeypatch):
+    key = executables._key
+    a = key("f", (jnp.zeros(3),), {}, {})
+    assert a == key("f", (jnp.ones(3),), {}, {})  # values do not matter, shapes do
+    others = [key("f", (jnp.zeros(4),), {}, {}), key("f", (jnp.zeros(3, jnp.int32),), {}, {}),
+              key("f", (np.zeros(3),), {}, {}), key("f", (jnp.zeros(3),), {}, {"seats": 8}),
+              key("g", (jnp.zeros(3),), {}, {}), key("f", (jnp.zeros(3),), {"m": 1}, {}),
+              key("f", (jnp.zeros(3),), {"m": None}, {})]
+    assert len({a, *others}) == 1 + len(others)
+    assert key("f", (1,), {}, {}) == key("f", (2,), {}, {})  # a Python number is traced
+    monkeypatch.setattr(executables, "_setting", "another version of the code")
+    assert key("f", (jnp.zeros(3),), {}, {}) != a
+
+
+def test_a_damaged_file_is_compiled_again_and_replaced(store, monkeypatch):
+    x = jnp.arange(3.0)
+    _get(x)
+    (path,) = store.iterdir()
+    path.write_bytes(b"not a pickle")
+    monkeypatch.setattr(executables, "_loaded", {})
+    lowered.clear()
+    assert np.array_equal(_get(x)(x), [0.0, 2.0, 4.0])
+    assert len(lowered) == 1 and path.stat().st_size > 100
+
+
+def _lock_for(store, x) -> os.PathLike:
+    key = executables._key("double", (x,), {}, {})
+    return store / f"double-{key}.lock"
+
+
+def test_a_crashed_compilers_lock_does_not_hold_others(store):
+    x = jnp.arange(4.0)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    _lock_for(store, x).write_text(f"{socket.gethostname()} {dead.pid}")
+    assert np.array_equal(_get(x)(x), 2 * np.arange(4.0))
+    assert not _lock_for(store, x).exists()
+
+
+def test_a_process_waits_for_another_compiling_the_same_executable(store, monkeypatch):
+    """While a live process holds the lock, ``get`` waits, then loads what it wrote."""
+    x = jnp.arange(6.0)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lock = _lock_for(store, x)
+        lock.write_text(f"{socket.gethostname()} {other.pid}")
+        got = []
+        waiter = threading.Thread(target=lambda: got.append(_get(x)))
+        waiter.start()
+        time.sleep(0.5)
+        assert waiter.is_alive() and not got  # waiting, not compiling
+        # The other process finishes: its executable, then its lock gone.
+        exe = _Double.fn.lower(x).compile()
+        executables._save(store / lock.name.replace(".lock", ".exe"), exe)
+        lowered.clear()
+        lock.unlink()
+        waiter.join(30)
+        assert got and np.array_equal(got[0](x), 2 * np.arange(6.0)) and not lowered
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_the_engine_loaded_from_disk_gives_the_same_bits(store, monkeypatch):
+    designs = [Design(batching=b, max_batch=8, draft_tokens=k)
+               for b in ("static", "continuous") for k in (0, 2)]
+    workload = Workload(arrival_rate=20.0, duration_s=None, num_requests=40,
+                        prompt_tokens=Lengths("exponential", 200.0),
+                        output_tokens=Lengths("exponential", 20.0))
+    first = simulate(designs, workload, seeds=2)
+    assert any(p.name.startswith("engine") for p in store.iterdir())
+    monkeypatch.setattr(executables, "_loaded", {})
+
+    class Untraceable:
+        def lower(self, *args, **kwargs):
+            raise AssertionError("traced again")
+
+    monkeypatch.setattr(engine, "_SIMULATE_BATCH", {True: Untraceable(), False: Untraceable()})
+    again = simulate(designs, workload, seeds=2)
+    for a, b in zip(first.outputs, again.outputs):
+        assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
