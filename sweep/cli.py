@@ -130,11 +130,10 @@ def _cmd_run(args) -> int:
 
     import jax
 
-    # Compiled engines persist across runs (the same shapes recompile in ~10 s each otherwise):
-    # whole executables, and JAX's cache for what they miss.
-    cache = Path(os.environ.get("SERVESWEEP_CACHE", Path.home() / ".cache" / "servesweep"))
-    jax.config.update("jax_compilation_cache_dir", str(cache))
-    executables.use(cache / "executables")
+    # Compiled executables persist across runs (the same shapes recompile in ~10 s each
+    # otherwise). Not JAX's persistent cache as well: what it loads cannot be written again.
+    cache = os.environ.get("SERVESWEEP_CACHE", Path.home() / ".cache" / "servesweep")
+    executables.use(Path(cache) / "executables")
     cluster = _checked(resolve, args.coordinator, args.num_processes, args.process_id, os.environ)
     study = _checked(load_study, args.config, seeds=args.seeds, max_designs=args.max_designs)
     out = Path(args.out) if args.out else Path("results") / study.name

@@ -32,16 +32,34 @@ from jax.experimental.serialize_executable import deserialize_and_load, serializ
 #: A process waits at most this long for another one compiling the same executable, seconds
 #: (the engine compiles in ~10-30 s; a process on another host cannot be asked if it lives).
 WAIT_S = 600.0
+#: The directory's executables are kept within this many bytes, the least recently used
+#: removed first (the brief's four are ~5 MB on a CPU).
+MAX_BYTES = 2e9
 #: jax settings that do not change a compiled program (caches, logging).
 _NEUTRAL = ("jax_compilation_cache", "jax_enable_compilation_cache", "jax_persistent_cache",
             "jax_log_compiles", "jax_explain_cache_misses", "jax_raise_persistent_cache_errors",
             "jax_logging_level", "jax_debug_log_modules")
+
+#: jax's monitoring events: a compilation (XLA's, or a load from JAX's persistent cache), and
+#: a load from that cache.
+_COMPILED = "/jax/core/compile/backend_compile_duration"
+_CACHE_HIT = "/jax/compilation_cache/cache_hits"
 
 _directory: Path | None = None
 _loaded: dict[str, jax.stages.Compiled] = {}
 _locks: dict[str, threading.Lock] = {}
 _guard = threading.Lock()
 _setting: str | None = None
+_seen = threading.local()  # this thread's count of each event
+
+
+def _count(event: str, *args, **kwargs) -> None:
+    if event in (_COMPILED, _CACHE_HIT):
+        setattr(_seen, event, getattr(_seen, event, 0) + 1)
+
+
+jax.monitoring.register_event_listener(_count)
+jax.monitoring.register_event_duration_secs_listener(_count)
 
 
 def use(directory: str | os.PathLike | None) -> None:
@@ -64,9 +82,19 @@ def get(name: str, fn, args: tuple, kwargs: dict, static: dict) -> jax.stages.Co
         lock = _locks.setdefault(key, threading.Lock())
     with lock:  # one compilation per key, whichever thread asks first
         if key not in _loaded:
-            _loaded[key] = _load_or_compile(
-                name, key, lambda: fn.lower(*args, **kwargs, **static).compile())
+            _loaded[key] = _load_or_compile(name, key,
+                                            lambda: _compile(fn, args, kwargs, static))
         return _loaded[key]
+
+
+def _compile(fn, args, kwargs, static) -> tuple[jax.stages.Compiled, bool]:
+    """The executable, and whether XLA compiled it now. One that JAX loaded from its own
+    persistent cache, or kept from an earlier compilation in this process (which may have been
+    such a load), is not written: serialized again, it lacks its kernels."""
+    before = [getattr(_seen, e, 0) for e in (_COMPILED, _CACHE_HIT)]
+    exe = fn.lower(*args, **kwargs, **static).compile()
+    compiled, hit = (getattr(_seen, e, 0) - b for e, b in zip((_COMPILED, _CACHE_HIT), before))
+    return exe, compiled > 0 and hit == 0
 
 
 def _key(name: str, args: tuple, kwargs: dict, static: dict) -> str:
@@ -97,7 +125,9 @@ def _environment() -> str:
             code.hexdigest(), jax.__version__, jaxlib.__version__,
             os.environ.get("XLA_FLAGS", ""), _host_cpu(),
             repr([(d.platform, d.device_kind, d.id, d.client.platform_version)
-                  for d in jax.devices()])])
+                  for d in jax.devices()]),
+            # Arguments without a placement (numpy) run on this process's first device.
+            f"process {jax.process_index()} local {[d.id for d in jax.local_devices()]}"])
     settings = sorted((k, repr(v)) for k, v in jax.config.values.items()
                       if not k.startswith(_NEUTRAL))
     return f"{_setting}\n{settings!r}"
@@ -120,7 +150,7 @@ def _host_cpu() -> str:
 
 def _load_or_compile(name: str, key: str, compile_now) -> jax.stages.Compiled:
     if _directory is None:
-        return compile_now()
+        return compile_now()[0]
     path = _directory / f"{name}-{key}.exe"
     lock = path.with_suffix(".lock")
     deadline = time.monotonic() + WAIT_S
@@ -138,14 +168,15 @@ def _load_or_compile(name: str, key: str, compile_now) -> jax.stages.Compiled:
                 time.sleep(0.05)
             continue
         except OSError:  # a directory that cannot be written: compile for this process only
-            return compile_now()
+            return compile_now()[0]
         with os.fdopen(fd, "w") as f:
             f.write(f"{socket.gethostname()} {os.getpid()}")
         try:
             exe = _load(path)  # finished by another process between the look and the lock
             if exe is None:
-                exe = compile_now()
-                _save(path, exe)
+                exe, fresh = compile_now()
+                if fresh:
+                    _save(path, exe)
             return exe
         finally:
             _remove(lock)
@@ -155,7 +186,9 @@ def _load(path: Path) -> jax.stages.Compiled | None:
     try:
         with open(path, "rb") as f:
             blob = pickle.load(f)
-        return deserialize_and_load(*blob)
+        exe = deserialize_and_load(*blob)
+        os.utime(path)  # recently used: evicted last
+        return exe
     except FileNotFoundError:
         return None
     except Exception:  # a damaged or foreign file: compile again and replace it
@@ -174,6 +207,26 @@ def _save(path: Path, exe: jax.stages.Compiled) -> None:
         os.replace(tmp, path)
     except OSError:
         _remove(tmp)
+        return
+    _evict(path.parent)
+
+
+def _evict(folder: Path) -> None:
+    """Remove the least recently used executables while they hold more than ``MAX_BYTES``
+    (every code change and every new shape writes new ones)."""
+    files = []
+    for f in folder.glob("*.exe"):
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        files.append((st.st_mtime, st.st_size, f))
+    total = sum(size for _, size, _ in files)
+    for _, size, f in sorted(files):
+        if total <= MAX_BYTES:
+            break
+        _remove(f)
+        total -= size
 
 
 def _owner_gone(lock: Path) -> bool:

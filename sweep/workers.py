@@ -4,9 +4,9 @@ XLA's CPU runtime sizes its thread pool to the cores a process may use. Pinned t
 process runs a call's ~200 small kernels per step on one thread; a pool of two hands each of
 them between threads, and a `perf` profile of one process on 2 cores found 31% of the CPU time
 in the runtime. The brief's steady state ran 1.35-1.93x faster as two pinned processes
-(benchmarks/README.md). With a compilation cache set (``sweep run`` always sets one), the
-workers compile the tiers in turn and load each other's; each still starts its own Python and
-JAX and traces every tier, so a small study gains nothing.
+(benchmarks/README.md). With a cache set (``sweep run`` always sets one), the workers
+compile the tiers in turn and load each other's executables (``executables``); each still
+starts its own Python and JAX, so a small study gains nothing.
 
 A worker is ``python -m sweep.workers FD``: it reads its job (a pickle) on stdin, writes its
 chunks (pickles, then None or the error) on file descriptor FD, and stops starting calls once
@@ -24,10 +24,10 @@ from typing import Iterator
 
 
 #: Simulations (of this machine's share) from which ``sweep run`` splits a CPU run over one
-#: worker per core unless told (``--processes``). Measured on 2 cores (benchmarks/README.md),
-#: with the compilation cache empty: the brief's 1,152 simulations ran slower as two workers
-#: (40.2 s against 33.6-37.4 s), 3,456 ran faster (62.1 s against 82.4 s; cache warm, 42.7 s
-#: against 68.2 s).
+#: worker per core unless told (``--processes``). Measured on 2 cores, cache empty / warm
+#: (benchmarks/README.md): 576 simulations 31.4 / 8.0 s as two workers against 22.1 / 8.6-9.1 s
+#: in one process; the brief's 1,152 24.1-32.6 / 15.1-16.1 s against 27.2-35.5 / 12.8-15.8 s;
+#: 3,456 62.1 / 42.7 s against 82.4 / 68.2 s (before executables were kept).
 AUTO_FROM_SIMULATIONS = 2500
 #: Workers at most by default: each holds its own JAX runtime, engines and requests (~1 GB).
 AUTO_MAX = 4

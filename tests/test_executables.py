@@ -74,6 +74,7 @@ def test_a_damaged_file_is_compiled_again_and_replaced(store, monkeypatch):
     (path,) = store.iterdir()
     path.write_bytes(b"not a pickle")
     monkeypatch.setattr(executables, "_loaded", {})
+    _Double.fn.clear_cache()  # or XLA's compilation is reused from memory, and not written
     lowered.clear()
     assert np.array_equal(_get(x)(x), [0.0, 2.0, 4.0])
     assert len(lowered) == 1 and path.stat().st_size > 100
@@ -117,6 +118,36 @@ def test_a_process_waits_for_another_compiling_the_same_executable(store, monkey
         other.wait()
 
 
+SCRIPT = """
+import sys
+import jax
+import jax.numpy as jnp
+from sweep import executables
+jax.config.update("jax_compilation_cache_dir", sys.argv[1] + "/xla")
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+executables.use(sys.argv[1] + "/executables")
+x = jnp.arange(11.0)
+exe = executables.get("triple", jax.jit(lambda x: 3 * x), (x,), {}, {})
+assert float(exe(x)[10]) == 30.0
+"""
+
+
+def test_an_executable_from_jaxs_own_cache_is_not_written(tmp_path):
+    """Serialized again, an executable that JAX loaded from its persistent cache lacks its
+    kernels (a later process failed with "Function ... not found"): only fresh ones are kept."""
+    def run():
+        proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+
+    run()  # compiled by XLA: written to both caches
+    assert len(list((tmp_path / "executables").glob("*.exe"))) == 1
+    for path in (tmp_path / "executables").iterdir():
+        path.unlink()
+    run()  # loaded from JAX's cache: not written
+    assert list((tmp_path / "executables").glob("*.exe")) == []
+
+
 def test_the_engine_loaded_from_disk_gives_the_same_bits(store, monkeypatch):
     designs = [Design(batching=b, max_batch=8, draft_tokens=k)
                for b in ("static", "continuous") for k in (0, 2)]
@@ -135,3 +166,20 @@ def test_the_engine_loaded_from_disk_gives_the_same_bits(store, monkeypatch):
     again = simulate(designs, workload, seeds=2)
     for a, b in zip(first.outputs, again.outputs):
         assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
+
+
+def test_the_least_recently_used_executables_go_first_beyond_the_size_limit(store,
+                                                                             monkeypatch):
+    xs = [jnp.arange(float(n)) for n in (7, 8, 9)]
+    paths = []
+    for x, used in zip(xs, (1.3e9, 1.1e9, 1.2e9)):
+        _get(x)
+        (path,) = set(store.glob("*.exe")) - set(paths)
+        os.utime(path, (used, used))
+        paths.append(path)
+    monkeypatch.setattr(executables, "MAX_BYTES", sum(p.stat().st_size for p in paths) - 1)
+    executables._evict(store)
+    assert [p.exists() for p in paths] == [True, False, True]
+    monkeypatch.setattr(executables, "_loaded", {})
+    _get(xs[2])  # loading one marks it used
+    assert paths[2].stat().st_mtime > 1.3e9

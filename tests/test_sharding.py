@@ -45,11 +45,10 @@ res.requests.to_pickle(sys.argv[1] + "/requests.pkl")
 
 
 def test_four_devices_give_the_rows_of_one(tmp_path):
-    # Each device compiles its own executable: the CLI's persistent cache spares later runs.
+    # Each device compiles its own executable: JAX's persistent cache spares later runs.
     cache = os.environ.get("SERVESWEEP_CACHE", str(Path.home() / ".cache" / "servesweep"))
-    env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_COMPILATION_CACHE_DIR": cache,
+    env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_COMPILATION_CACHE_DIR": cache + "/xla",
            "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
-    jax.config.update("jax_compilation_cache_dir", cache)
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], input=STUDY, env=env,
                           capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
