@@ -121,11 +121,11 @@ class Truncated(Exception):
 
 
 def _cmd_run(args) -> int:
+    from . import executables
     from .cluster import barrier, initialize, resolve
     from .config import load_study
     from .results import PARTS, next_part, read_parts, write_part
     from .runner import default_progress, iter_chunks, plan_chunks
-    from . import executables
     from .workers import check as check_processes, default_processes
 
     import jax

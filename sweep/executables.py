@@ -6,9 +6,9 @@ lowers the function, which for the engine is ~3-4 CPU-s per seat tier, in every 
 every worker (benchmarks/README.md). Here an executable's key is computed without tracing,
 from everything that shapes the program: this package's source, the jax and jaxlib versions,
 jax's settings, ``XLA_FLAGS``, the host's CPU, and the call's static arguments and its other
-arguments' tree, shapes, dtypes and placements. A process that finds no file compiles (JAX's
-own cache may still serve XLA) and writes one; while it compiles, a lock file tells other
-processes wanting the same executable to wait for it rather than compile it again.
+arguments' tree, shapes, dtypes and placements. A process that finds no file compiles and
+writes one; while it compiles, a lock file tells other processes wanting the same executable to
+wait for it rather than compile it again.
 
 Loading runs code from the file (a pickle): the directory must be the user's own, as JAX's
 cache is.
@@ -32,6 +32,8 @@ from jax.experimental.serialize_executable import deserialize_and_load, serializ
 #: A process waits at most this long for another one compiling the same executable, seconds
 #: (the engine compiles in ~10-30 s; a process on another host cannot be asked if it lives).
 WAIT_S = 600.0
+#: A lock file still without its owner after this many seconds is a crashed writer's.
+LOCK_UNWRITTEN_S = 10.0
 #: The directory's executables are kept within this many bytes, the least recently used
 #: removed first (the brief's four are ~5 MB on a CPU).
 MAX_BYTES = 2e9
@@ -234,17 +236,21 @@ def _owner_gone(lock: Path) -> bool:
     must not keep others waiting)."""
     try:
         host, pid = lock.read_text().split()
-    except (OSError, ValueError):  # gone already, or not written yet
-        return not lock.exists()
+        pid = int(pid)
+    except (OSError, ValueError):  # gone, not written yet, or its writer died before writing
+        try:
+            return time.time() - lock.stat().st_mtime > LOCK_UNWRITTEN_S
+        except OSError:
+            return True
     if host != socket.gethostname():
         return False
-    if int(pid) == os.getpid():  # a dead process's lock, its number reused by this one
+    if pid == os.getpid():  # a dead process's lock, its number reused by this one
         return True
     try:
-        os.kill(int(pid), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    except (PermissionError, ValueError):
+    except PermissionError:  # another user's live process
         return False
     return False
 

@@ -92,6 +92,10 @@ def test_a_crashed_compilers_lock_does_not_hold_others(store):
     _lock_for(store, x).write_text(f"{socket.gethostname()} {dead.pid}")
     assert np.array_equal(_get(x)(x), 2 * np.arange(4.0))
     assert not _lock_for(store, x).exists()
+    y = jnp.arange(12.0)  # a writer that died before naming itself
+    _lock_for(store, y).write_text("")
+    os.utime(_lock_for(store, y), (time.time() - 60, time.time() - 60))
+    assert np.array_equal(_get(y)(y), 2 * np.arange(12.0))
 
 
 def test_a_process_waits_for_another_compiling_the_same_executable(store, monkeypatch):
