@@ -68,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="also write every request's times (requests.parquet)")
     run.add_argument("--processes", type=_positive_int,
                      help="worker processes, each pinned to one CPU core (default: one per core, "
-                          "up to 4, for 2,500 simulations or more on a CPU; else 1)")
+                          "up to 4, for 1,000 simulations or more on a CPU; else 1)")
     again = run.add_mutually_exclusive_group()
     again.add_argument("--resume", action="store_true",
                        help="continue the interrupted sweep in --out: simulate only what is missing")

@@ -24,11 +24,11 @@ from typing import Iterator
 
 
 #: Simulations (of this machine's share) from which ``sweep run`` splits a CPU run over one
-#: worker per core unless told (``--processes``). Measured on 2 cores, cache empty / warm
-#: (benchmarks/README.md): 576 simulations 31.4 / 8.0 s as two workers against 22.1 / 8.6-9.1 s
-#: in one process; the brief's 1,152 24.1-32.6 / 15.1-16.1 s against 27.2-35.5 / 12.8-15.8 s;
-#: 3,456 62.1 / 42.7 s against 82.4 / 68.2 s (before executables were kept).
-AUTO_FROM_SIMULATIONS = 2500
+#: worker per core unless told (``--processes``). Measured on 2 cores with executables kept,
+#: cache empty / warm (benchmarks/README.md): 576 simulations 31.4 / 8.0 s as two workers
+#: against 22.1 / 8.6-9.1 s in one process; the brief's 1,152 23.5-32.6 / 15.0-16.4 s against
+#: 26.1-35.5 / 12.8-23.9 s (medians ~29 / 15.5 against ~31 / 18).
+AUTO_FROM_SIMULATIONS = 1000
 #: Workers at most by default: each holds its own JAX runtime, engines and requests (~1 GB).
 AUTO_MAX = 4
 
