@@ -108,8 +108,8 @@ def _key(name: str, args: tuple, kwargs: dict, static: dict) -> str:
 
 def _describe(x) -> str:
     if isinstance(x, jax.Array):
-        return (f"array {x.shape} {x.dtype} weak={x.weak_type} committed={x.committed} "
-                f"{x.sharding}")
+        return (f"array {x.shape} {x.dtype} weak={x.weak_type} "
+                f"committed={getattr(x, 'committed', None)} {x.sharding}")
     if isinstance(x, (np.ndarray, np.generic)):
         return f"numpy {x.shape} {x.dtype}"
     return f"weak {type(x).__name__}"  # a Python number, traced by its type alone
@@ -130,7 +130,7 @@ def _environment() -> str:
                   for d in jax.devices()]),
             # Arguments without a placement (numpy) run on this process's first device.
             f"process {jax.process_index()} local {[d.id for d in jax.local_devices()]}"])
-    settings = sorted((k, repr(v)) for k, v in jax.config.values.items()
+    settings = sorted((k, repr(v)) for k, v in getattr(jax.config, "values", {}).items()
                       if not k.startswith(_NEUTRAL))
     return f"{_setting}\n{settings!r}"
 
