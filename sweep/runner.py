@@ -164,11 +164,8 @@ def _dispatch(params: list, reqs, seats: int, k_max: int, lanes: int, devices,
         return jax.tree_util.tree_map(lambda *xs: np.concatenate([np.asarray(x) for x in xs]),
                                       *outs)
 
-    if all(topology.plain(p) for p in params):
-        # ``topology.run``'s first case, told where the padding starts.
-        out = call([p.first[0] for p in params], reqs, real)
-    else:  # ``widest`` servers per simulation whatever the chunk holds: one compiled shape
-        out = topology.run(params, reqs, call, len(params) * widest)
+    # ``widest`` servers per simulation whatever the chunk holds: one compiled shape.
+    out = topology.run(params, reqs, call, len(params) * widest, real)
     parts = [summarize_batch(o_d, r_d, p_d) for o_d, r_d, p_d in
              _shards([out, reqs, stack([p.system for p in params])], devices)]
     mets = {k: np.concatenate([np.asarray(m[k]) for m in parts]) for k in METRICS}
@@ -225,8 +222,8 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
 
     ``processes > 1`` (a CPU only) splits the share over that many worker processes, each
     pinned to one core (``workers.in_processes``). ``compile_order`` rotates the order in which
-    the tiers compile: workers sharing a compilation cache start on different tiers, so each
-    tier is compiled once and loaded by the others."""
+    the tiers compile: workers sharing a folder of executables (or JAX's cache) start on
+    different tiers, so each tier is compiled once and loaded by the others."""
     if processes > 1:
         from .workers import in_processes
 

@@ -199,11 +199,13 @@ def _stack(trees):
     return type(trees[0])(*(np.stack([np.asarray(x) for x in xs]) for xs in zip(*trees)))
 
 
-def run(plans: list, reqs: Requests, call: Callable, width: int) -> EngineOutput:
+def run(plans: list, reqs: Requests, call: Callable, width: int,
+        real: int | None = None) -> EngineOutput:
     """Simulate ``plans[m]`` on requests ``reqs[m]`` for every m: ``call(params list,
     stacked Requests) -> EngineOutput`` runs one engine call; the first call is padded to
     ``width`` servers (fixed per study: one compiled shape), the decode pools' call to
-    ``len(plans)``. Plain designs alone are one call on the requests as given.
+    ``len(plans)``. Plain designs alone are one call on the requests as given; if the plans
+    after the first ``real`` are padding, that call is told so (``call(params, reqs, real)``).
 
     A least-outstanding router's choices are found by rounds: simulate the replicas with the
     choices so far, choose again (``least_outstanding``), repeat until nothing changes. Choices
@@ -214,7 +216,8 @@ def run(plans: list, reqs: Requests, call: Callable, width: int) -> EngineOutput
     flagged truncated."""
     m = len(plans)
     if all(plain(p) for p in plans):
-        return call([p.first[0] for p in plans], reqs)
+        first = [p.first[0] for p in plans]
+        return call(first, reqs) if real is None else call(first, reqs, real)
     rows = [_pick(reqs, k) for k in range(m)]
     n = rows[0].arrival.shape[0]
     chosen = [round_robin(n, len(p.first)) for p in plans]
