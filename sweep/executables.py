@@ -187,8 +187,11 @@ def _load_or_compile(name: str, key: str, compile_now) -> jax.stages.Compiled:
 def _load(path: Path) -> jax.stages.Compiled | None:
     try:
         with open(path, "rb") as f:
-            blob = pickle.load(f)
-        exe = deserialize_and_load(*blob)
+            blob, ids = pickle.load(f)
+        # Left to itself, the loader would run the program on all of jax.devices(), which in
+        # a jax.distributed process includes other processes' devices.
+        by_id = {d.id: d for d in jax.devices()}
+        exe = deserialize_and_load(*blob, execution_devices=[by_id[i] for i in ids])
         os.utime(path)  # recently used: evicted last
         return exe
     except FileNotFoundError:
@@ -200,7 +203,8 @@ def _load(path: Path) -> jax.stages.Compiled | None:
 
 def _save(path: Path, exe: jax.stages.Compiled) -> None:
     try:
-        blob = pickle.dumps(serialize(exe))
+        ids = [d.id for d in exe.runtime_executable().local_devices()]
+        blob = pickle.dumps((serialize(exe), ids))
     except Exception:  # a backend that cannot serialize: kept in memory only
         return
     tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")

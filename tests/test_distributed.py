@@ -43,15 +43,20 @@ def test_two_processes_write_one_dataset(tmp_path):
     cfg = tmp_path / "study.toml"
     cfg.write_text(STUDY)
     out = tmp_path / "shared"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "SERVESWEEP_COORDINATOR":
-           f"127.0.0.1:{_free_port()}", "SERVESWEEP_NUM_PROCESSES": "2"}
-    procs = [subprocess.Popen([sys.executable, "-m", "sweep.cli", "run", str(cfg), "--out",
-                               str(out), *ARGS, "--process-id", str(i)], env=env, cwd=REPO,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(2)]
-    for p in procs:
-        _, err = p.communicate(timeout=600)
-        assert p.returncode == 0, err
+    # The second pair loads the executables the first one wrote.
+    for folder in (tmp_path / "compiled", out):
+        env = {**os.environ, "PYTHONPATH": str(REPO), "SERVESWEEP_CACHE": str(tmp_path / "cache"),
+               "SERVESWEEP_COORDINATOR": f"127.0.0.1:{_free_port()}",
+               "SERVESWEEP_NUM_PROCESSES": "2"}
+        procs = [subprocess.Popen([sys.executable, "-m", "sweep.cli", "run", str(cfg), "--out",
+                                   str(folder), *ARGS, "--process-id", str(i)], env=env,
+                                  cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
+                 for i in range(2)]
+        for p in procs:
+            _, err = p.communicate(timeout=600)
+            assert p.returncode == 0, err
+    assert list((tmp_path / "cache" / "executables").glob("*.exe"))
     parts = sorted(p.name for p in (out / "parts").glob("runs-*.parquet"))
     assert any("-p00000-" in p for p in parts) and any("-p00001-" in p for p in parts)
     shared = load_results(out)

@@ -152,6 +152,36 @@ def test_an_executable_from_jaxs_own_cache_is_not_written(tmp_path):
     assert list((tmp_path / "executables").glob("*.exe")) == []
 
 
+DEVICES_SCRIPT = """
+import os, sys
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=3"
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from sweep import executables
+executables.use(sys.argv[1])
+d = jax.devices()
+fn = jax.jit(lambda x: 2 * x + jnp.cumsum(x))
+one = jax.device_put(jnp.arange(4.0), d[1])
+two = jax.device_put(jnp.arange(8.0), NamedSharding(Mesh(np.array([d[2], d[0]]), "x"),
+                                                     PartitionSpec("x")))
+for x in (one, two):
+    y = executables.get("f", fn, (x,), {}, {})(x)
+    assert y.sharding == fn(x).sharding, (y.sharding, fn(x).sharding)
+    assert np.array_equal(np.asarray(y), np.asarray(fn(x)))
+"""
+
+
+def test_a_loaded_executable_runs_on_the_devices_it_was_compiled_for(tmp_path):
+    """Loaded without its devices, an executable ran on all of them: a jax.distributed process
+    then placed its inputs on another process's device too, and failed ("CopyArrays only
+    supports destination device list of the same size")."""
+    for _ in range(2):  # compiled and written, then loaded
+        proc = subprocess.run([sys.executable, "-c", DEVICES_SCRIPT, str(tmp_path)],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(list(tmp_path.glob("*.exe"))) == 2
+
+
 def test_the_engine_loaded_from_disk_gives_the_same_bits(store, monkeypatch):
     designs = [Design(batching=b, max_batch=8, draft_tokens=k)
                for b in ("static", "continuous") for k in (0, 2)]
