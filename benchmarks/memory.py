@@ -41,14 +41,13 @@ def one(chunk: int | None, seeds: int) -> dict:
     per_sim *= _widest(study)
     tiers = {t for p in study.points for t in (p.design.seats, min(p.design.seats, SMALL_SEATS))}
     lanes = plan.chunk if chunk else max(plan.lanes(t) for t in tiers)
+    estimate = calls_in_flight() * (lanes * per_lane + plan.per_call() * per_sim)
     res = run_study(study, chunk_size=chunk)
     stats = getattr(jax.devices()[0], "memory_stats", lambda: None)() or {}
-    return dict(chunk=chunk, lanes=lanes, simulations=res.simulations, requests=n_max,
-                calls=calls_in_flight(), rss_gb=resource.getrusage(
-                    resource.RUSAGE_SELF).ru_maxrss / 1e6,
+    return dict(lanes=lanes, simulations=res.simulations, requests=n_max,
+                rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
                 device_gb=stats.get("peak_bytes_in_use", 0) / 1e9 or None,
-                estimate_gb=calls_in_flight() * (lanes * per_lane + plan.per_call() * per_sim) / 1e9,
-                budget_gb=memory_budget_bytes() / 1e9)
+                estimate_gb=estimate / 1e9)
 
 
 def main() -> None:
@@ -81,6 +80,8 @@ def main() -> None:
               f"{r['rss_gb']:>6.2f} GB {dev:>8} {r['estimate_gb']:>6.2f} GB", flush=True)
         if chunk:
             rows.append((chunk, r["rss_gb"], r["estimate_gb"]))
+    if len(rows) < 2:
+        return
     c, rss, est = (np.array(x, float) for x in zip(*rows))
     slope, base = np.polyfit(c, rss, 1)
     fit = np.polyval([slope, base], c)
