@@ -7,7 +7,7 @@ Each size runs in a fresh process (a process's peak resident memory only grows),
 seeds that every call in flight is full (calls in flight x chunk simulations); a size beyond
 the memory budget is refused before anything runs, as ``sweep run`` refuses it. Prints the peak
 host memory (RSS), the peak device memory where the device reports it, the runner's own estimate
-of what the calls hold (``runner.simulation_bytes``, which sizes the default chunk to the
+of what the calls hold (``runner.study_bytes``, which sizes the default chunk to the
 budget), and the growth per simulation in flight fitted over the sizes. Run by hand; never a
 timed test.
 """
@@ -25,8 +25,8 @@ import jax
 import numpy as np
 
 from sweep.config import load_study
-from sweep.runner import (SMALL_SEATS, _widest, calls_in_flight, memory_budget_bytes, plan_chunks,
-                          run_study, simulation_bytes)
+from sweep.runner import (SMALL_SEATS, calls_in_flight, memory_budget_bytes, plan_chunks,
+                          run_study, study_bytes)
 
 BRIEF = Path(__file__).resolve().parents[1] / "configs" / "serve_a_model.toml"
 
@@ -35,16 +35,13 @@ def one(chunk: int | None, seeds: int) -> dict:
     """Run the brief once in this process; the figures as a dict."""
     study = load_study(BRIEF, seeds=seeds)
     plan = plan_chunks(study, chunk)
-    n_max = max(p.workload.capacity for p in study.points)
-    per_lane, per_sim = simulation_bytes(n_max, max(p.design.seats for p in study.points),
-                                         max(p.design.draft_tokens for p in study.points))
-    per_sim *= _widest(study)
+    per_lane, per_sim = study_bytes(study)
     tiers = {t for p in study.points for t in (p.design.seats, min(p.design.seats, SMALL_SEATS))}
     lanes = plan.chunk if chunk else max(plan.lanes(t) for t in tiers)
     estimate = calls_in_flight() * (lanes * per_lane + plan.per_call() * per_sim)
     res = run_study(study, chunk_size=chunk)
     stats = getattr(jax.devices()[0], "memory_stats", lambda: None)() or {}
-    return dict(lanes=lanes, simulations=res.simulations, requests=n_max,
+    return dict(lanes=lanes, simulations=res.simulations, requests=max(p.workload.capacity for p in study.points),
                 rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
                 device_gb=stats.get("peak_bytes_in_use", 0) / 1e9 or None,
                 estimate_gb=estimate / 1e9)

@@ -115,13 +115,9 @@ class ChunkPlan(NamedTuple):
 def plan_chunks(study: Study, chunk_size: int | None = None) -> ChunkPlan:
     """The calls' shape within the memory budget, shared by the calls in flight at once; a
     chunk size that cannot fit is refused before anything runs."""
-    n_max = max(p.workload.capacity for p in study.points)
-    seats_max = max(p.design.seats for p in study.points)
-    k_max = max(p.design.draft_tokens for p in study.points)
     workers = calls_in_flight()
     budget = memory_budget_bytes() / workers
-    per_lane, per_sim = simulation_bytes(n_max, seats_max, k_max)
-    per_sim *= _widest(study)  # a simulation's replicas are queued as simulations of their own
+    per_lane, per_sim = study_bytes(study)
     fits = max(1, int(budget // (per_lane + per_sim)))
     chunk = chunk_size or study.chunk_size
     if chunk and chunk > fits:
@@ -641,6 +637,15 @@ def memory_budget_bytes() -> float:
     stats = getattr(jax.local_devices()[0], "memory_stats", lambda: None)() or {}
     limit = stats.get("bytes_limit")
     return 0.5 * (limit - stats.get("bytes_in_use", 0)) if limit else MEMORY_BUDGET_CPU
+
+
+def study_bytes(study: Study) -> tuple[int, int]:
+    """``simulation_bytes`` at the study's largest shapes; a simulation's replicas are queued
+    as simulations of their own."""
+    per_lane, per_sim = simulation_bytes(max(p.workload.capacity for p in study.points),
+                                         max(p.design.seats for p in study.points),
+                                         max(p.design.draft_tokens for p in study.points))
+    return per_lane, per_sim * _widest(study)
 
 
 def simulation_bytes(n_requests: int, seats: int, k_max: int) -> tuple[int, int]:

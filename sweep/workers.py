@@ -57,14 +57,13 @@ def in_processes(study, processes: int, *, share: tuple[int, int], skip, progres
     every ``processes``-th simulation of ``share``; their chunks are yielded as they come."""
     import jax
 
+    from . import executables
     from .runner import Tally, share_of
 
     check(processes)
     cores = sorted(os.sched_getaffinity(0))
     index, count = share
     tally = Tally(study, share_of(study, share), skip)
-    from . import executables
-
     cache = jax.config.jax_compilation_cache_dir, executables.directory()
     procs, streams = [], {}
     try:
