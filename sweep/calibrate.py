@@ -28,8 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from .design import GPUS, KV_BITS, WEIGHT_BITS
-from .hardware import (CATALOG, DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_COMPUTE_EFFICIENCY,
-                       DEFAULT_PASS_OVERHEAD_MS, get_gpu)
+from .hardware import CATALOG, GPU, get_gpu
 from .timing import pass_time, pass_work, timing_params
 
 PASS_COLUMNS = ("prefill_tokens", "decode_seqs", "context_tokens", "seconds")
@@ -220,12 +219,12 @@ def _predict(tp, m: Passes, x) -> np.ndarray:
     return np.bincount(m.obs, per_pass, len(m.seconds))
 
 
-def fit(tp, m: Passes) -> Fit:
-    """Least-squares factors for timing parameters ``tp`` from ``roofline``."""
+def fit(tp, m: Passes, gpu: GPU) -> Fit:
+    """Least-squares factors for timing parameters ``tp`` from ``roofline``; a factor no
+    measurement depends on keeps ``gpu``'s default."""
     a, b, c = _terms(tp, m)
     w = 1.0 / m.seconds
-    default = (1 / DEFAULT_COMPUTE_EFFICIENCY, 1 / DEFAULT_BANDWIDTH_EFFICIENCY,
-               DEFAULT_PASS_OVERHEAD_MS * 1e-3)
+    default = (1 / gpu.compute_efficiency, 1 / gpu.bandwidth_efficiency, gpu.overhead_ms * 1e-3)
     best = None
     for start in (default, (1 / 0.3, 1 / 0.5, 0.0), (1 / 0.9, 1 / 0.95, 1e-3)):
         x, used = _solve(a, b, c, m, start, w)

@@ -113,6 +113,15 @@ def _parser() -> argparse.ArgumentParser:
     cal.add_argument("--kv-bits", type=_positive_int, default=16)
     cal.add_argument("--out", help="profile to write (default: MEASUREMENTS with .profile.toml)")
     cal.add_argument("--force", action="store_true", help="overwrite an existing profile")
+
+    val = sub.add_parser("validate", help="compare predictions with measured runs (cases: "
+                                          "configs with a [measured] table)")
+    val.add_argument("cases", nargs="+", metavar="CASE",
+                     help="a .toml case, or a folder of them (its *.toml files)")
+    val.add_argument("--out", help="where to write validation.parquet/.png/.svg (default: "
+                                   "results/validation)")
+    val.add_argument("--seeds", type=_positive_int, help="seeds per case (overrides [run])")
+    val.add_argument("--quiet", action="store_true", help="no progress output")
     return ap
 
 
@@ -345,7 +354,7 @@ def _cmd_calibrate(args) -> int:
     out = Path(args.out) if args.out else meas.with_suffix(".profile.toml")
     if out.exists() and not args.force:
         raise UsageError(f"{out}: already exists; use --force to overwrite")
-    f = fit(tp, _checked(read_measurements, meas))
+    f = fit(tp, _checked(read_measurements, meas), gpu)
     print(f"{model.name} on {args.gpus} x {gpu.name}, {args.weight_bits}-bit weights: "
           f"compute_efficiency {f.compute_efficiency:.4f}, bandwidth_efficiency "
           f"{f.bandwidth_efficiency:.4f}, overhead_ms {f.overhead_ms:.4f}")
@@ -362,10 +371,37 @@ def _cmd_calibrate(args) -> int:
     return 0
 
 
+def _cmd_validate(args) -> int:
+    from . import executables
+    from .runner import default_progress
+    from .validate import (DEFAULT_OUT, check_out, compare, load_cases, metadata, overloaded,
+                           plan, render, simulate, write)
+
+    cache = os.environ.get("SERVESWEEP_CACHE", Path.home() / ".cache" / "servesweep")
+    executables.use(Path(cache) / "executables")
+    out = Path(args.out) if args.out else DEFAULT_OUT
+    cases = _checked(load_cases, args.cases, seeds=args.seeds)
+    _checked(check_out, out)
+    runs = _checked(plan, cases)
+    if not args.quiet:
+        print(f"sweep validate: {len(cases)} cases, "
+              f"{sum(len(c.study.seeds) for c in cases)} simulations", file=sys.stderr)
+    sims = simulate(cases, runs, None if args.quiet else default_progress())
+    table = compare(cases, sims)
+    print(render(table, overloaded(cases, sims)))
+    try:
+        paths = write(out, table, metadata(cases))
+    except OSError as exc:
+        raise UsageError(f"{out}: cannot write the report: {exc.strerror or exc}") from None
+    print(f"-> {', '.join(paths)}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     command = {"run": _cmd_run, "merge": _cmd_merge, "frontier": _cmd_frontier,
-               "report": _cmd_report, "calibrate": _cmd_calibrate}[args.command]
+               "report": _cmd_report, "calibrate": _cmd_calibrate,
+               "validate": _cmd_validate}[args.command]
     try:
         return command(args)
     except UsageError as exc:

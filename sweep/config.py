@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from .calibrate import load_profile
-from .design import BATCHING, GPUS, KV_BITS, KV_CACHE, WEIGHT_BITS, Design
+from .design import ACTIVATION_BITS, BATCHING, GPUS, KV_BITS, KV_CACHE, WEIGHT_BITS, Design
 from .hardware import CATALOG as GPU_CATALOG
 from .metrics import METRICS
 from .models import CATALOG as MODEL_CATALOG
@@ -32,18 +32,21 @@ from .workload import ARRIVALS, Lengths, Workload
 #: Grid columns, in the order every ``Point.columns`` (and the results' Parquet) has them.
 COLUMNS: list[str] = [
     "gpu", "price_per_gpu_hour", "compute_efficiency", "bandwidth_efficiency", "overhead_ms",
-    "memory_overhead_fraction",
+    "request_overhead_ms", "request_lag_passes", "memory_overhead_fraction",
+    "gpu_memory_utilization",
     "model",
     "arrival", "arrival_rate", "duration_s", "num_requests", "drain_s",
     "prompt_tokens_dist", "prompt_tokens_mean", "prompt_tokens_low", "prompt_tokens_high",
     "prompt_tokens_sigma",
     "output_tokens_dist", "output_tokens_mean", "output_tokens_low", "output_tokens_high",
     "output_tokens_sigma",
-    "batching", "kv_cache", "gpus", "weight_bits", "kv_bits", "draft_tokens", "acceptance",
+    "batching", "kv_cache", "gpus", "weight_bits", "activation_bits", "kv_bits", "draft_tokens",
+    "acceptance",
     "draft_cost", "max_batch", "block_size", "max_seq_len",
     "arrival_cv", "trace", "trace_time_scale",
     "replicas", "router", "prefill_gpus", "decode_gpus", "kv_link_gbps",
     "prefix_count", "prefix_tokens", "prefix_share", "prefix_cache", "prefill_chunk_tokens",
+    "max_num_batched_tokens", "kv_blocks",
 ]
 #: Columns that hold strings (a brief limit on them makes no sense).
 TEXT_COLUMNS = ("gpu", "model", "arrival", "prompt_tokens_dist", "output_tokens_dist",
@@ -64,7 +67,9 @@ MAX_REQUESTS = 10_000_000  # Workload.validate's bound on num_requests, applied 
 # "lengths".
 HARDWARE_KEYS = {"gpu": "str", "price_per_gpu_hour": "num", "compute_efficiency": "num",
                  "bandwidth_efficiency": "num", "overhead_ms": "num",
-                 "memory_overhead_fraction": "num", "profile": "str"}
+                 "request_overhead_ms": "num", "request_lag_passes": "num",
+                 "memory_overhead_fraction": "num", "gpu_memory_utilization": "num",
+                 "profile": "str"}
 MODEL_KEYS = {"name": "str", "config_json": "str"}
 WORKLOAD_KEYS = {"arrival": "str", "arrival_rate": "num", "duration_s": "num",
                  "num_requests": "int", "drain_s": "num", "prompt_tokens": "lengths",
@@ -74,14 +79,16 @@ WORKLOAD_KEYS = {"arrival": "str", "arrival_rate": "num", "duration_s": "num",
 #: Workload keys a trace replaces (it gives arrivals and lengths itself).
 TRACE_REPLACES = ("arrival", "arrival_rate", "arrival_cv", "prompt_tokens", "output_tokens")
 LEVER_KEYS = {"batching": "str", "kv_cache": "str", "gpus": "int", "weight_bits": "int",
-              "kv_bits": "int", "draft_tokens": "int", "acceptance": "num", "draft_cost": "num",
+              "activation_bits": "int", "kv_bits": "int", "draft_tokens": "int", "acceptance": "num", "draft_cost": "num",
               "max_batch": "int", "block_size": "int", "max_seq_len": "int",
               "replicas": "int", "router": "str", "prefill_gpus": "int", "decode_gpus": "int",
-              "kv_link_gbps": "num", "prefix_cache": "bool", "prefill_chunk_tokens": "int"}
+              "kv_link_gbps": "num", "prefix_cache": "bool", "prefill_chunk_tokens": "int",
+              "max_num_batched_tokens": "int", "kv_blocks": "int"}
 RUN_KEYS = ("seeds", "chunk_size", "per_request", "max_designs", "max_steps")
 SECTIONS = {"hardware": HARDWARE_KEYS, "model": MODEL_KEYS, "workload": WORKLOAD_KEYS,
             "levers": LEVER_KEYS}
-TOP_LEVEL = ("name", "hardware", "model", "workload", "levers", "run", "brief", "exclude")
+TOP_LEVEL = ("name", "hardware", "model", "workload", "levers", "run", "brief", "exclude",
+             "measured")
 LENGTH_KEYS = ("dist", "mean", "low", "high", "sigma")
 #: The length-table keys each distribution uses (the others are refused, not ignored).
 LENGTH_USES = {"fixed": ("mean",), "exponential": ("mean",), "uniform": ("low", "high"),
@@ -90,7 +97,8 @@ LENGTH_USES = {"fixed": ("mean",), "exponential": ("mean",), "uniform": ("low", 
 CHOICES = {("hardware", "gpu"): tuple(GPU_CATALOG), ("model", "name"): tuple(MODEL_CATALOG),
            ("workload", "arrival"): ARRIVALS, ("levers", "batching"): BATCHING,
            ("levers", "kv_cache"): KV_CACHE, ("levers", "gpus"): GPUS,
-           ("levers", "weight_bits"): WEIGHT_BITS, ("levers", "kv_bits"): KV_BITS}
+           ("levers", "weight_bits"): WEIGHT_BITS, ("levers", "activation_bits"): ACTIVATION_BITS,
+           ("levers", "kv_bits"): KV_BITS}
 NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 
 _DESIGN_DEFAULTS = {f.name: f.default for f in fields(Design)}
@@ -146,6 +154,9 @@ class Study:
     max_designs: int
     uncertain: dict[str, Uncertain] = field(default_factory=dict)  # factors drawn per seed
     max_steps: int | None = None  # engine steps per simulation (None: the engine's safe bound)
+    # [measured]: metric -> what reality measured (float; bool for the bool metrics), for
+    # ``sweep validate``; ``sweep run`` ignores it.
+    measured: dict = field(default_factory=dict)
 
 
 # --- one-line messages -------------------------------------------------------------------------
@@ -342,6 +353,7 @@ class _Parser:
         run = self.parse_run(sections["run"], seeds_override, max_designs_override)
         seeds, chunk_size, per_request, max_designs, max_steps = run
         brief = self.parse_brief(sections["brief"])
+        measured = self.parse_measured(doc)
         keys = self.parse_keys(doc, sections)  # [(section, key, options, is_axis)]
         excludes = self.parse_excludes(doc.get("exclude", []))
         self.check_size(keys, max_designs)
@@ -350,7 +362,7 @@ class _Parser:
                      text=self.text, points=points, axes=axes, skipped=skipped, seeds=seeds,
                      brief=brief, chunk_size=chunk_size, per_request=per_request,
                      max_designs=max_designs, uncertain=dict(self.uncertain),
-                     max_steps=max_steps)
+                     max_steps=max_steps, measured=measured)
 
     def syntax_error(self, exc: Exception) -> ConfigError:
         msg = str(exc)
@@ -457,6 +469,29 @@ class _Parser:
             limits.append(Limit(key, lo, hi))
         return limits
 
+    def parse_measured(self, doc) -> dict:
+        """``[measured]``: what reality measured for this (single) design, metric -> value, for
+        ``sweep validate``. Numbers for the numeric metrics; true or false for the bool ones
+        (``unstable = true``: the real server was overloaded, the simulation must flag it)."""
+        if "measured" not in doc:
+            return {}
+        raw = doc["measured"]
+        if not isinstance(raw, dict):
+            raise self.err(["measured"], f"must be a table ([measured]), got {_got(raw)}")
+        if not raw:
+            raise self.err(["measured"], "empty table; allowed: metric = measured value, "
+                                         f"metrics: {', '.join(METRICS)}")
+        out = {}
+        for key, v in raw.items():
+            parts = ["measured", key]
+            if key not in METRICS:
+                raise self.err(parts, f"not a metric; allowed: {', '.join(METRICS)}")
+            if METRICS[key] == "b":
+                out[key] = self.boolean(parts, v)
+            else:
+                out[key] = self.number(parts, v)
+        return out
+
     # -- the swept sections --
 
     def parse_keys(self, doc, sections):
@@ -472,6 +507,11 @@ class _Parser:
                            f"{what}; allowed: exactly one of name (a catalog model: "
                            f"{', '.join(MODEL_CATALOG)}) or config_json (a Hugging Face "
                            "config.json path)")
+        hw = sections["hardware"]
+        if "gpu_memory_utilization" in hw and "memory_overhead_fraction" in hw:
+            raise self.err(["hardware", "memory_overhead_fraction"],
+                           "not used with gpu_memory_utilization (vLLM's sizing of the KV cache "
+                           "replaces the fixed reserve); allowed: one of them")
         levers = sections["levers"]
         if "gpus" in levers and ("prefill_gpus" in levers or "decode_gpus" in levers):
             raise self.err(["levers", "gpus"], "not used with prefill_gpus and decode_gpus (each "
@@ -726,10 +766,10 @@ class _Parser:
 
     def build(self, keys, excludes):
         base_cols = {c: None for c in COLUMNS}
-        for c in ("gpu", "compute_efficiency", "bandwidth_efficiency", "overhead_ms",
-                  "memory_overhead_fraction", "batching", "kv_cache", "gpus", "weight_bits",
-                  "kv_bits", "draft_tokens", "acceptance", "draft_cost", "max_batch",
-                  "block_size", "replicas", "router", "prefix_cache", "prefill_chunk_tokens"):
+        for c in ("gpu", "memory_overhead_fraction", "batching", "kv_cache", "gpus",
+                  "weight_bits", "activation_bits", "kv_bits", "draft_tokens", "acceptance",
+                  "draft_cost", "max_batch", "block_size", "replicas", "router", "prefix_cache",
+                  "prefill_chunk_tokens", "max_num_batched_tokens"):
             base_cols[c] = _DESIGN_DEFAULTS[c]
         for c in ("prefix_count", "prefix_tokens", "prefix_share"):
             base_cols[c] = _WORKLOAD_DEFAULTS[c]
@@ -776,8 +816,10 @@ class _Parser:
                 cols.update(c)
                 dkw.update(d)
                 wkw.update(w)
-            if dkw["price_per_gpu_hour"] is None:
-                cols["price_per_gpu_hour"] = float(GPU_CATALOG[dkw["gpu"]].price_per_gpu_hour)
+            for c in ("price_per_gpu_hour", "compute_efficiency", "bandwidth_efficiency",
+                      "overhead_ms", "request_overhead_ms", "request_lag_passes"):  # the GPU's defaults where the config gives none
+                if dkw[c] is None:
+                    cols[c] = float(getattr(GPU_CATALOG[dkw["gpu"]], c))
             if wkw["arrival"] != "gamma":
                 wkw["arrival_cv"] = _WORKLOAD_DEFAULTS["arrival_cv"]
             cols["arrival_cv"] = float(wkw["arrival_cv"]) if wkw["arrival"] == "gamma" else None

@@ -1,15 +1,15 @@
 """Designs (the levers a capacity planner chooses) and their array form for the engine."""
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
-from .hardware import (DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_COMPUTE_EFFICIENCY,
-                       DEFAULT_PASS_OVERHEAD_MS, GPU, get_gpu)
-from .memory import DEFAULT_OVERHEAD_FRACTION, memory_budget
+from .hardware import GPU, get_gpu
+from .memory import DEFAULT_OVERHEAD_FRACTION, DEFAULT_PROFILE_TOKENS, memory_budget
 from .models import Model, get_model
 from .rng import acceptance_thresholds
 from .timing import TimingParams, timing_params
@@ -18,6 +18,7 @@ BATCHING = ("one_at_a_time", "static", "continuous")
 KV_CACHE = ("contiguous", "paged")
 GPUS = (1, 2, 4, 8)
 WEIGHT_BITS = (16, 8, 4)
+ACTIVATION_BITS = (16, 8, 4)
 KV_BITS = (16, 8)
 MAX_DRAFT_TOKENS = 16
 ROUTERS = ("round_robin", "least_outstanding")
@@ -39,15 +40,20 @@ class Design:
     block_size: int = 16  # tokens per KV block under the paged cache
     max_seq_len: int | None = None  # contiguous reservation per sequence; None: model's context
     gpus: int = 1  # tensor-parallel degree of the replica
-    weight_bits: int = 16
+    weight_bits: int = 16  # weight storage: bytes read per pass
+    activation_bits: int = 16  # precision the matrix multiplies run in: the compute peak
     kv_bits: int = 16
     draft_tokens: int = 0  # speculative draft length k (0 = off)
     acceptance: float = 0.7  # per-token acceptance probability of a drafted token
     draft_cost: float = 0.1  # cost per drafted token, as a fraction of a target decode pass
-    compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY
-    bandwidth_efficiency: float = DEFAULT_BANDWIDTH_EFFICIENCY
-    overhead_ms: float = DEFAULT_PASS_OVERHEAD_MS
+    compute_efficiency: float | None = None  # None: the GPU's default (hardware.py)
+    bandwidth_efficiency: float | None = None
+    overhead_ms: float | None = None
+    request_overhead_ms: float | None = None  # None: the GPU's default (outside the passes)
+    request_lag_passes: float | None = None  # None: the GPU's default
     memory_overhead_fraction: float = DEFAULT_OVERHEAD_FRACTION
+    gpu_memory_utilization: float | None = None  # vLLM's KV sizing instead (memory.py)
+    kv_blocks: int | None = None  # KV blocks of block_size tokens, as a server log reports
     price_per_gpu_hour: float | None = None  # None: the catalog's price
     replicas: int = 1  # identical servers behind a router (docs/model.md "Replicas")
     router: str = "round_robin"
@@ -56,6 +62,7 @@ class Design:
     kv_link_gbps: float = DEFAULT_KV_LINK_GBPS  # prefill -> decode KV transfer, Gb/s
     prefix_cache: bool = False  # reuse the KV of cached shared prefixes (paged cache only)
     prefill_chunk_tokens: int = 0  # prefill tokens per pass at most (chunked prefill; 0 = off)
+    max_num_batched_tokens: int = 0  # tokens per pass, decodes first (vLLM's budget; 0 = off)
 
     @property
     def gpu_spec(self) -> GPU:
@@ -144,11 +151,34 @@ class Design:
         integer("draft_tokens", self.draft_tokens, 0, MAX_DRAFT_TOKENS)
         number("acceptance", self.acceptance, 0.0, 1.0)
         number("draft_cost", self.draft_cost, 0.0, 10.0)
-        number("compute_efficiency", self.compute_efficiency, 0.0, 1.0, lo_open=True)
-        number("bandwidth_efficiency", self.bandwidth_efficiency, 0.0, 1.0, lo_open=True)
-        number("overhead_ms", self.overhead_ms, 0.0, 1e4)
+        allowed("activation_bits", self.activation_bits, ACTIVATION_BITS)
+        if self.activation_bits < self.weight_bits:
+            raise ValueError(f"levers.activation_bits: {self.activation_bits}-bit activations with "
+                             f"{self.weight_bits}-bit weights is not a format; allowed: "
+                             f"activation_bits >= weight_bits ({self.weight_bits})")
+        if not gpu.has_activation_bits(self.activation_bits):
+            have = [b for b in ACTIVATION_BITS if gpu.has_activation_bits(b)]
+            raise ValueError(f"levers.activation_bits: {gpu.name} has no {self.activation_bits}-bit "
+                             f"tensor peak; allowed: {', '.join(map(str, have))}")
+        for key, lo_open, hi in (("compute_efficiency", True, 1.0),
+                                 ("bandwidth_efficiency", True, 1.0), ("overhead_ms", False, 1e4),
+                                 ("request_overhead_ms", False, 1e6),
+                                 ("request_lag_passes", False, 100.0)):
+            if getattr(self, key) is not None:
+                number(key, getattr(self, key), 0.0, hi, lo_open=lo_open)
         number("memory_overhead_fraction", self.memory_overhead_fraction, 0.0, 0.99)
+        if self.gpu_memory_utilization is not None:
+            number("gpu_memory_utilization", self.gpu_memory_utilization, 0.0, 1.0, lo_open=True)
+        if self.kv_blocks is not None:
+            integer("kv_blocks", self.kv_blocks, 1, 2**31 - 1)
         integer("prefill_chunk_tokens", self.prefill_chunk_tokens, 0, 2**30)
+        integer("max_num_batched_tokens", self.max_num_batched_tokens, 0, 2**30)
+        decode_tokens = self.seats * (self.draft_tokens + 1)
+        if 0 < self.max_num_batched_tokens < decode_tokens:
+            raise ValueError(f"levers.max_num_batched_tokens: {self.max_num_batched_tokens} cannot "
+                             f"hold a pass decoding every seat ({self.seats} x "
+                             f"{self.draft_tokens + 1} tokens); allowed: 0 (no budget) or at least "
+                             f"{decode_tokens}")
         if not isinstance(self.prefix_cache, bool):
             raise ValueError(f"levers.prefix_cache: must be true or false, got "
                              f"{self.prefix_cache!r}")
@@ -164,7 +194,7 @@ class Design:
             raise ValueError(f"levers.gpus: {gpu.name} has no tensor-parallel interconnect; "
                              "allowed: 1")
         budget = self.budget()
-        if not budget.fits:
+        if not budget.fits and self.kv_blocks is None:
             raise ValueError(
                 f"design: {model.name} at {self.weight_bits}-bit weights does not fit on "
                 f"{self.gpus} x {gpu.name} (weights {budget.weights_gib:.1f} GiB, "
@@ -174,28 +204,39 @@ class Design:
         if self.total_blocks() * self.block_tokens < longest:
             raise ValueError(
                 f"design: the KV cache of {model.name} on {self.gpus} x {gpu.name} holds "
-                f"{budget.kv_tokens} tokens, less than one {longest}-token sequence; use more "
+                f"{self.kv_tokens()} tokens, less than one {longest}-token sequence; use more "
                 "gpus or fewer weight_bits")
 
     def budget(self):
         return memory_budget(self.model_spec, self.gpu_spec.memory_gib, self.gpus,
-                             self.weight_bits, self.kv_bits, self.memory_overhead_fraction)
+                             self.weight_bits, self.kv_bits, self.memory_overhead_fraction,
+                             utilization=self.gpu_memory_utilization,
+                             profile_tokens=self.max_num_batched_tokens or DEFAULT_PROFILE_TOKENS,
+                             profile_seqs=self.seats)
+
+    def kv_tokens(self) -> int:
+        """Tokens of KV cache: ``kv_blocks`` blocks when given, else the memory budget's."""
+        if self.kv_blocks is not None:
+            return self.kv_blocks * self.block_size
+        return self.budget().kv_tokens
 
     def total_blocks(self) -> int:
-        return self.budget().kv_tokens // self.block_tokens
+        return self.kv_tokens() // self.block_tokens
 
     def timing(self) -> TimingParams:
         return timing_params(
             self.model_spec, self.gpu_spec, tp=self.gpus, weight_bits=self.weight_bits,
-            kv_bits=self.kv_bits, compute_efficiency=self.compute_efficiency,
+            kv_bits=self.kv_bits, activation_bits=self.activation_bits,
+            compute_efficiency=self.compute_efficiency,
             bandwidth_efficiency=self.bandwidth_efficiency, overhead_ms=self.overhead_ms,
             draft_tokens=self.draft_tokens, draft_cost=self.draft_cost)
 
     def _one_server_features(self) -> None:
         """Prefix caching and chunked prefill are checked against the twin on one server only."""
-        if (self.prefix_cache is True or self.prefill_chunk_tokens) and (self.replicas != 1
-                                                                         or self.disaggregated):
-            key = "prefix_cache" if self.prefix_cache is True else "prefill_chunk_tokens"
+        chunking = self.prefill_chunk_tokens or self.max_num_batched_tokens
+        if (self.prefix_cache is True or chunking) and (self.replicas != 1 or self.disaggregated):
+            key = "prefix_cache" if self.prefix_cache is True else (
+                "prefill_chunk_tokens" if self.prefill_chunk_tokens else "max_num_batched_tokens")
             raise ValueError(f"levers.{key}: not yet combined with replicas or disaggregated "
                              "pools; allowed: one server (replicas = 1, no prefill_gpus)")
 
@@ -226,12 +267,15 @@ class Design:
             price_per_gpu_s=np.float64(price / 3600.0),
             prefix_cache=np.bool_(self.prefix_cache),
             prefill_chunk=np.int32(self.prefill_chunk_tokens),
+            token_budget=np.int32(self.max_num_batched_tokens),
+            request_overhead_s=np.float64((gpu.request_overhead_ms if self.request_overhead_ms
+                                           is None else self.request_overhead_ms) * 1e-3),
+            request_lag_passes=np.float64(gpu.request_lag_passes if self.request_lag_passes
+                                          is None else self.request_lag_passes),
         )
 
     def replace(self, **changes) -> "Design":
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        values.update(changes)
-        return Design(**values)
+        return dataclasses.replace(self, **changes)
 
 
 class EngineParams(NamedTuple):
@@ -250,3 +294,6 @@ class EngineParams(NamedTuple):
     price_per_gpu_s: np.ndarray  # float64, $ per GPU-second
     prefix_cache: np.ndarray  # bool: reuse cached shared prefixes
     prefill_chunk: np.ndarray  # int32: prefill tokens per pass at most, 0 = unlimited
+    token_budget: np.ndarray  # int32: tokens per pass, decodes' first, 0 = unlimited
+    request_overhead_s: np.ndarray  # float64: added to every request's TTFT and latency
+    request_lag_passes: np.ndarray  # float64: so many mean TPOTs added to them too

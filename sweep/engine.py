@@ -213,6 +213,16 @@ def _onehot(pfx):
 _NO_CHUNK = 2**30
 
 
+def smallest_chunk(p: EngineParams):
+    """The fewest prompt tokens a pass that prefills at all may prefill (0: no limit). Under a
+    token budget a seat is free or holds a prefill whenever one is due, so at most
+    ``max_batch - 1`` seats decode beside it."""
+    left = p.token_budget - (p.max_batch - 1) * (p.draft_tokens + 1)
+    return jnp.where(p.token_budget > 0,
+                     jnp.where(p.prefill_chunk > 0, jnp.minimum(p.prefill_chunk, left), left),
+                     p.prefill_chunk)
+
+
 def _unfinished(aux: Aux, s: EngineState):
     """Still simulating: not done, and within its step bound."""
     return ~s.done & (s.steps < aux.max_steps)
@@ -288,8 +298,11 @@ def _general_pass(p: EngineParams, r: Requests, aux: Aux, ext: bool, s: EngineSt
     r_need = _ceil_div(r_len + 1, p.block_tokens)
     r_own = r_need
     if ext:
-        # Mid-prefill seats take the pass's prefill budget first, in request order.
+        # A token budget covers the decodes first; mid-prefill seats then take the pass's
+        # prefill budget, in request order.
         budget = jnp.where(p.prefill_chunk > 0, p.prefill_chunk, jnp.int32(_NO_CHUNK))
+        after_decodes = p.token_budget - decoding.sum(dtype=jnp.int32) * (p.draft_tokens + 1)
+        budget = jnp.where(p.token_budget > 0, jnp.minimum(budget, after_decodes), budget)
         ahead = jnp.where(mid[None, :] & (s.seat_req[None, :] < s.seat_req[:, None]),
                           s.seat_todo[None, :], 0).sum(axis=1)
         mid_chunk = jnp.where(mid & work, jnp.clip(budget - ahead, 0, s.seat_todo), 0)
@@ -732,7 +745,8 @@ def _where(mask, a, b):
 def uses_extensions(p: EngineParams) -> bool:
     """Whether any design of a (concrete) batch caches prefixes or chunks prefills: only then
     is the engine compiled with them, so a batch without either runs the plain rules' code."""
-    return bool(np.any(np.asarray(p.prefix_cache)) or np.any(np.asarray(p.prefill_chunk) > 0))
+    return bool(np.any(np.asarray(p.prefix_cache)) or np.any(np.asarray(p.prefill_chunk) > 0)
+                or np.any(np.asarray(p.token_budget) > 0))
 
 
 def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
@@ -772,7 +786,7 @@ def _simulate_batch(p: EngineParams, r: Requests, count, *, seats: int, k_max: i
     lanes = min(lanes or m, m)
     n = r.arrival.shape[1]
     aux_of = jax.vmap(lambda rr, pp: _aux(rr, seats, max_steps,
-                                          pp.prefill_chunk if ext else None))
+                                          smallest_chunk(pp) if ext else None))
     fresh = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (lanes,) + x.shape),
                                    _init(n, seats))
     step_lanes = partial(step, k_max=k_max, lookahead=lookahead,

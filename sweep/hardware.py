@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 #: The brief's efficiency factors (seed 001: "60% of peak compute and 80% of peak bandwidth plus
-#: 0.2 ms per pass").
-DEFAULT_COMPUTE_EFFICIENCY = 0.6
-DEFAULT_BANDWIDTH_EFFICIENCY = 0.8
-DEFAULT_PASS_OVERHEAD_MS = 0.2
+#: 0.2 ms per pass"): the roofline's factors for a GPU that has not been calibrated on real runs.
+BRIEF_COMPUTE_EFFICIENCY = 0.6
+BRIEF_BANDWIDTH_EFFICIENCY = 0.8
+BRIEF_PASS_OVERHEAD_MS = 0.2
 
 
 @dataclass(frozen=True)
@@ -46,11 +46,34 @@ class GPU:
     price_per_gpu_hour: float  # default $ per GPU-hour; configs override it
     timing: str = "roofline"  # "roofline" or "linear"
     linear: LinearTiming | None = None
+    # Roofline factors used when a config gives none: fitted on real serving runs where the GPU
+    # has them (docs/validation.md), else the brief's assumptions.
+    compute_efficiency: float = BRIEF_COMPUTE_EFFICIENCY
+    bandwidth_efficiency: float = BRIEF_BANDWIDTH_EFFICIENCY
+    overhead_ms: float = BRIEF_PASS_OVERHEAD_MS
+    # Latency a request spends outside the engine's passes (the HTTP server, tokenization, the
+    # hop to the engine process and the streamed response), added to its TTFT and end-to-end
+    # latency; 0 in the brief, which times the engine alone.
+    request_overhead_ms: float = 0.0
+    # Passes a request's tokens reach the client after the rules deliver them (an engine that
+    # schedules the next step while one runs and streams a step's output during the next); each
+    # counts the run's mean time per output token. 0 in the brief.
+    request_lag_passes: float = 0.0
     source: str = field(default="", compare=False)
 
-    def tflops(self, weight_bits: int) -> float:
-        """Peak that matches the weight precision (compute runs at the quantised format's rate)."""
-        return {16: self.tflops_16bit, 8: self.tflops_8bit, 4: self.tflops_4bit}[weight_bits]
+    def tflops(self, activation_bits: int) -> float:
+        """Dense tensor peak at the precision the matrix multiplies run in: the activations'
+        (weight-only formats dequantise to 16 bits before multiplying)."""
+        return {16: self.tflops_16bit, 8: self.tflops_8bit, 4: self.tflops_4bit}[activation_bits]
+
+    def has_activation_bits(self, bits: int) -> bool:
+        """Whether the chip has a faster tensor path at this precision than the one above it
+        (a datasheet that gives no 4-bit peak repeats the 8-bit one)."""
+        if bits == 16:
+            return True
+        if bits == 8:
+            return self.tflops_8bit > self.tflops_16bit
+        return bits == 4 and self.tflops_4bit > self.tflops_8bit
 
 
 # NCCL's small-message all-reduce latency inside one NVLink/xGMI node is a few microseconds

@@ -14,10 +14,11 @@ from .workload import Requests
 
 #: Every summary metric, in output order: name -> dtype ("f8" float64, "i8" int64, "b" bool).
 METRICS = {
-    "mean_ttft_s": "f8", "p50_ttft_s": "f8", "p95_ttft_s": "f8", "p99_ttft_s": "f8",
-    "p50_tpot_ms": "f8", "p95_tpot_ms": "f8", "p99_tpot_ms": "f8",
+    "mean_ttft_s": "f8", "p50_ttft_s": "f8", "p90_ttft_s": "f8", "p95_ttft_s": "f8",
+    "p99_ttft_s": "f8",
+    "mean_tpot_ms": "f8", "p50_tpot_ms": "f8", "p95_tpot_ms": "f8", "p99_tpot_ms": "f8",
     "p95_itl_ms": "f8", "p99_itl_ms": "f8",
-    "p50_e2e_s": "f8", "p95_e2e_s": "f8",
+    "mean_e2e_s": "f8", "p50_e2e_s": "f8", "p90_e2e_s": "f8", "p95_e2e_s": "f8", "p99_e2e_s": "f8",
     "tokens_per_s": "f8", "requests": "i8", "completed": "i8", "unfinished": "i8",
     "preemptions": "i8", "peak_kv_gb": "f8", "max_queue": "i8", "cost_per_mtok": "f8",
     "mean_in_system": "f8", "utilization": "f8", "sim_time_s": "f8", "passes": "i8",
@@ -39,15 +40,20 @@ def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
     n_real = real.sum()
     t_stop = out.t_stop
     done = jnp.isfinite(out.finish)
-    ttft = jnp.where(jnp.isfinite(out.first), out.first, t_stop) - r.arrival
-    ttft = jnp.where(real, jnp.maximum(ttft, 0.0), jnp.nan)
-    e2e = jnp.where(real, jnp.maximum(jnp.where(done, out.finish, t_stop) - r.arrival, 0.0), jnp.nan)
     tpot_ok = done & (r.output > 1)
     tpot = jnp.where(tpot_ok, (out.finish - out.first) / jnp.maximum(r.output - 1, 1) * 1e3,
                      jnp.nan)
-    ttft_q = jnp.nanpercentile(ttft, jnp.array([50.0, 95.0, 99.0]))
+    mean_tpot_ms = fixed_sum(jnp.where(tpot_ok, tpot, 0.0)) / tpot_ok.sum()
+    # Outside the passes: the request overhead, and the lag of so many mean TPOTs.
+    outside = p.request_overhead_s + p.request_lag_passes * jnp.where(
+        tpot_ok.any(), mean_tpot_ms, 0.0) * 1e-3
+    ttft = jnp.where(jnp.isfinite(out.first), out.first, t_stop) - r.arrival
+    ttft = jnp.where(real, jnp.maximum(ttft, 0.0) + outside, jnp.nan)
+    e2e = jnp.where(real, jnp.maximum(jnp.where(done, out.finish, t_stop) - r.arrival, 0.0)
+                    + outside, jnp.nan)
+    ttft_q = jnp.nanpercentile(ttft, jnp.array([50.0, 90.0, 95.0, 99.0]))
     tpot_q = jnp.nanpercentile(tpot, jnp.array([50.0, 95.0, 99.0]))
-    e2e_q = jnp.nanpercentile(e2e, jnp.array([50.0, 95.0]))
+    e2e_q = jnp.nanpercentile(e2e, jnp.array([50.0, 90.0, 95.0, 99.0]))
     tokens = out.tokens.astype(jnp.float64)
     completed = done.sum()
     # Waiting (arrived, no first token yet) at the arrival of the middle and the last request.
@@ -63,11 +69,15 @@ def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
     safe_t = jnp.where(t_stop > 0, t_stop, jnp.nan)
     return {
         "mean_ttft_s": fixed_sum(jnp.where(real, ttft, 0.0)) / n_real,
-        "p50_ttft_s": ttft_q[0], "p95_ttft_s": ttft_q[1], "p99_ttft_s": ttft_q[2],
+        "p50_ttft_s": ttft_q[0], "p90_ttft_s": ttft_q[1], "p95_ttft_s": ttft_q[2],
+        "p99_ttft_s": ttft_q[3],
+        "mean_tpot_ms": mean_tpot_ms,
         "p50_tpot_ms": tpot_q[0], "p95_tpot_ms": tpot_q[1], "p99_tpot_ms": tpot_q[2],
         "p95_itl_ms": hist_percentile(out.itl_hist, 95.0) * 1e3,
         "p99_itl_ms": hist_percentile(out.itl_hist, 99.0) * 1e3,
-        "p50_e2e_s": e2e_q[0], "p95_e2e_s": e2e_q[1],
+        "mean_e2e_s": fixed_sum(jnp.where(real, e2e, 0.0)) / n_real,
+        "p50_e2e_s": e2e_q[0], "p90_e2e_s": e2e_q[1], "p95_e2e_s": e2e_q[2],
+        "p99_e2e_s": e2e_q[3],
         "tokens_per_s": tokens / safe_t,
         "requests": n_real, "completed": completed, "unfinished": n_real - completed,
         "preemptions": out.preemptions,

@@ -20,6 +20,11 @@ class Model:
     ffn: int  # intermediate (FFN) size
     vocab: int
     max_context: int  # tokens
+    # Mixture of experts: each token is routed to ``experts_per_token`` of ``experts`` routed
+    # experts per layer, whose weights are ``expert_params`` of ``params`` (0 for a dense model).
+    experts: int = 1
+    experts_per_token: int = 1
+    expert_params: float = 0.0
     source: str = field(default="", compare=False)
 
     def kv_bytes_per_token(self, kv_bits: int = 16) -> float:
@@ -28,6 +33,10 @@ class Model:
 
     def weight_bytes(self, weight_bits: int) -> float:
         return self.params * weight_bits / 8.0
+
+    def expert_bytes(self, weight_bits: int) -> float:
+        """Bytes of every routed expert's weights (a pass reads only the experts it routes to)."""
+        return self.expert_params * weight_bits / 8.0
 
 
 def _dense_params(layers, hidden, heads, kv_heads, head_dim, ffn, vocab, tied, experts=1):
@@ -105,12 +114,15 @@ def load_hf_config(path: str | Path, name: str | None = None) -> Model:
     experts = cfg.get("num_local_experts") or cfg.get("num_experts") or 1
     active = cfg.get("num_experts_per_tok") or 1
     moe_ffn = cfg.get("moe_intermediate_size") or ffn
+    top_k = min(active, experts)
     total = _dense_params(layers, hidden, heads, kv_heads, head_dim, moe_ffn, vocab, tied, experts)
     active_params = _dense_params(layers, hidden, heads, kv_heads, head_dim, moe_ffn, vocab, tied,
-                                  min(active, experts))
+                                  top_k)
     return Model(
         name=name or cfg.get("_name_or_path") or path.parent.name or path.stem,
         params=float(total), active_params=float(active_params), layers=layers, hidden=hidden,
         heads=heads, kv_heads=kv_heads, head_dim=head_dim, ffn=ffn, vocab=vocab,
-        max_context=cfg["max_position_embeddings"], source=f"Hugging Face config {path}",
+        max_context=cfg["max_position_embeddings"], experts=experts, experts_per_token=top_k,
+        expert_params=float(layers * 3 * hidden * moe_ffn * experts) if experts > 1 else 0.0,
+        source=f"Hugging Face config {path}",
     )

@@ -89,6 +89,7 @@ def simulate_reference(params: EngineParams, req: Requests,
               else [-1] * N)
     P = int(np.asarray(req.prefix_tokens))
     chunk = int(params.prefill_chunk)
+    budget = int(params.token_budget)
     end_time = float(np.asarray(req.end_time))
     seed = np.uint32(np.asarray(req.seed))
 
@@ -203,6 +204,8 @@ def simulate_reference(params: EngineParams, req: Requests,
         # Chunked prefill: the pass prefills `left` tokens at most, sequences mid-prefill first
         # (in request order), then a readmitted or admitted one while budget is left.
         left = chunk if chunk > 0 else math.inf
+        if budget > 0:  # a token budget covers the decodes first
+            left = min(left, budget - len(decoding) * (k + 1))
         prefills: list[tuple[_Seat, int, int]] = []  # (seat, chunk, tokens already in its KV)
         for s in sorted((s for s in running if s.todo > 0), key=lambda s: s.req):
             c = min(s.todo, left)
@@ -454,13 +457,16 @@ def summarize_reference(res: RefResult, req: Requests, params: EngineParams) -> 
     done = np.isfinite(res.finish) & real
 
     # Censored at t_stop: TTFT and end-to-end latency count t_stop - a_i (literally; not clipped).
-    first = np.where(np.isfinite(res.first_token), res.first_token, t_stop)
-    ttft = (first - arrival)[real]
-    end = np.where(np.isfinite(res.finish), res.finish, t_stop)
-    e2e = (end - arrival)[real]
-
     long = done & (output > 1)
     tpot_ms = ((res.finish - res.first_token) / (output - 1).clip(min=1) * 1e3)[long]
+    mean_tpot_ms = float(np.mean(tpot_ms)) if tpot_ms.size else math.nan
+    # Outside the passes: the request overhead, and the lag of so many mean TPOTs.
+    outside = float(params.request_overhead_s) + float(params.request_lag_passes) * (
+        mean_tpot_ms * 1e-3 if tpot_ms.size else 0.0)
+    first = np.where(np.isfinite(res.first_token), res.first_token, t_stop)
+    ttft = (first - arrival)[real] + outside
+    end = np.where(np.isfinite(res.finish), res.finish, t_stop)
+    e2e = (end - arrival)[real] + outside
     itl_ms = res.itl_gaps * 1e3
 
     # Waiting (arrived, no first token yet) at the arrival of the middle and the last request.
@@ -479,15 +485,20 @@ def summarize_reference(res: RefResult, req: Requests, params: EngineParams) -> 
     return {
         "mean_ttft_s": float(np.mean(ttft)) if ttft.size else math.nan,
         "p50_ttft_s": _percentile(ttft, 50),
+        "p90_ttft_s": _percentile(ttft, 90),
         "p95_ttft_s": _percentile(ttft, 95),
         "p99_ttft_s": _percentile(ttft, 99),
+        "mean_tpot_ms": mean_tpot_ms,
         "p50_tpot_ms": _percentile(tpot_ms, 50),
         "p95_tpot_ms": _percentile(tpot_ms, 95),
         "p99_tpot_ms": _percentile(tpot_ms, 99),
         "p95_itl_ms": _percentile(itl_ms, 95, "inverted_cdf"),  # nearest rank, as the engine
         "p99_itl_ms": _percentile(itl_ms, 99, "inverted_cdf"),
+        "mean_e2e_s": float(np.mean(e2e)) if e2e.size else math.nan,
         "p50_e2e_s": _percentile(e2e, 50),
+        "p90_e2e_s": _percentile(e2e, 90),
         "p95_e2e_s": _percentile(e2e, 95),
+        "p99_e2e_s": _percentile(e2e, 99),
         "tokens_per_s": _safe_div(float(tokens), t_stop),
         "completed": int(np.count_nonzero(done)),
         "unfinished": int(n - np.count_nonzero(done)),

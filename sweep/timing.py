@@ -22,9 +22,11 @@ class TimingParams(NamedTuple):
 
     flops_per_token: float  # 2 x active parameters
     attn_flops_per_pair: float  # QK^T and AV over every layer and query head, per query-key pair
-    weight_bytes: float  # bytes of weights read per pass (whole group)
+    weight_bytes: float  # bytes of every weight (whole group)
+    expert_bytes: float  # of which routed experts' (0 for a dense model)
+    expert_skip: float  # probability that one token leaves a given expert unused: 1 - k / E
     kv_bytes_per_token: float
-    flops_per_s: float  # achievable: eff_c x peak x tp
+    flops_per_s: float  # achievable: eff_c x peak(activation_bits) x tp
     bytes_per_s: float  # achievable: eff_b x bandwidth x tp
     allreduces: float  # all-reduces per pass (2 per layer under tensor parallelism, else 0)
     allreduce_latency_s: float
@@ -40,9 +42,14 @@ class TimingParams(NamedTuple):
 
 
 def timing_params(model: Model, gpu: GPU, *, tp: int = 1, weight_bits: int = 16, kv_bits: int = 16,
-                  compute_efficiency: float = 0.6, bandwidth_efficiency: float = 0.8,
-                  overhead_ms: float = 0.2, draft_tokens: int = 0,
-                  draft_cost: float = 0.1) -> TimingParams:
+                  activation_bits: int = 16, compute_efficiency: float | None = None,
+                  bandwidth_efficiency: float | None = None, overhead_ms: float | None = None,
+                  draft_tokens: int = 0, draft_cost: float = 0.1) -> TimingParams:
+    """A design's constants; a factor left at None is the GPU's default."""
+    compute_efficiency = gpu.compute_efficiency if compute_efficiency is None else compute_efficiency
+    bandwidth_efficiency = (gpu.bandwidth_efficiency if bandwidth_efficiency is None
+                            else bandwidth_efficiency)
+    overhead_ms = gpu.overhead_ms if overhead_ms is None else overhead_ms
     ar = 2.0 * model.layers if tp > 1 else 0.0
     # Ring all-reduce moves 2 (tp-1)/tp of the message over each link; activations are 16-bit.
     link = gpu.interconnect_gbs * 1e9
@@ -52,8 +59,10 @@ def timing_params(model: Model, gpu: GPU, *, tp: int = 1, weight_bits: int = 16,
         flops_per_token=2.0 * model.active_params,
         attn_flops_per_pair=4.0 * model.layers * model.heads * model.head_dim,
         weight_bytes=model.weight_bytes(weight_bits),
+        expert_bytes=model.expert_bytes(weight_bits),
+        expert_skip=1.0 - model.experts_per_token / model.experts,
         kv_bytes_per_token=model.kv_bytes_per_token(kv_bits),
-        flops_per_s=compute_efficiency * gpu.tflops(weight_bits) * 1e12 * tp,
+        flops_per_s=compute_efficiency * gpu.tflops(activation_bits) * 1e12 * tp,
         bytes_per_s=bandwidth_efficiency * gpu.bandwidth_tbs * 1e12 * tp,
         allreduces=ar,
         allreduce_latency_s=gpu.allreduce_latency_us * 1e-6,
@@ -69,18 +78,23 @@ def timing_params(model: Model, gpu: GPU, *, tp: int = 1, weight_bits: int = 16,
     )
 
 
-def pass_work(p: TimingParams, tokens, pairs, context_read):
+def pass_work(p: TimingParams, tokens, pairs, context_read, xp=np):
     """FLOPs and bytes of a target pass that processes ``tokens`` new tokens whose attention
-    covers ``pairs`` query-key pairs and reads ``context_read`` cached tokens' KV."""
+    covers ``pairs`` query-key pairs and reads ``context_read`` cached tokens' KV.
+
+    A mixture-of-experts pass reads only the experts its tokens route to: with top-k of E
+    experts routed independently, an expert is unused by all T tokens with probability
+    ``(1 - k/E)^T``, so ``E (1 - (1 - k/E)^T)`` experts per layer are read in expectation."""
     flops = p.flops_per_token * tokens + p.attn_flops_per_pair * pairs
-    nbytes = p.weight_bytes + p.kv_bytes_per_token * (context_read + tokens)
+    unread = p.expert_bytes * xp.power(p.expert_skip, tokens)
+    nbytes = p.weight_bytes - unread + p.kv_bytes_per_token * (context_read + tokens)
     return flops, nbytes
 
 
 def _target_time(p: TimingParams, prefill_tokens, prefill_pairs, decode_tokens, decode_pairs,
                  context_read, xp):
     tokens = prefill_tokens + decode_tokens
-    flops, nbytes = pass_work(p, tokens, prefill_pairs + decode_pairs, context_read)
+    flops, nbytes = pass_work(p, tokens, prefill_pairs + decode_pairs, context_read, xp)
     roof = (xp.maximum(flops / p.flops_per_s, nbytes / p.bytes_per_s)
             + p.allreduces * (p.allreduce_latency_s + p.allreduce_s_per_token * tokens)
             + p.overhead_s)
@@ -106,15 +120,16 @@ def ops_per_byte(model: Model, tokens: int, context_read: int = 0, weight_bits: 
                  kv_bits: int = 16) -> float:
     """Arithmetic intensity (FLOPs per byte moved) of a pass processing ``tokens`` tokens.
     Seed 003's analysis ignores attention and KV traffic: pass ``context_read=0``."""
-    p = timing_params(model, _UNIT_GPU, weight_bits=weight_bits, kv_bits=kv_bits)
+    p = timing_params(model, _UNIT_GPU, weight_bits=weight_bits, kv_bits=kv_bits,
+                      compute_efficiency=1.0, bandwidth_efficiency=1.0, overhead_ms=0.0)
     pairs = 0 if context_read == 0 else tokens * context_read
     flops, nbytes = pass_work(p, tokens, pairs, context_read)
     return flops / nbytes
 
 
-def crossover_ops_per_byte(gpu: GPU, weight_bits: int = 16) -> float:
+def crossover_ops_per_byte(gpu: GPU, activation_bits: int = 16) -> float:
     """Ops:byte at which a pass turns from bandwidth- to compute-bound (peak FLOP/s / bytes/s)."""
-    return gpu.tflops(weight_bits) / gpu.bandwidth_tbs
+    return gpu.tflops(activation_bits) / gpu.bandwidth_tbs
 
 
 _UNIT_GPU = GPU("unit", 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0)

@@ -25,7 +25,7 @@ _KINDS = ARRIVALS + ("trace",)
 POISSON, CONSTANT, GAMMA, TRACE = range(4)
 MAX_ARRIVAL_CV = 10.0
 #: Distinct shared prefixes a workload may have: the engine keeps one cache slot per prefix.
-MAX_PREFIXES = 64
+MAX_PREFIXES = 128
 DISTS = ("fixed", "exponential", "uniform", "lognormal")
 
 

@@ -16,8 +16,8 @@ PASSES = CAL / "h100_llama3_8b_passes.csv"
 
 
 def test_the_fit_recovers_the_factors_of_the_shipped_measurements():
-    _, tp = roofline("H100-SXM", get_model("Llama-3-8B"))
-    f = fit(tp, read_measurements(PASSES))  # made with 0.55, 0.75, 0.35 ms and 2% noise
+    gpu, tp = roofline("H100-SXM", get_model("Llama-3-8B"))
+    f = fit(tp, read_measurements(PASSES), gpu)  # made with 0.55, 0.75, 0.35 ms and 2% noise
     assert f.compute_efficiency == pytest.approx(0.55, rel=0.03)
     assert f.bandwidth_efficiency == pytest.approx(0.75, rel=0.03)
     assert f.overhead_ms == pytest.approx(0.35, rel=0.15)
@@ -29,7 +29,7 @@ def test_request_latencies_on_two_gpus_are_fitted_exactly(tmp_path):
     """Noise-free TTFT and end-to-end times of requests served one at a time (a prefill, then
     o - 1 single-sequence decodes), with tensor-parallel all-reduces: the factors come back."""
     model = get_model("Mistral-7B")
-    _, unit = roofline("A100-80GB", model, gpus=2, weight_bits=8)
+    gpu, unit = roofline("A100-80GB", model, gpus=2, weight_bits=8)
     true = unit._replace(flops_per_s=unit.flops_per_s * 0.45,
                          bytes_per_s=unit.bytes_per_s * 0.7, overhead_s=0.5e-3)
     rng = np.random.default_rng(1)
@@ -40,7 +40,7 @@ def test_request_latencies_on_two_gpus_are_fitted_exactly(tmp_path):
         lines.append(f"{p},{o},{float(ttft)!r},{float(ttft + decode)!r}")
     csv = tmp_path / "req.csv"
     csv.write_text("\n".join(lines) + "\n")
-    f = fit(unit, read_measurements(csv))
+    f = fit(unit, read_measurements(csv), gpu)
     assert (f.compute_efficiency, f.bandwidth_efficiency, f.overhead_ms) == pytest.approx(
         (0.45, 0.7, 0.5), rel=1e-6)
     assert f.r2 == pytest.approx(1.0) and f.max_relative_error < 1e-9
@@ -48,14 +48,14 @@ def test_request_latencies_on_two_gpus_are_fitted_exactly(tmp_path):
 
 def test_decode_only_measurements_leave_compute_at_its_default(tmp_path):
     csv = tmp_path / "dec.csv"
-    _, unit = roofline("H100-SXM", get_model("Llama-3-8B"))
+    gpu, unit = roofline("H100-SXM", get_model("Llama-3-8B"))
     true = unit._replace(bytes_per_s=unit.bytes_per_s * 0.7, overhead_s=1e-4)
     rows = [(0, s, s * 500) for s in (1, 4, 16, 64, 128)]
     csv.write_text("prefill_tokens,decode_seqs,context_tokens,seconds\n" + "".join(
         f"{p},{s},{c},{float(pass_time(true, p, 0, s, c))!r}\n" for p, s, c in rows))
-    f = fit(unit, read_measurements(csv))
+    f = fit(unit, read_measurements(csv), gpu)
     assert f.identified == ("bandwidth_efficiency", "overhead_ms")
-    assert f.compute_efficiency == 0.6 and f.bandwidth_efficiency == pytest.approx(0.7)
+    assert f.compute_efficiency == gpu.compute_efficiency and f.bandwidth_efficiency == pytest.approx(0.7)
 
 
 def test_cli_writes_a_profile_that_a_config_names(tmp_path, capsys):

@@ -43,13 +43,16 @@ def test_seed000_figures_within_tolerance(lesson, strategy):
 
 # ------------------------------------------------------------------- seed 001: serve a model
 BRIEF = Workload()  # 16 req/s for 60 s, exponential 1024/256 tokens, 60 s drain
-START = Design(batching="static", kv_cache="contiguous")  # H100, Llama-3-8B, 1 GPU, 16-bit
+# H100, Llama-3-8B, 1 GPU, 16-bit, with the brief's roofline (not the H100's fitted defaults).
+START = Design(batching="static", kv_cache="contiguous", compute_efficiency=0.6,
+               bandwidth_efficiency=0.8, overhead_ms=0.2, request_overhead_ms=0.0)
 CB = START.replace(batching="continuous", kv_cache="paged")
 STORY = {
     "start": START,
     "cb_paged": CB,
     "two_gpus": CB.replace(gpus=2),
     "bf16_spec": CB.replace(draft_tokens=4),
+    "int8": CB.replace(weight_bits=8),
     "int8_spec2": CB.replace(weight_bits=8, draft_tokens=2),
     "int8_spec4": CB.replace(weight_bits=8, draft_tokens=4),
     "int4_spec4": CB.replace(weight_bits=4, draft_tokens=4),
@@ -91,6 +94,9 @@ def test_seed001_two_gpus_fix_itl_over_the_ceiling(brief):
 def test_seed001_int8_with_speculation_passes_and_int4_is_cheapest(brief):
     for name in ("int8_spec2", "int8_spec4"):
         assert passes(brief.loc[name]), name
+    # Weight-only 8-bit computes at the 16-bit peak: without a draft its prefill stalls keep
+    # the p95 inter-token interval over the limit.
+    assert brief.loc["int8", "p95_itl_ms"] > 15.0
     assert passes(brief.loc["int4_spec4"])
     assert brief["cost_per_mtok"].idxmin() == "int4_spec4"
     assert not brief["truncated"].any()

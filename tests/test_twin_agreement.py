@@ -9,7 +9,9 @@ import pytest
 from sweep.api import run_batch, stack
 from sweep.design import Design
 from sweep.engine import ITL_LOG_WIDTH, simulate_batch
+from sweep.models import Model
 from sweep.reference import simulate_reference, summarize_reference
+from sweep.timing import TimingParams
 from sweep.trace import Trace
 from sweep.workload import Lengths, Workload, sample_n
 
@@ -183,14 +185,27 @@ def test_bursty_and_trace_workloads_agree_with_the_twin():
     assert sum(int(x) > 0 for x in out.preemptions) >= 5
 
 
+#: A small mixture of experts (Llama-3.2-1B's attention, 8 experts of top-2 routing).
+TINY_MOE = Model("tiny-moe", 3.9e9, 1.5e9, 16, 2048, 32, 8, 64, 4096, 128256, 131072,
+                 experts=8, experts_per_token=2, expert_params=3.2e9)
+
+
 def _extension_case(rng: np.random.Generator, i: int):
-    """A random design with prefix caching (paged designs) and/or chunked prefill, on a workload
-    that shares prefixes."""
+    """A random design with prefix caching (paged designs), chunked prefill and/or a token
+    budget (decodes first), some of a mixture-of-experts model, on a workload that shares
+    prefixes."""
     d, p, small = _random_design(rng, i)
     chunk = int(rng.choice([0, 0, 1, 16, 64, 200]))
     cache = d.kv_cache == "paged" and rng.random() < 0.8
-    d = d.replace(prefix_cache=cache, prefill_chunk_tokens=chunk)
-    p = p._replace(prefix_cache=np.bool_(cache), prefill_chunk=np.int32(chunk))
+    # Budgets from the smallest allowed (one decode per seat) to a few prefill tokens more.
+    extra = int(rng.choice([-1, -1, 0, 1, 5, 40]))  # -1: no budget
+    budget = 0 if extra < 0 else d.seats * (d.draft_tokens + 1) + extra
+    d = d.replace(prefix_cache=cache, prefill_chunk_tokens=chunk, max_num_batched_tokens=budget)
+    p = p._replace(prefix_cache=np.bool_(cache), prefill_chunk=np.int32(chunk),
+                   token_budget=np.int32(budget))
+    if d.gpu != "Apple-M3-Max" and rng.random() < 0.3:
+        d = d.replace(model=TINY_MOE)
+        p = p._replace(timing=TimingParams(*(np.float64(v) for v in d.timing())))
     wl = Workload(
         arrival_rate=2000.0 if small else float(rng.choice([20.0, 200.0, 2000.0])),
         duration_s=None, num_requests=int(rng.integers(20, N_REQ + 1)),
@@ -198,7 +213,7 @@ def _extension_case(rng: np.random.Generator, i: int):
         arrival=str(rng.choice(["poisson", "constant"])),
         prompt_tokens=DISTS[int(rng.integers(len(DISTS)))],
         output_tokens=Lengths("uniform", 0, 20, 80) if small else OUTS[int(rng.integers(4))],
-        prefix_count=int(rng.choice([1, 3, 8, 64])),
+        prefix_count=int(rng.choice([1, 3, 8, 128])),
         prefix_tokens=int(rng.choice([8, 24, 64, 128])),
         prefix_share=float(rng.choice([0.3, 0.8, 1.0])))
     return d, p, sample_n(wl, int(rng.integers(0, 2**31)), CONTEXT, N_REQ)
@@ -236,6 +251,10 @@ def test_extension_cases_cover_the_features(extension_cases):
     designs, _, _, out, mets = extension_cases
     cached = np.array([d.prefix_cache for d in designs])
     chunked = np.array([d.prefill_chunk_tokens > 0 for d in designs])
+    budgeted = np.array([d.max_num_batched_tokens > 0 for d in designs])
+    moe = np.array([d.model is TINY_MOE for d in designs])
+    assert budgeted.sum() >= 10 and (budgeted & ~chunked).sum() >= 5
+    assert moe.sum() >= 8 and (moe & budgeted).sum() >= 2
     assert (cached & chunked).sum() >= 5 and (cached & ~chunked).sum() >= 5
     assert (~cached & chunked).sum() >= 5
     assert (mets["prefill_tokens_saved"][cached] > 0).sum() >= 10
