@@ -7,7 +7,12 @@
   ``L (L + 1) / 2``, one prompt of ``L = prefill_tokens``);
 - request latencies measured one request at a time on an idle server: ``prompt_tokens,
   output_tokens, ttft_s, e2e_s``. TTFT is then one prefill pass, and ``e2e_s - ttft_s`` the sum
-  of ``output_tokens - 1`` single-sequence decode passes over a growing context.
+  of ``output_tokens - 1`` single-sequence decode passes over a growing context;
+- static-batch times as the Splitwise simulator publishes them (``perf_model.csv``: ``model,
+  hardware, tensor_parallel, prompt_size, batch_size, token_size, prompt_time, token_time``, in
+  ms): the rows of the ``--gpu`` (``h100-80gb`` is H100-SXM, ``a100-80gb`` A100-80GB) at
+  ``--gpus``; each gives a prefill pass of ``batch_size`` prompts and a decode step of
+  ``batch_size`` sequences at their mean context, ``prompt_size + token_size / 2``.
 
 It fits ``compute_efficiency``, ``bandwidth_efficiency`` (each in (0, 1]) and ``overhead_ms``
 (>= 0) by least squares on relative errors (a 0.1 ms pass counts as much as a 100 ms one):
@@ -33,6 +38,10 @@ from .timing import pass_time, pass_work, timing_params
 
 PASS_COLUMNS = ("prefill_tokens", "decode_seqs", "context_tokens", "seconds")
 REQUEST_COLUMNS = ("prompt_tokens", "output_tokens", "ttft_s", "e2e_s")
+SPLITWISE_COLUMNS = ("hardware", "tensor_parallel", "prompt_size", "batch_size", "token_size",
+                     "prompt_time", "token_time")
+#: Splitwise's hardware names for catalog GPUs.
+SPLITWISE_GPUS = {"H100-SXM": "h100-80gb", "A100-80GB": "a100-80gb"}
 PROFILE_KEYS = ("gpu", "compute_efficiency", "bandwidth_efficiency", "overhead_ms")
 FACTORS = ("compute_efficiency", "bandwidth_efficiency", "overhead_ms")
 #: Each factor's range (lowest, highest, lowest excluded): Design.validate's.
@@ -88,8 +97,10 @@ def _column(df, path, name, integer: bool, low: float) -> np.ndarray:
     return x
 
 
-def read_measurements(path: str | Path) -> Passes:
-    """The measurements CSV as observations of passes; every refusal is one ``ValueError``."""
+def read_measurements(path: str | Path, gpu: str | None = None, gpus: int = 1,
+                      model: str | None = None) -> Passes:
+    """The measurements CSV as observations of passes; every refusal is one ``ValueError``.
+    ``gpu``, ``gpus`` and ``model`` (the file's model column) select a Splitwise file's rows."""
     import pandas as pd
 
     path = Path(path)
@@ -111,10 +122,13 @@ def read_measurements(path: str | Path) -> Passes:
         passes = Passes(np.arange(len(df)), pre, pairs, seqs, ctx, sec)
     elif all(c in df.columns for c in REQUEST_COLUMNS):
         passes = _request_passes(df, path)
+    elif all(c in df.columns for c in SPLITWISE_COLUMNS):
+        passes = _splitwise_passes(_splitwise_rows(df, path, gpu, gpus, model), path)
     else:
         raise _fail(path, f"missing columns (has: {', '.join(map(str, df.columns[:8]))}); "
-                          f"allowed: {', '.join(PASS_COLUMNS)} [, prefill_pairs] or "
-                          f"{', '.join(REQUEST_COLUMNS)}")
+                          f"allowed: {', '.join(PASS_COLUMNS)} [, prefill_pairs], "
+                          f"{', '.join(REQUEST_COLUMNS)} or Splitwise's "
+                          f"{', '.join(SPLITWISE_COLUMNS)}")
     if len(passes.seconds) < len(FACTORS):
         raise _fail(path, f"{len(passes.seconds)} measurements; allowed: at least "
                           f"{len(FACTORS)} to fit {len(FACTORS)} factors")
@@ -152,6 +166,52 @@ def _request_passes(df, path) -> Passes:
         seconds=np.concatenate([ttft, (e2e - ttft)[dec]]))
 
 
+def _splitwise_rows(df, path, gpu, gpus, model):
+    """The rows of one GPU, tensor-parallel degree and model of a Splitwise file."""
+    if gpu not in SPLITWISE_GPUS:
+        raise _fail(path, f"Splitwise measurements name no {gpu}; allowed: --gpu "
+                          f"{', '.join(SPLITWISE_GPUS)}")
+    rows = df[(df["hardware"] == SPLITWISE_GPUS[gpu])
+              & (_numeric(df["tensor_parallel"]) == gpus)]
+    if "model" in df.columns:
+        names = sorted(map(str, rows["model"].unique()))
+        if model is None and len(names) > 1:
+            raise _fail(path, f"rows of {len(names)} models; allowed: --measured-model "
+                              f"{', '.join(names)}")
+        if model is not None:
+            if model not in names:
+                raise _fail(path, f"--measured-model {model!r} has no rows for {gpu} at "
+                                  f"--gpus {gpus}; allowed: {', '.join(names) or 'none'}")
+            rows = rows[rows["model"] == model]
+    if rows.empty:
+        raise _fail(path, f"no rows for {gpu} ({SPLITWISE_GPUS[gpu]}) at tensor_parallel "
+                          f"{gpus}")
+    return rows.reset_index(drop=True)
+
+
+def _numeric(x):
+    import pandas as pd
+
+    return pd.to_numeric(x, errors="coerce")
+
+
+def _splitwise_passes(df, path) -> Passes:
+    prompt = _column(df, path, "prompt_size", True, 1)
+    batch = _column(df, path, "batch_size", True, 1)
+    out = _column(df, path, "token_size", True, 0)
+    prefill_s = _column(df, path, "prompt_time", False, 0) * 1e-3
+    decode_s = _column(df, path, "token_time", False, 0) * 1e-3
+    n = len(df)
+    zeros = np.zeros(n)
+    return Passes(
+        obs=np.arange(2 * n),
+        prefill_tokens=np.concatenate([prompt * batch, zeros]),
+        prefill_pairs=np.concatenate([batch * prompt * (prompt + 1) / 2, zeros]),
+        decode_seqs=np.concatenate([zeros, batch]),
+        context_tokens=np.concatenate([zeros, batch * (prompt + out / 2)]),
+        seconds=np.concatenate([prefill_s, decode_s]))
+
+
 def roofline(gpu_name: str, model, gpus: int = 1, weight_bits: int = 16, kv_bits: int = 16):
     """The GPU and its timing parameters at full efficiency and no overhead (what the factors
     scale), the levers checked like a design's."""
@@ -169,16 +229,18 @@ def roofline(gpu_name: str, model, gpus: int = 1, weight_bits: int = 16, kv_bits
     if gpus > 1 and gpu.interconnect_gbs <= 0:
         raise ValueError(f"--gpus: {gpu.name} has no tensor-parallel interconnect; allowed: 1")
     return gpu, timing_params(model, gpu, tp=gpus, weight_bits=weight_bits, kv_bits=kv_bits,
-                              compute_efficiency=1.0, bandwidth_efficiency=1.0, overhead_ms=0.0)
+                              compute_efficiency=1.0, bandwidth_efficiency=1.0,
+                              kv_bandwidth_efficiency=1.0, overhead_ms=0.0)
 
 
 def _terms(tp, m: Passes):
     """Per pass: seconds at full compute efficiency, at full bandwidth efficiency, and of
     all-reduces (the parts of ``timing.pass_time`` the factors scale; no speculation)."""
     tokens = m.prefill_tokens + m.decode_seqs
-    flops, nbytes = pass_work(tp, tokens, m.prefill_pairs + m.context_tokens, m.context_tokens)
+    flops, weights, kv = pass_work(tp, tokens, m.prefill_pairs + m.context_tokens,
+                                   m.context_tokens)
     comm = tp.allreduces * (tp.allreduce_latency_s + tp.allreduce_s_per_token * tokens)
-    return flops / tp.flops_per_s, nbytes / tp.bytes_per_s, comm
+    return flops / tp.flops_per_s, weights / tp.bytes_per_s + kv / tp.kv_bytes_per_s, comm
 
 
 def _solve(a, b, c, m: Passes, x0, w):
@@ -213,6 +275,7 @@ def _solve(a, b, c, m: Passes, x0, w):
 
 def _predict(tp, m: Passes, x) -> np.ndarray:
     fitted = tp._replace(flops_per_s=tp.flops_per_s / x[0], bytes_per_s=tp.bytes_per_s / x[1],
+                         kv_bytes_per_s=tp.kv_bytes_per_s / x[1],
                          overhead_s=x[2])
     per_pass = pass_time(fitted, m.prefill_tokens, m.prefill_pairs, m.decode_seqs,
                          m.context_tokens)

@@ -105,12 +105,16 @@ def _parser() -> argparse.ArgumentParser:
                                            "pass times or request latencies")
     cal.add_argument("measurements", help="CSV: prefill_tokens, decode_seqs, context_tokens, "
                                           "seconds; or prompt_tokens, output_tokens, ttft_s, "
-                                          "e2e_s (one request at a time)")
+                                          "e2e_s (one request at a time); or Splitwise's "
+                                          "perf_model.csv")
     cal.add_argument("--gpu", required=True, help="catalog GPU the measurements ran on")
     cal.add_argument("--model", required=True, help="catalog model, or a config.json path")
     cal.add_argument("--gpus", type=_positive_int, default=1, help="tensor-parallel degree")
     cal.add_argument("--weight-bits", type=_positive_int, default=16)
     cal.add_argument("--kv-bits", type=_positive_int, default=16)
+    cal.add_argument("--measured-model",
+                     help="of a Splitwise perf_model.csv with several models: the model column's "
+                          "value to fit")
     cal.add_argument("--out", help="profile to write (default: MEASUREMENTS with .profile.toml)")
     cal.add_argument("--force", action="store_true", help="overwrite an existing profile")
 
@@ -354,7 +358,7 @@ def _cmd_calibrate(args) -> int:
     out = Path(args.out) if args.out else meas.with_suffix(".profile.toml")
     if out.exists() and not args.force:
         raise UsageError(f"{out}: already exists; use --force to overwrite")
-    f = fit(tp, _checked(read_measurements, meas), gpu)
+    f = fit(tp, _checked(read_measurements, meas, gpu.name, args.gpus, args.measured_model), gpu)
     print(f"{model.name} on {args.gpus} x {gpu.name}, {args.weight_bits}-bit weights: "
           f"compute_efficiency {f.compute_efficiency:.4f}, bandwidth_efficiency "
           f"{f.bandwidth_efficiency:.4f}, overhead_ms {f.overhead_ms:.4f}")

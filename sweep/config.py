@@ -31,7 +31,8 @@ from .workload import ARRIVALS, Lengths, Workload
 
 #: Grid columns, in the order every ``Point.columns`` (and the results' Parquet) has them.
 COLUMNS: list[str] = [
-    "gpu", "price_per_gpu_hour", "compute_efficiency", "bandwidth_efficiency", "overhead_ms",
+    "gpu", "price_per_gpu_hour", "compute_efficiency", "bandwidth_efficiency",
+    "kv_bandwidth_efficiency", "overhead_ms",
     "request_overhead_ms", "request_lag_passes", "memory_overhead_fraction",
     "gpu_memory_utilization",
     "model",
@@ -66,7 +67,8 @@ MAX_REQUESTS = 10_000_000  # Workload.validate's bound on num_requests, applied 
 # Value kinds: "num" (finite number -> float), "int" (integer, not bool), "bool", "str",
 # "lengths".
 HARDWARE_KEYS = {"gpu": "str", "price_per_gpu_hour": "num", "compute_efficiency": "num",
-                 "bandwidth_efficiency": "num", "overhead_ms": "num",
+                 "bandwidth_efficiency": "num", "kv_bandwidth_efficiency": "num",
+                 "overhead_ms": "num",
                  "request_overhead_ms": "num", "request_lag_passes": "num",
                  "memory_overhead_fraction": "num", "gpu_memory_utilization": "num",
                  "profile": "str"}
@@ -816,10 +818,15 @@ class _Parser:
                 cols.update(c)
                 dkw.update(d)
                 wkw.update(w)
+            gpu = GPU_CATALOG[dkw["gpu"]]
             for c in ("price_per_gpu_hour", "compute_efficiency", "bandwidth_efficiency",
-                      "overhead_ms", "request_overhead_ms", "request_lag_passes"):  # the GPU's defaults where the config gives none
-                if dkw[c] is None:
-                    cols[c] = float(getattr(GPU_CATALOG[dkw["gpu"]], c))
+                      "overhead_ms", "request_overhead_ms", "request_lag_passes"):
+                if dkw[c] is None:  # the GPU's default
+                    cols[c] = float(getattr(gpu, c))
+            if dkw["kv_bandwidth_efficiency"] is None:  # the weights' if given, else the GPU's
+                kv = gpu.kv_bandwidth_efficiency
+                cols["kv_bandwidth_efficiency"] = float(kv) if kv is not None and dkw[
+                    "bandwidth_efficiency"] is None else cols["bandwidth_efficiency"]
             if wkw["arrival"] != "gamma":
                 wkw["arrival_cv"] = _WORKLOAD_DEFAULTS["arrival_cv"]
             cols["arrival_cv"] = float(wkw["arrival_cv"]) if wkw["arrival"] == "gamma" else None

@@ -48,6 +48,7 @@ class Design:
     draft_cost: float = 0.1  # cost per drafted token, as a fraction of a target decode pass
     compute_efficiency: float | None = None  # None: the GPU's default (hardware.py)
     bandwidth_efficiency: float | None = None
+    kv_bandwidth_efficiency: float | None = None  # None: the GPU's, else bandwidth_efficiency
     overhead_ms: float | None = None
     request_overhead_ms: float | None = None  # None: the GPU's default (outside the passes)
     request_lag_passes: float | None = None  # None: the GPU's default
@@ -161,7 +162,8 @@ class Design:
             raise ValueError(f"levers.activation_bits: {gpu.name} has no {self.activation_bits}-bit "
                              f"tensor peak; allowed: {', '.join(map(str, have))}")
         for key, lo_open, hi in (("compute_efficiency", True, 1.0),
-                                 ("bandwidth_efficiency", True, 1.0), ("overhead_ms", False, 1e4),
+                                 ("bandwidth_efficiency", True, 1.0),
+                                 ("kv_bandwidth_efficiency", True, 1.0), ("overhead_ms", False, 1e4),
                                  ("request_overhead_ms", False, 1e6),
                                  ("request_lag_passes", False, 100.0)):
             if getattr(self, key) is not None:
@@ -228,7 +230,8 @@ class Design:
             self.model_spec, self.gpu_spec, tp=self.gpus, weight_bits=self.weight_bits,
             kv_bits=self.kv_bits, activation_bits=self.activation_bits,
             compute_efficiency=self.compute_efficiency,
-            bandwidth_efficiency=self.bandwidth_efficiency, overhead_ms=self.overhead_ms,
+            bandwidth_efficiency=self.bandwidth_efficiency,
+            kv_bandwidth_efficiency=self.kv_bandwidth_efficiency, overhead_ms=self.overhead_ms,
             draft_tokens=self.draft_tokens, draft_cost=self.draft_cost)
 
     def _one_server_features(self) -> None:

@@ -51,6 +51,9 @@ class GPU:
     compute_efficiency: float = BRIEF_COMPUTE_EFFICIENCY
     bandwidth_efficiency: float = BRIEF_BANDWIDTH_EFFICIENCY
     overhead_ms: float = BRIEF_PASS_OVERHEAD_MS
+    # Reading the KV cache (paged attention gathers many small blocks) may reach less of the
+    # bandwidth than streaming weights; None: the same as the weights.
+    kv_bandwidth_efficiency: float | None = None
     # Latency a request spends outside the engine's passes (the HTTP server, tokenization, the
     # hop to the engine process and the streamed response), added to its TTFT and end-to-end
     # latency; 0 in the brief, which times the engine alone.
@@ -93,10 +96,23 @@ LESSON_LAPTOP_FIT = LinearTiming(
     source="fit to seed 000's figures (343/299/154 tokens/s, 22 ms/5.3 s/33.7 s median TTFT)",
 )
 
+#: The H100's factors fitted on real vLLM 0.15.1 runs (validation/fit.py on validation/fit/:
+#: the 'general' workload of Llama-2-7B, CodeLlama-34B and Mixtral-8x7B, both stages; see
+#: docs/validation.md). The A100's are these scaled by its measured ratio to the H100 in the
+#: Splitwise pass times (compute 2.26x slower against a 3.17x datasheet ratio, clipped to 100%;
+#: bandwidth 1.47x slower against 1.64x); its host-side terms are the H100's.
+H100_VLLM_FIT = {"compute_efficiency": 0.9, "bandwidth_efficiency": 0.85, "overhead_ms": 1.5,
+                 "request_overhead_ms": 0.0, "request_lag_passes": 1.71}
+
 CATALOG: dict[str, GPU] = {
     g.name: g
     for g in (
         GPU("H100-SXM", 80, 3.35, 989.4, 1978.9, 1978.9, 450, _NVLINK_AR_US, 2.0,
+            compute_efficiency=H100_VLLM_FIT["compute_efficiency"],
+            bandwidth_efficiency=H100_VLLM_FIT["bandwidth_efficiency"],
+            overhead_ms=H100_VLLM_FIT["overhead_ms"],
+            request_overhead_ms=H100_VLLM_FIT["request_overhead_ms"],
+            request_lag_passes=H100_VLLM_FIT["request_lag_passes"],
             source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): 3.35 TB/s HBM3, BF16 989 TF, "
                    "FP8 1979 TF dense; NVLink 4 900 GB/s bidirectional; no INT4 tensor cores; "
                    "$2/GPU-h per seed 001"),
@@ -104,6 +120,10 @@ CATALOG: dict[str, GPU] = {
             source="NVIDIA H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, same compute as H100; "
                    "price an assumed cloud on-demand rate"),
         GPU("A100-80GB", 80, 2.039, 312.0, 624.0, 1248.0, 300, _NVLINK_AR_US, 1.5,
+            compute_efficiency=1.0, bandwidth_efficiency=0.948,
+            overhead_ms=H100_VLLM_FIT["overhead_ms"],
+            request_overhead_ms=H100_VLLM_FIT["request_overhead_ms"],
+            request_lag_passes=H100_VLLM_FIT["request_lag_passes"],
             source="NVIDIA A100 datasheet (80GB SXM): 2,039 GB/s HBM2e, BF16 312 TF, INT8 624 TOPS, "
                    "INT4 1248 TOPS dense; NVLink 3 600 GB/s bidirectional; price assumed"),
         GPU("L40S", 48, 0.864, 362.05, 733.0, 733.0, 32, _PCIE_AR_US, 1.0,

@@ -27,7 +27,8 @@ class TimingParams(NamedTuple):
     expert_skip: float  # probability that one token leaves a given expert unused: 1 - k / E
     kv_bytes_per_token: float
     flops_per_s: float  # achievable: eff_c x peak(activation_bits) x tp
-    bytes_per_s: float  # achievable: eff_b x bandwidth x tp
+    bytes_per_s: float  # achievable for weights: eff_b x bandwidth x tp
+    kv_bytes_per_s: float  # achievable for the KV cache: eff_kv x bandwidth x tp
     allreduces: float  # all-reduces per pass (2 per layer under tensor parallelism, else 0)
     allreduce_latency_s: float
     allreduce_s_per_token: float  # ring all-reduce of one token's activations, seconds
@@ -43,9 +44,15 @@ class TimingParams(NamedTuple):
 
 def timing_params(model: Model, gpu: GPU, *, tp: int = 1, weight_bits: int = 16, kv_bits: int = 16,
                   activation_bits: int = 16, compute_efficiency: float | None = None,
-                  bandwidth_efficiency: float | None = None, overhead_ms: float | None = None,
+                  bandwidth_efficiency: float | None = None,
+                  kv_bandwidth_efficiency: float | None = None, overhead_ms: float | None = None,
                   draft_tokens: int = 0, draft_cost: float = 0.1) -> TimingParams:
-    """A design's constants; a factor left at None is the GPU's default."""
+    """A design's constants; a factor left at None is the GPU's default. The KV cache's
+    bandwidth efficiency, left at None, is the weights' when those are given, else the GPU's
+    own (or the GPU's weights' where it has none)."""
+    if kv_bandwidth_efficiency is None:
+        kv_bandwidth_efficiency = bandwidth_efficiency if bandwidth_efficiency is not None else (
+            gpu.kv_bandwidth_efficiency or gpu.bandwidth_efficiency)
     compute_efficiency = gpu.compute_efficiency if compute_efficiency is None else compute_efficiency
     bandwidth_efficiency = (gpu.bandwidth_efficiency if bandwidth_efficiency is None
                             else bandwidth_efficiency)
@@ -64,6 +71,7 @@ def timing_params(model: Model, gpu: GPU, *, tp: int = 1, weight_bits: int = 16,
         kv_bytes_per_token=model.kv_bytes_per_token(kv_bits),
         flops_per_s=compute_efficiency * gpu.tflops(activation_bits) * 1e12 * tp,
         bytes_per_s=bandwidth_efficiency * gpu.bandwidth_tbs * 1e12 * tp,
+        kv_bytes_per_s=kv_bandwidth_efficiency * gpu.bandwidth_tbs * 1e12 * tp,
         allreduces=ar,
         allreduce_latency_s=gpu.allreduce_latency_us * 1e-6,
         allreduce_s_per_token=ar_per_token,
@@ -79,23 +87,23 @@ def timing_params(model: Model, gpu: GPU, *, tp: int = 1, weight_bits: int = 16,
 
 
 def pass_work(p: TimingParams, tokens, pairs, context_read, xp=np):
-    """FLOPs and bytes of a target pass that processes ``tokens`` new tokens whose attention
-    covers ``pairs`` query-key pairs and reads ``context_read`` cached tokens' KV.
+    """FLOPs, weight bytes and KV bytes of a target pass that processes ``tokens`` new tokens
+    whose attention covers ``pairs`` query-key pairs and reads ``context_read`` cached tokens'
+    KV.
 
     A mixture-of-experts pass reads only the experts its tokens route to: with top-k of E
     experts routed independently, an expert is unused by all T tokens with probability
     ``(1 - k/E)^T``, so ``E (1 - (1 - k/E)^T)`` experts per layer are read in expectation."""
     flops = p.flops_per_token * tokens + p.attn_flops_per_pair * pairs
     unread = p.expert_bytes * xp.power(p.expert_skip, tokens)
-    nbytes = p.weight_bytes - unread + p.kv_bytes_per_token * (context_read + tokens)
-    return flops, nbytes
+    return flops, p.weight_bytes - unread, p.kv_bytes_per_token * (context_read + tokens)
 
 
 def _target_time(p: TimingParams, prefill_tokens, prefill_pairs, decode_tokens, decode_pairs,
                  context_read, xp):
     tokens = prefill_tokens + decode_tokens
-    flops, nbytes = pass_work(p, tokens, prefill_pairs + decode_pairs, context_read, xp)
-    roof = (xp.maximum(flops / p.flops_per_s, nbytes / p.bytes_per_s)
+    flops, weights, kv = pass_work(p, tokens, prefill_pairs + decode_pairs, context_read, xp)
+    roof = (xp.maximum(flops / p.flops_per_s, weights / p.bytes_per_s + kv / p.kv_bytes_per_s)
             + p.allreduces * (p.allreduce_latency_s + p.allreduce_s_per_token * tokens)
             + p.overhead_s)
     lin = (p.lin_fixed_s + p.lin_prefill_token_s * prefill_tokens
@@ -123,8 +131,8 @@ def ops_per_byte(model: Model, tokens: int, context_read: int = 0, weight_bits: 
     p = timing_params(model, _UNIT_GPU, weight_bits=weight_bits, kv_bits=kv_bits,
                       compute_efficiency=1.0, bandwidth_efficiency=1.0, overhead_ms=0.0)
     pairs = 0 if context_read == 0 else tokens * context_read
-    flops, nbytes = pass_work(p, tokens, pairs, context_read)
-    return flops / nbytes
+    flops, weights, kv = pass_work(p, tokens, pairs, context_read)
+    return flops / (weights + kv)
 
 
 def crossover_ops_per_byte(gpu: GPU, activation_bits: int = 16) -> float:

@@ -31,7 +31,8 @@ def test_request_latencies_on_two_gpus_are_fitted_exactly(tmp_path):
     model = get_model("Mistral-7B")
     gpu, unit = roofline("A100-80GB", model, gpus=2, weight_bits=8)
     true = unit._replace(flops_per_s=unit.flops_per_s * 0.45,
-                         bytes_per_s=unit.bytes_per_s * 0.7, overhead_s=0.5e-3)
+                         bytes_per_s=unit.bytes_per_s * 0.7,
+                         kv_bytes_per_s=unit.kv_bytes_per_s * 0.7, overhead_s=0.5e-3)
     rng = np.random.default_rng(1)
     lines = ["prompt_tokens,output_tokens,ttft_s,e2e_s"]
     for p, o in zip(rng.integers(16, 3000, 25), rng.integers(1, 60, 25)):
@@ -49,13 +50,14 @@ def test_request_latencies_on_two_gpus_are_fitted_exactly(tmp_path):
 def test_decode_only_measurements_leave_compute_at_its_default(tmp_path):
     csv = tmp_path / "dec.csv"
     gpu, unit = roofline("H100-SXM", get_model("Llama-3-8B"))
-    true = unit._replace(bytes_per_s=unit.bytes_per_s * 0.7, overhead_s=1e-4)
+    true = unit._replace(bytes_per_s=unit.bytes_per_s * 0.7,
+                         kv_bytes_per_s=unit.kv_bytes_per_s * 0.7, overhead_s=1e-4)
     rows = [(0, s, s * 500) for s in (1, 4, 16, 64, 128)]
     csv.write_text("prefill_tokens,decode_seqs,context_tokens,seconds\n" + "".join(
         f"{p},{s},{c},{float(pass_time(true, p, 0, s, c))!r}\n" for p, s, c in rows))
     f = fit(unit, read_measurements(csv), gpu)
     assert f.identified == ("bandwidth_efficiency", "overhead_ms")
-    assert f.compute_efficiency == gpu.compute_efficiency and f.bandwidth_efficiency == pytest.approx(0.7)
+    assert f.compute_efficiency == pytest.approx(gpu.compute_efficiency) and f.bandwidth_efficiency == pytest.approx(0.7)
 
 
 def test_cli_writes_a_profile_that_a_config_names(tmp_path, capsys):
@@ -130,3 +132,26 @@ def test_profiles_that_conflict_or_are_bad_are_refused(tmp_path):
     cfg.write_text('name = "c"\n[hardware]\nprofile = "none.toml"\n' + base)
     with pytest.raises(ConfigError, match=r"hardware.profile: .*none.toml: cannot read"):
         load_study(cfg)
+
+
+SPLITWISE = Path(__file__).parents[1] / "validation" / "data" / "splitwise" / "perf_model.csv"
+
+
+def test_splitwise_pass_times_are_read_for_one_gpu_and_degree(tmp_path):
+    """Splitwise's perf_model.csv: each row a prefill of batch x prompt tokens and a decode step
+    of the batch; the rows are those of the GPU and degree asked for, and a model must be picked
+    when several remain."""
+    m = read_measurements(SPLITWISE, "H100-SXM", 4)
+    assert len(m.seconds) == 2 * 105  # llama2-70b at TP4: 105 rows, two observations each
+    prefills = m.prefill_tokens[m.prefill_tokens > 0]
+    assert set(prefills) >= {128.0, 8192.0, 512.0 * 64}
+    a100 = read_measurements(SPLITWISE, "A100-80GB", 4)
+    assert np.median(a100.seconds / m.seconds) > 1.3  # the A100 is slower
+    with pytest.raises(ValueError, match="--measured-model bloom-176b, llama2-70b"):
+        read_measurements(SPLITWISE, "H100-SXM", 8)
+    assert len(read_measurements(SPLITWISE, "H100-SXM", 8, "bloom-176b").seconds) == 210
+    with pytest.raises(ValueError, match="allowed: --gpu"):
+        read_measurements(SPLITWISE, "L40S", 1)
+    gpu, tp = roofline("H100-SXM", get_model("Llama-3-70B"), gpus=4)
+    f = fit(tp, m, gpu)
+    assert f.r2 > 0.95 and 0 < f.compute_efficiency < 1 and 0 < f.bandwidth_efficiency < 1

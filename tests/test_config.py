@@ -16,6 +16,7 @@ import pytest
 
 from sweep.config import COLUMNS, ConfigError, Limit, Study, load_study, parse_study
 from sweep.design import Design
+from sweep.hardware import get_gpu
 from sweep.models import Model
 from sweep.workload import Lengths, Workload
 
@@ -118,7 +119,9 @@ def test_every_point_has_every_column_in_order():
     assert c["prompt_tokens_dist"] == "exponential" and c["prompt_tokens_mean"] == 1024.0
     assert c["prompt_tokens_low"] is None and c["prompt_tokens_sigma"] is None
     assert c["max_seq_len"] is None and c["kv_bits"] == 16 and c["block_size"] == 16
-    assert c["compute_efficiency"] == 0.6 and c["overhead_ms"] == 0.2
+    h100 = get_gpu("H100-SXM")  # the GPU's defaults, shown in the columns
+    assert c["compute_efficiency"] == h100.compute_efficiency
+    assert c["overhead_ms"] == h100.overhead_ms
 
 
 def test_the_repository_configs_parse():

@@ -1,4 +1,4 @@
-"""Every shipped config of issue #5's features runs under 'sweep run', shrunk to 40 requests, 8
+"""Every shipped config of the serving features runs under 'sweep run', shrunk to 40 requests, 8
 seats and 12 simulations each (so the engine compiles for a few shapes in all, and once more
 with prefix caching and chunked prefill)."""
 import re

@@ -5,9 +5,11 @@ import pandas as pd
 import pytest
 
 from sweep.config import ConfigError, Limit, parse_study
+from sweep.hardware import get_gpu
 from sweep.runner import aggregate, run_study
 from sweep.uncertainty import Uncertain, draws
 
+H100 = get_gpu("H100-SXM")
 # Shapes of tests/test_cli.py's small study (40 requests, 8 seats, k <= 2, 33-64 simulations):
 # the compiled engine is shared.
 PLAIN = '''
@@ -61,10 +63,11 @@ def test_draws_are_reproducible_bounded_and_per_factor():
 
 
 def test_degenerate_distributions_give_bit_identical_runs(plain):
-    same = study('compute_efficiency = { dist = "uniform", low = 0.6, high = 0.6 }\n'
-                 'bandwidth_efficiency = { dist = "normal", mean = 0.8, sd = 0.1, low = 0.8, '
-                 'high = 0.8 }\noverhead_ms = { dist = "normal", mean = 0.2, sd = 0, low = 0, '
-                 'high = 1 }',
+    ce, be, oh = H100.compute_efficiency, H100.bandwidth_efficiency, H100.overhead_ms
+    same = study(f'compute_efficiency = {{ dist = "uniform", low = {ce}, high = {ce} }}\n'
+                 f'bandwidth_efficiency = {{ dist = "normal", mean = {be}, sd = 0.1, low = {be}, '
+                 f'high = {be} }}\noverhead_ms = {{ dist = "normal", mean = {oh}, sd = 0, '
+                 'low = 0, high = 5 }',
                  'acceptance = { dist = "uniform", low = 0.7, high = 0.7 }')
     assert set(same.uncertain) == {"compute_efficiency", "bandwidth_efficiency", "overhead_ms",
                                    "acceptance"}
@@ -86,7 +89,7 @@ def test_wide_distributions_spread_the_seeds_and_are_recorded(plain):
         d = draws(wide.uncertain, seed)
         assert (row.compute_efficiency, row.bandwidth_efficiency) == (
             d["compute_efficiency"], d["bandwidth_efficiency"])
-    assert (runs.overhead_ms == 0.2).all()  # a plain factor stays plain
+    assert (runs.overhead_ms == H100.overhead_ms).all()  # a plain factor stays plain
     # Slower draws, slower runs: the model's error reaches the metrics.
     slow = runs.bandwidth_efficiency < runs.bandwidth_efficiency.median()
     assert runs[slow].p50_e2e_s.mean() > runs[~slow].p50_e2e_s.mean()

@@ -1,0 +1,215 @@
+"""The rules that replay real vLLM runs: the token budget, vLLM's KV sizing, mixture-of-experts
+expert reads, weight-only quantization, the request overhead and lag, and their config keys."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sweep import timing
+from sweep.config import ConfigError, parse_study
+from sweep.design import Design
+from sweep.hardware import get_gpu
+from sweep.memory import GIB
+from sweep.models import load_hf_config
+from sweep.reference import simulate_reference, summarize_reference
+from sweep.workload import Requests
+
+MODELS = Path(__file__).parents[1] / "validation" / "data" / "vllm-h100" / "models"
+
+
+def requests(arrival, prompt, output) -> Requests:
+    n = len(arrival)
+    return Requests(arrival=np.asarray(arrival, np.float64), prompt=np.asarray(prompt, np.int32),
+                    output=np.asarray(output, np.int32), end_time=np.float64(np.inf),
+                    seed=np.uint32(0), prefix=np.full(n, -1, np.int32),
+                    prefix_tokens=np.int32(0))
+
+
+# --- mixture of experts -------------------------------------------------------------------------
+
+def test_mixtral_config_has_its_experts():
+    m = load_hf_config(MODELS / "Mixtral-8x7B-v0.1.json")
+    assert (m.experts, m.experts_per_token) == (8, 2)
+    assert m.params == pytest.approx(46.7e9, rel=0.01)  # Mixtral's published 46.7B
+    assert m.active_params == pytest.approx(12.9e9, rel=0.01)  # and 12.9B per token
+    assert m.expert_params == 32 * 3 * 4096 * 14336 * 8
+    dense = load_hf_config(MODELS / "Llama-2-7b-hf.json")
+    assert (dense.experts, dense.expert_params) == (1, 0.0)
+
+
+@pytest.mark.parametrize("tokens", [0, 1, 2, 7, 40, 2048])
+def test_a_moe_pass_reads_the_experts_its_tokens_route_to(tokens):
+    m = load_hf_config(MODELS / "Mixtral-8x7B-v0.1.json")
+    p = timing.timing_params(m, get_gpu("H100-SXM"), tp=2)
+    flops, weights, kv_read = timing.pass_work(p, tokens, 0, 0)
+    nbytes = weights + kv_read
+    expert = m.expert_bytes(16) / (m.experts * m.layers)  # one expert of one layer
+    read = m.experts * (1 - (1 - 2 / 8) ** tokens)  # experts per layer, in expectation
+    dense = m.weight_bytes(16) - m.expert_bytes(16)
+    kv = m.kv_bytes_per_token(16) * tokens
+    assert nbytes == pytest.approx(dense + read * m.layers * expert + kv, rel=1e-12)
+    assert flops == pytest.approx(2 * m.active_params * tokens, rel=1e-12)
+    if tokens == 1:  # one token reads exactly its top-2 experts
+        assert read == pytest.approx(2.0)
+
+
+def test_a_dense_model_reads_every_weight_at_any_batch():
+    m = load_hf_config(MODELS / "Llama-2-7b-hf.json")
+    p = timing.timing_params(m, get_gpu("H100-SXM"))
+    for tokens in (0, 1, 100):
+        _, weights, kv = timing.pass_work(p, tokens, 0, 0)
+        assert weights == m.weight_bytes(16) and kv == m.kv_bytes_per_token(16) * tokens
+
+
+# --- weight-only quantization -------------------------------------------------------------------
+
+def test_weight_bits_change_bytes_only_and_activation_bits_the_peak():
+    h100 = get_gpu("H100-SXM")
+    w16, w8 = Design().timing(), Design(weight_bits=8).timing()
+    assert w8.flops_per_s == w16.flops_per_s  # 8-bit weights multiply at the 16-bit peak
+    assert w8.weight_bytes == pytest.approx(w16.weight_bytes / 2)
+    w8a8 = Design(weight_bits=8, activation_bits=8).timing()
+    assert w8a8.flops_per_s == pytest.approx(w16.flops_per_s * h100.tflops_8bit
+                                             / h100.tflops_16bit)
+    assert w8a8.weight_bytes == w8.weight_bytes
+
+
+@pytest.mark.parametrize("gpu, weight_bits, activation_bits, ok", [
+    ("H100-SXM", 4, 16, True), ("H100-SXM", 8, 8, True), ("H100-SXM", 4, 8, True),
+    ("H100-SXM", 4, 4, False),  # no FP4 tensor cores on Hopper
+    ("H100-SXM", 16, 8, False),  # activations narrower than the weights: not a format
+    ("A100-80GB", 4, 4, True), ("B200", 4, 4, True), ("MI300X", 4, 4, False),
+    ("Apple-M3-Max", 8, 8, False),
+])
+def test_activation_bits_the_gpu_lacks_are_refused(gpu, weight_bits, activation_bits, ok):
+    d = Design(gpu=gpu, model="Llama-3.2-1B", weight_bits=weight_bits,
+               activation_bits=activation_bits)
+    if ok:
+        d.validate()
+    else:
+        with pytest.raises(ValueError, match=r"^levers\.activation_bits: .*; allowed: "):
+            d.validate()
+
+
+# --- KV capacity as vLLM sizes it ---------------------------------------------------------------
+
+def test_gpu_memory_utilization_sizes_the_cache_like_vllm():
+    model = load_hf_config(MODELS / "Llama-2-7b-hf.json")
+    d = Design(model=model, max_batch=128, max_num_batched_tokens=2048,
+               gpu_memory_utilization=0.9)
+    b = d.budget()
+    weights = model.weight_bytes(16) / GIB
+    assert 0.9 * 80 - weights - 3 < b.kv_gib < 0.9 * 80 - weights - 1  # a GiB or two of reserve
+    assert d.total_blocks() == b.kv_tokens // 16
+    lower = d.replace(gpu_memory_utilization=0.5).budget()
+    assert b.kv_gib - lower.kv_gib == pytest.approx(0.4 * 80)
+    wider = d.replace(max_num_batched_tokens=16384).budget()
+    assert wider.kv_gib < b.kv_gib  # a larger profiling pass leaves less for the cache
+    assert d.replace(kv_blocks=1000).total_blocks() == 1000
+    assert d.replace(kv_blocks=1000, kv_cache="contiguous", max_seq_len=4000).total_blocks() == 4
+
+
+# --- the token budget ---------------------------------------------------------------------------
+
+def test_the_token_budget_covers_decodes_first():
+    """Four requests decode while a long prompt arrives: each pass prefills what the budget
+    leaves after one token per decoding seat, so the prompt takes ceil(1000 / (B - 4)) passes,
+    and the engine agrees with the twin."""
+    d = Design(max_batch=5, max_num_batched_tokens=104)
+    r = requests([0.0, 0.0, 0.0, 0.0, 1e-4], [8, 8, 8, 8, 1000], [400, 400, 400, 400, 2])
+    ref = simulate_reference(d.params(), r)
+    # Pass 1 prefills the four short prompts; from pass 2 they decode and the long prompt takes
+    # 100 tokens a pass for 10 passes: its first token ends pass 11.
+    passes_to_first = 11
+    assert ref.passes >= passes_to_first
+    p = d.params()
+    times = [timing.pass_time(p.timing, 32.0, 4 * 36.0, 0.0, 0.0)]
+    for i in range(10):
+        ctx = 4 * (8 + 1 + i)
+        done = 100 * i
+        pairs = 100 * done + 100 * 101 // 2
+        times.append(timing.pass_time(p.timing, 100.0, float(pairs), 4.0, float(ctx)))
+    assert ref.first_token[4] == pytest.approx(sum(float(t) for t in times), rel=1e-12)
+    no_budget = simulate_reference(d.replace(max_num_batched_tokens=0).params(), r)
+    assert no_budget.first_token[4] < ref.first_token[4]
+
+
+def test_a_budget_smaller_than_a_decode_of_every_seat_is_refused():
+    with pytest.raises(ValueError, match=r"^levers\.max_num_batched_tokens: .*at least 512"):
+        Design(max_batch=128, draft_tokens=3, max_num_batched_tokens=500).validate()
+    Design(max_batch=128, draft_tokens=3, max_num_batched_tokens=512).validate()
+
+
+# --- outside the passes -------------------------------------------------------------------------
+
+def test_request_overhead_and_lag_add_to_ttft_and_latency_only():
+    r = requests([0.0, 0.01, 0.02], [100, 200, 300], [20, 30, 40])
+    plain = Design(request_overhead_ms=0.0, request_lag_passes=0.0)
+    slow = plain.replace(request_overhead_ms=15.0, request_lag_passes=2.0)
+    ref = simulate_reference(plain.params(), r)
+    a = summarize_reference(ref, r, plain.params())
+    b = summarize_reference(simulate_reference(slow.params(), r), r, slow.params())
+    extra = 0.015 + 2 * a["mean_tpot_ms"] * 1e-3
+    for key in ("mean_ttft_s", "p50_ttft_s", "p99_ttft_s", "mean_e2e_s", "p95_e2e_s"):
+        assert b[key] == pytest.approx(a[key] + extra, rel=1e-12), key
+    for key in ("mean_tpot_ms", "p95_itl_ms", "tokens_per_s", "cost_per_mtok"):
+        assert b[key] == a[key], key
+
+
+def test_the_h100_defaults_are_fitted_and_other_gpus_keep_the_brief():
+    h100, h200 = get_gpu("H100-SXM"), get_gpu("H200")
+    assert (h200.compute_efficiency, h200.bandwidth_efficiency, h200.overhead_ms) == (0.6, 0.8,
+                                                                                     0.2)
+    assert (h200.request_overhead_ms, h200.request_lag_passes) == (0.0, 0.0)
+    assert (h100.compute_efficiency, h100.bandwidth_efficiency) != (0.6, 0.8)
+    t = Design().timing()
+    assert t.flops_per_s == pytest.approx(h100.compute_efficiency * h100.tflops_16bit * 1e12)
+    assert t.overhead_s == pytest.approx(h100.overhead_ms * 1e-3)
+
+
+# --- config keys --------------------------------------------------------------------------------
+
+BASE = """name = "t"
+[hardware]
+gpu = "H100-SXM"
+{hw}
+[model]
+name = "Llama-3-8B"
+[workload]
+num_requests = 10
+[levers]
+max_batch = 64
+{levers}
+"""
+
+
+def test_the_new_keys_parse_into_designs_and_columns():
+    s = parse_study(BASE.format(hw="gpu_memory_utilization = 0.85\nrequest_lag_passes = 1.5",
+                                levers="activation_bits = 8\nweight_bits = 8\n"
+                                       "max_num_batched_tokens = [2048, 8192]\nkv_blocks = 9000"))
+    assert [p.design.max_num_batched_tokens for p in s.points] == [2048, 8192]
+    d, cols = s.points[0].design, s.points[0].columns
+    assert (d.activation_bits, d.kv_blocks, d.gpu_memory_utilization) == (8, 9000, 0.85)
+    assert cols["activation_bits"] == 8 and cols["kv_blocks"] == 9000
+    assert cols["gpu_memory_utilization"] == 0.85 and cols["request_lag_passes"] == 1.5
+    h100 = get_gpu("H100-SXM")
+    assert cols["compute_efficiency"] == h100.compute_efficiency  # the GPU's default, shown
+    assert cols["request_overhead_ms"] == h100.request_overhead_ms
+
+
+@pytest.mark.parametrize("hw, levers, key", [
+    ("", "activation_bits = 4", "levers.activation_bits"),
+    ("", "activation_bits = 12", "levers.activation_bits"),
+    ("", "max_num_batched_tokens = 10", "levers.max_num_batched_tokens"),
+    ("", "kv_blocks = 0", "levers.kv_blocks"),
+    ("", "kv_blocks = 1.5", "levers.kv_blocks"),
+    ("gpu_memory_utilization = 1.5", "", "hardware.gpu_memory_utilization"),
+    ("gpu_memory_utilization = 0.9\nmemory_overhead_fraction = 0.1", "",
+     "hardware.memory_overhead_fraction"),
+    ("request_overhead_ms = -1", "", "hardware.request_overhead_ms"),
+])
+def test_bad_new_keys_are_one_line_errors(hw, levers, key):
+    with pytest.raises(ConfigError) as e:
+        parse_study(BASE.format(hw=hw, levers=levers))
+    msg = str(e.value)
+    assert "\n" not in msg and f": {key}: " in msg, msg
