@@ -235,12 +235,14 @@ def roofline(gpu_name: str, model, gpus: int = 1, weight_bits: int = 16, kv_bits
 
 def _terms(tp, m: Passes):
     """Per pass: seconds at full compute efficiency, at full bandwidth efficiency, and of
-    all-reduces (the parts of ``timing.pass_time`` the factors scale; no speculation)."""
+    all-reduces and per-sequence host time (the parts of ``timing.pass_time`` the factors scale,
+    and the rest; no speculation)."""
     tokens = m.prefill_tokens + m.decode_seqs
     flops, weights, kv = pass_work(tp, tokens, m.prefill_pairs + m.context_tokens,
                                    m.context_tokens)
-    comm = tp.allreduces * (tp.allreduce_latency_s + tp.allreduce_s_per_token * tokens)
-    return flops / tp.flops_per_s, weights / tp.bytes_per_s + kv / tp.kv_bytes_per_s, comm
+    fixed = (tp.allreduces * (tp.allreduce_latency_s + tp.allreduce_s_per_token * tokens)
+             + tp.seq_overhead_s * m.decode_seqs)
+    return flops / tp.flops_per_s, weights / tp.bytes_per_s + kv / tp.kv_bytes_per_s, fixed
 
 
 def _solve(a, b, c, m: Passes, x0, w):

@@ -32,7 +32,7 @@ from .workload import ARRIVALS, Lengths, Workload
 #: Grid columns, in the order every ``Point.columns`` (and the results' Parquet) has them.
 COLUMNS: list[str] = [
     "gpu", "price_per_gpu_hour", "compute_efficiency", "bandwidth_efficiency",
-    "kv_bandwidth_efficiency", "overhead_ms",
+    "kv_bandwidth_efficiency", "overhead_ms", "seq_overhead_us",
     "request_overhead_ms", "request_lag_passes", "memory_overhead_fraction",
     "gpu_memory_utilization",
     "model",
@@ -68,7 +68,7 @@ MAX_REQUESTS = 10_000_000  # Workload.validate's bound on num_requests, applied 
 # "lengths".
 HARDWARE_KEYS = {"gpu": "str", "price_per_gpu_hour": "num", "compute_efficiency": "num",
                  "bandwidth_efficiency": "num", "kv_bandwidth_efficiency": "num",
-                 "overhead_ms": "num",
+                 "overhead_ms": "num", "seq_overhead_us": "num",
                  "request_overhead_ms": "num", "request_lag_passes": "num",
                  "memory_overhead_fraction": "num", "gpu_memory_utilization": "num",
                  "profile": "str"}
@@ -820,7 +820,8 @@ class _Parser:
                 wkw.update(w)
             gpu = GPU_CATALOG[dkw["gpu"]]
             for c in ("price_per_gpu_hour", "compute_efficiency", "bandwidth_efficiency",
-                      "overhead_ms", "request_overhead_ms", "request_lag_passes"):
+                      "overhead_ms", "seq_overhead_us", "request_overhead_ms",
+                      "request_lag_passes"):
                 if dkw[c] is None:  # the GPU's default
                     cols[c] = float(getattr(gpu, c))
             if dkw["kv_bandwidth_efficiency"] is None:  # the weights' if given, else the GPU's

@@ -50,6 +50,7 @@ class Design:
     bandwidth_efficiency: float | None = None
     kv_bandwidth_efficiency: float | None = None  # None: the GPU's, else bandwidth_efficiency
     overhead_ms: float | None = None
+    seq_overhead_us: float | None = None  # None: the GPU's default (per decoding sequence)
     request_overhead_ms: float | None = None  # None: the GPU's default (outside the passes)
     request_lag_passes: float | None = None  # None: the GPU's default
     memory_overhead_fraction: float = DEFAULT_OVERHEAD_FRACTION
@@ -164,6 +165,7 @@ class Design:
         for key, lo_open, hi in (("compute_efficiency", True, 1.0),
                                  ("bandwidth_efficiency", True, 1.0),
                                  ("kv_bandwidth_efficiency", True, 1.0), ("overhead_ms", False, 1e4),
+                                 ("seq_overhead_us", False, 1e6),
                                  ("request_overhead_ms", False, 1e6),
                                  ("request_lag_passes", False, 100.0)):
             if getattr(self, key) is not None:
@@ -232,7 +234,7 @@ class Design:
             compute_efficiency=self.compute_efficiency,
             bandwidth_efficiency=self.bandwidth_efficiency,
             kv_bandwidth_efficiency=self.kv_bandwidth_efficiency, overhead_ms=self.overhead_ms,
-            draft_tokens=self.draft_tokens, draft_cost=self.draft_cost)
+            seq_overhead_us=self.seq_overhead_us, draft_tokens=self.draft_tokens, draft_cost=self.draft_cost)
 
     def _one_server_features(self) -> None:
         """Prefix caching and chunked prefill are checked against the twin on one server only."""

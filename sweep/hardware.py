@@ -51,6 +51,9 @@ class GPU:
     compute_efficiency: float = BRIEF_COMPUTE_EFFICIENCY
     bandwidth_efficiency: float = BRIEF_BANDWIDTH_EFFICIENCY
     overhead_ms: float = BRIEF_PASS_OVERHEAD_MS
+    # Host time per decoding sequence per pass, microseconds: an engine's scheduler, sampler
+    # and output processing visit every running request each step. 0 in the brief.
+    seq_overhead_us: float = 0.0
     # Reading the KV cache (paged attention gathers many small blocks) may reach less of the
     # bandwidth than streaming weights; None: the same as the weights.
     kv_bandwidth_efficiency: float | None = None

@@ -33,6 +33,7 @@ class TimingParams(NamedTuple):
     allreduce_latency_s: float
     allreduce_s_per_token: float  # ring all-reduce of one token's activations, seconds
     overhead_s: float
+    seq_overhead_s: float  # host time per decoding sequence per pass (scheduling, sampling)
     linear: float  # 1.0 selects the linear (measured) model
     lin_fixed_s: float
     lin_prefill_token_s: float
@@ -46,7 +47,8 @@ def timing_params(model: Model, gpu: GPU, *, tp: int = 1, weight_bits: int = 16,
                   activation_bits: int = 16, compute_efficiency: float | None = None,
                   bandwidth_efficiency: float | None = None,
                   kv_bandwidth_efficiency: float | None = None, overhead_ms: float | None = None,
-                  draft_tokens: int = 0, draft_cost: float = 0.1) -> TimingParams:
+                  seq_overhead_us: float | None = None, draft_tokens: int = 0,
+                  draft_cost: float = 0.1) -> TimingParams:
     """A design's constants; a factor left at None is the GPU's default. The KV cache's
     bandwidth efficiency, left at None, is the weights' when those are given, else the GPU's
     own (or the GPU's weights' where it has none)."""
@@ -57,6 +59,7 @@ def timing_params(model: Model, gpu: GPU, *, tp: int = 1, weight_bits: int = 16,
     bandwidth_efficiency = (gpu.bandwidth_efficiency if bandwidth_efficiency is None
                             else bandwidth_efficiency)
     overhead_ms = gpu.overhead_ms if overhead_ms is None else overhead_ms
+    seq_overhead_us = gpu.seq_overhead_us if seq_overhead_us is None else seq_overhead_us
     ar = 2.0 * model.layers if tp > 1 else 0.0
     # Ring all-reduce moves 2 (tp-1)/tp of the message over each link; activations are 16-bit.
     link = gpu.interconnect_gbs * 1e9
@@ -76,6 +79,7 @@ def timing_params(model: Model, gpu: GPU, *, tp: int = 1, weight_bits: int = 16,
         allreduce_latency_s=gpu.allreduce_latency_us * 1e-6,
         allreduce_s_per_token=ar_per_token,
         overhead_s=overhead_ms * 1e-3,
+        seq_overhead_s=seq_overhead_us * 1e-6,
         linear=1.0 if gpu.timing == "linear" else 0.0,
         lin_fixed_s=lin.fixed_ms * 1e-3 if lin else 0.0,
         lin_prefill_token_s=lin.prefill_token_ms * 1e-3 if lin else 0.0,
@@ -115,13 +119,14 @@ def pass_time(p: TimingParams, prefill_tokens, prefill_pairs, decode_seqs, decod
     """Seconds for one pass that prefills ``prefill_tokens`` (``prefill_pairs`` = sum of
     L(L+1)/2 over the prompts) and decodes ``decode_seqs`` sequences holding ``decode_context``
     cached tokens in total. Under speculation each decoding sequence verifies k+1 tokens in the
-    target pass, and the draft costs ``k x draft_cost`` plain target decode passes."""
+    target pass, and the draft costs ``k x draft_cost`` plain target decode passes. The host
+    spends ``seq_overhead`` on each decoding sequence, besides the pass's fixed overhead."""
     k1 = p.draft_tokens + 1.0
     target = _target_time(p, prefill_tokens, prefill_pairs, decode_seqs * k1, decode_context * k1,
                           decode_context, xp)
     plain = _target_time(p, 0.0, 0.0, decode_seqs, decode_context, decode_context, xp)
     draft = xp.where(decode_seqs > 0, p.draft_tokens * p.draft_cost * plain, 0.0)
-    return target + draft
+    return target + draft + p.seq_overhead_s * decode_seqs
 
 
 def ops_per_byte(model: Model, tokens: int, context_read: int = 0, weight_bits: int = 16,
