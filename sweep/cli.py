@@ -106,15 +106,19 @@ def _parser() -> argparse.ArgumentParser:
     cal.add_argument("measurements", help="CSV: prefill_tokens, decode_seqs, context_tokens, "
                                           "seconds; or prompt_tokens, output_tokens, ttft_s, "
                                           "e2e_s (one request at a time); or Splitwise's "
-                                          "perf_model.csv")
-    cal.add_argument("--gpu", required=True, help="catalog GPU the measurements ran on")
-    cal.add_argument("--model", required=True, help="catalog model, or a config.json path")
+                                          "perf_model.csv; or validation cases (a .toml or a "
+                                          "folder) of measured serving runs")
+    cal.add_argument("--gpu", help="catalog GPU the measurements ran on (cases name it)")
+    cal.add_argument("--model", help="catalog model, or a config.json path (not with cases)")
     cal.add_argument("--gpus", type=_positive_int, default=1, help="tensor-parallel degree")
     cal.add_argument("--weight-bits", type=_positive_int, default=16)
     cal.add_argument("--kv-bits", type=_positive_int, default=16)
     cal.add_argument("--measured-model",
                      help="of a Splitwise perf_model.csv with several models: the model column's "
                           "value to fit")
+    cal.add_argument("--duration", type=float, default=120.0,
+                     help="cases only: seconds of each case's arrivals simulated (default 120)")
+    cal.add_argument("--seeds", type=_positive_int, help="cases only: seeds (default: [run])")
     cal.add_argument("--out", help="profile to write (default: MEASUREMENTS with .profile.toml)")
     cal.add_argument("--force", action="store_true", help="overwrite an existing profile")
 
@@ -352,9 +356,15 @@ def _cmd_calibrate(args) -> int:
     from .calibrate import FACTORS, fit, profile_text, read_measurements, roofline
     from .models import get_model, load_hf_config
 
+    meas = Path(args.measurements)
+    if meas.is_dir() or meas.suffix == ".toml":
+        return _calibrate_serving(args, meas)
+    for flag in ("gpu", "model"):
+        if getattr(args, flag) is None:
+            raise UsageError(f"--{flag}: required for measured pass times or latencies; allowed: "
+                             "--gpu NAME --model NAME (not with validation cases)")
     model = _checked(load_hf_config if args.model.endswith(".json") else get_model, args.model)
     gpu, tp = _checked(roofline, args.gpu, model, args.gpus, args.weight_bits, args.kv_bits)
-    meas = Path(args.measurements)
     out = Path(args.out) if args.out else meas.with_suffix(".profile.toml")
     if out.exists() and not args.force:
         raise UsageError(f"{out}: already exists; use --force to overwrite")
@@ -370,6 +380,40 @@ def _cmd_calibrate(args) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp.write_text(profile_text(f, gpu.name, model.name, args.gpus, args.weight_bits,
                                 args.kv_bits, meas.name))
+    tmp.replace(out)
+    print(f"-> {out} (name it in a config: [hardware] profile = \"{out.name}\")")
+    return 0
+
+
+def _calibrate_serving(args, meas: Path) -> int:
+    """``sweep calibrate CASES``: the factors that best replay measured serving runs."""
+    from .calibrate import SERVING_KEYS, fit_serving, serving_profile_text, serving_table
+    from .validate import load_cases
+
+    if not 0 < args.duration < float("inf"):
+        raise UsageError(f"--duration: {args.duration}; allowed: seconds > 0")
+    cases = _checked(load_cases, [meas], args.seeds)
+    gpus = sorted({c.study.points[0].columns["gpu"] for c in cases})
+    if len(gpus) != 1 or (args.gpu is not None and args.gpu != gpus[0]):
+        raise UsageError(f"{meas}: cases on {', '.join(gpus)}; allowed: cases of one GPU"
+                         + (f" ({args.gpu}, as --gpu says)" if args.gpu else ""))
+    need = ("mean_e2e_s", "p50_e2e_s", "p95_e2e_s", "mean_ttft_s", "p50_ttft_s", "p95_ttft_s")
+    for c in cases:
+        missing = [m for m in need if m not in c.study.measured]
+        if missing:
+            raise UsageError(f"{c.path}: measured: lacks {', '.join(missing)}; allowed: cases "
+                             f"measuring {', '.join(need)}")
+    out = Path(args.out) if args.out else meas.with_suffix(".profile.toml")
+    if out.exists() and not args.force:
+        raise UsageError(f"{out}: already exists; use --force to overwrite")
+    f = fit_serving(serving_table([c.study for c in cases], args.duration))
+    print(f"{gpus[0]}, {f.cases} serving cases: " + ", ".join(
+        f"{k} {f.factors[k]:.4g}" for k in SERVING_KEYS))
+    print(f"fit: RMS relative error {100 * f.rms_e2e_error:.2f}% (end to end), "
+          f"{100 * f.rms_ttft_error:.2f}% (TTFT)")
+    tmp = out.with_name(f".{out.name}.tmp")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp.write_text(serving_profile_text(f, gpus[0], meas.name))
     tmp.replace(out)
     print(f"-> {out} (name it in a config: [hardware] profile = \"{out.name}\")")
     return 0

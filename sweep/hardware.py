@@ -102,7 +102,7 @@ LESSON_LAPTOP_FIT = LinearTiming(
 #: The H100's factors fitted on real vLLM 0.15.1 runs (validation/fit.py on validation/fit/:
 #: the 'general' workload of Llama-2-7B, CodeLlama-34B and Mixtral-8x7B, both stages; see
 #: docs/validation.md). The A100's are these scaled by its measured ratio to the H100 in the
-#: Splitwise pass times (compute 2.26x slower against a 3.17x datasheet ratio, clipped to 100%;
+#: Splitwise pass times (compute 2.26x slower against a 3.17x datasheet ratio, capped at 90%;
 #: bandwidth 1.47x slower against 1.64x); its host-side terms are the H100's.
 H100_VLLM_FIT = {"compute_efficiency": 0.9, "bandwidth_efficiency": 0.85, "overhead_ms": 1.5,
                  "request_overhead_ms": 0.0, "request_lag_passes": 1.71}
@@ -123,7 +123,7 @@ CATALOG: dict[str, GPU] = {
             source="NVIDIA H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, same compute as H100; "
                    "price an assumed cloud on-demand rate"),
         GPU("A100-80GB", 80, 2.039, 312.0, 624.0, 1248.0, 300, _NVLINK_AR_US, 1.5,
-            compute_efficiency=1.0, bandwidth_efficiency=0.948,
+            compute_efficiency=0.9, bandwidth_efficiency=0.948,
             overhead_ms=H100_VLLM_FIT["overhead_ms"],
             request_overhead_ms=H100_VLLM_FIT["request_overhead_ms"],
             request_lag_passes=H100_VLLM_FIT["request_lag_passes"],

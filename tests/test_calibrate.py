@@ -7,7 +7,7 @@ import pytest
 
 from sweep.calibrate import fit, load_profile, read_measurements, roofline
 from sweep.cli import main
-from sweep.config import ConfigError, load_study
+from sweep.config import ConfigError, load_study, parse_study
 from sweep.models import get_model
 from sweep.timing import pass_time
 
@@ -155,3 +155,96 @@ def test_splitwise_pass_times_are_read_for_one_gpu_and_degree(tmp_path):
     gpu, tp = roofline("H100-SXM", get_model("Llama-3-70B"), gpus=4)
     f = fit(tp, m, gpu)
     assert f.r2 > 0.95 and 0 < f.compute_efficiency < 1 and 0 < f.bandwidth_efficiency < 1
+
+
+SERVING_CASE = """name = "{name}"
+[hardware]
+gpu = "H100-SXM"
+{hardware}
+[model]
+name = "{model}"
+[workload]
+arrival = "constant"
+arrival_rate = 40.0
+num_requests = 40
+prompt_tokens = {{ dist = "uniform", low = 800, high = 1200 }}
+output_tokens = 16
+[levers]
+max_batch = 8
+max_num_batched_tokens = 1024
+[run]
+seeds = 2
+"""
+TRUE = dict(compute_efficiency=0.9, bandwidth_efficiency=0.85, overhead_ms=1.5,
+            seq_overhead_us=0.0, request_overhead_ms=0.0, request_lag_passes=1.0)
+
+
+@pytest.fixture(scope="module")
+def serving_cases(tmp_path_factory):
+    """Two cases (two model sizes: two decode speeds) measured by the simulation under TRUE."""
+    from sweep.runner import run_study
+
+    hw = "\n".join(f"{k} = {v!r}" for k, v in TRUE.items())
+    folder = tmp_path_factory.mktemp("serving")
+    for model in ("Llama-3.2-1B", "Llama-3-8B"):
+        text = SERVING_CASE.format(name=model, hardware=hw, model=model)
+        runs = run_study(parse_study(text)).runs
+        measured = "\n".join(f"{m} = {float(runs[m].mean())!r}" for m in (
+            "mean_e2e_s", "p50_e2e_s", "p95_e2e_s", "mean_ttft_s", "p50_ttft_s", "p95_ttft_s"))
+        (folder / f"{model}.toml").write_text(
+            SERVING_CASE.format(name=model, hardware="", model=model) + "[measured]\n"
+            + measured)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def serving_case(serving_cases):
+    return serving_cases / "Llama-3.2-1B.toml"
+
+
+def test_a_serving_fit_recovers_the_factors_that_made_the_measurements(serving_cases):
+    from sweep.calibrate import fit_serving, serving_table
+
+    grid = {"compute_efficiency": (0.6, 0.9), "bandwidth_efficiency": (0.85,),
+            "overhead_ms": (0.5, 1.5), "seq_overhead_us": (0.0,)}
+    studies = [load_study(p) for p in sorted(serving_cases.glob("*.toml"))]
+    f = fit_serving(serving_table(studies, grid=grid), grid)
+    assert f.cases == 2
+    assert {k: f.factors[k] for k in grid} == {k: TRUE[k] for k in grid}
+    assert f.factors["request_lag_passes"] == pytest.approx(1.0, abs=0.01)
+    assert f.factors["request_overhead_ms"] == pytest.approx(0.0, abs=0.1)
+    assert f.rms_e2e_error < 1e-9 and f.rms_ttft_error < 1e-3
+
+
+def test_sweep_calibrate_on_cases_writes_a_profile_a_config_can_name(serving_case, tmp_path,
+                                                                      capsys):
+    out = tmp_path / "served.profile.toml"
+    assert main(["calibrate", str(serving_case), "--out", str(out), "--seeds", "1"]) == 0
+    profile = load_profile(out)
+    assert profile["gpu"] == "H100-SXM" and set(profile) >= {"request_lag_passes",
+                                                             "seq_overhead_us"}
+    assert "serving cases" in capsys.readouterr().out
+    cfg = tmp_path / "use.toml"
+    cfg.write_text(SERVING_CASE.format(name="use", hardware=f'profile = "{out.name}"',
+                                       model="Llama-3.2-1B").replace('gpu = "H100-SXM"\n', ""))
+    d = load_study(cfg).points[0].design
+    assert d.request_lag_passes == profile["request_lag_passes"]
+
+
+@pytest.mark.parametrize("args, what", [
+    (["--gpu", "A100-80GB"], "allowed: cases of one GPU"),
+    (["--duration", "0"], "--duration"),
+])
+def test_sweep_calibrate_on_cases_refuses_bad_input(serving_case, tmp_path, capsys, args, what):
+    out = tmp_path / "p.toml"
+    assert main(["calibrate", str(serving_case), "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert what in err and "\n" not in err and not out.exists()
+
+
+def test_sweep_calibrate_on_cases_needs_ttft_and_latency(tmp_path, capsys):
+    case = tmp_path / "c.toml"
+    case.write_text(SERVING_CASE.format(name="c", hardware="", model="Llama-3.2-1B")
+                    + "[measured]\np50_e2e_s = 1.0\n")
+    assert main(["calibrate", str(case), "--out", str(tmp_path / "p.toml")]) == 2
+    assert "measured: lacks mean_e2e_s" in capsys.readouterr().err

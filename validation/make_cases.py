@@ -2,6 +2,7 @@
 
     python validation/make_cases.py           # (re)write validation/fit/ and validation/holdout/
     python validation/make_cases.py --check   # exit 1 if the committed cases differ
+    python validation/make_cases.py --data RUNS --out DIR   # cases of other runs, same layout
 
 Reads ``validation/data/vllm-h100`` (see its README for provenance): per run, the server flags
 (``exp-config.yaml``), the load generator's spec (``profile.json``), its resolved config
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -72,8 +74,9 @@ def timeouts(failed: dict) -> str:
     return f"after {lat['min']:.0f}-{lat['max']:.0f} s (client timeouts)"
 
 
-def case_text(run: Path, stage: int) -> tuple[str, str, str]:
-    """(group, name, TOML text) of one stage of a run."""
+def case_text(run: Path, stage: int, data: Path = DATA, out: Path = HERE
+              ) -> tuple[str, str, str]:
+    """(group, name, TOML text) of one stage of a run of ``data``, for a case under ``out``."""
     m = _RUN.match(run.name)
     if not m:
         raise ValueError(f"{run}: a run folder is named DATE-TIME-NAME")
@@ -96,18 +99,31 @@ def case_text(run: Path, stage: int) -> tuple[str, str, str]:
     system = int(spec["system_prompt_len"])
     out_tokens = round(output["median"])
     model_file = server["model"].rsplit("/", 1)[-1] + ".json"
-    if not (DATA / "models" / model_file).is_file():
+    if not (data / "models" / model_file).is_file():
         raise ValueError(f"{run}: no models/{model_file}")
     lat = ok["latency"]
     ttft, e2e = lat["time_to_first_token"], lat["request_latency"]
     groups = int(resolved["num_groups"])
     prompts = groups * int(resolved["num_prompts_per_group"])
-    if prompts > MAX_PREFIXES:
-        raise ValueError(f"{run}: {prompts} distinct prompts; allowed: at most {MAX_PREFIXES}")
-    # A prompt's full blocks are what vLLM can find cached; the shortest prompt's bound them.
-    cached = int(prompt["min"]) // BLOCK * BLOCK
+    if prompts <= MAX_PREFIXES:
+        # A prompt's full blocks are what vLLM can find cached; the shortest prompt's bound them.
+        count, cached = prompts, int(prompt["min"]) // BLOCK * BLOCK
+        prefix_note = [
+            f"# {BLOCK}-token blocks cached while they survive in free memory, so every prompt is "
+            "a shared",
+            f"# prefix here, drawn at random per request: its first {cached} tokens (the "
+            "shortest measured",
+            "# prompt's full blocks), then the rest of the measured prompt length."]
+    else:  # more prompts than the simulator's prefixes: only the system prompts are shared
+        count, cached = groups, system
+        prefix_note = [
+            f"# {BLOCK}-token blocks cached while they survive in free memory; {prompts} prompts "
+            f"are more than the",
+            f"# simulator's {MAX_PREFIXES} prefixes, so only the {groups} system prompts are "
+            "shared prefixes here."]
     lines = [
-        f"{HEADER} from data/vllm-h100/runs/{run.name} (stage {stage}); do not edit.",
+        f"{HEADER} from {Path(os.path.relpath(run, out)).as_posix()} (stage {stage}); do not "
+        "edit.",
         f"# vLLM on {server['tensor_parallelism']} x H100-SXM-80GB, {server['model']}, the "
         f"'{workload}' workload.",
         f"# Stage {stage} of {len(load['stages'])}: {rate} requests/s for {duration} s "
@@ -127,7 +143,7 @@ def case_text(run: Path, stage: int) -> tuple[str, str, str]:
         "gpu_memory_utilization = 0.9  # vLLM's default",
         "",
         "[model]",
-        f'config_json = "../data/vllm-h100/models/{model_file}"',
+        f'config_json = "{Path(os.path.relpath(data / "models" / model_file, out / "fit")).as_posix()}"',
         "",
         "[workload]",
         'arrival = "constant"  # the generator sends evenly spaced requests',
@@ -141,12 +157,8 @@ def case_text(run: Path, stage: int) -> tuple[str, str, str]:
         "them in",
         "# turn (request i sends prompt i mod count). With prefix caching vLLM finds a prompt's "
         "full",
-        f"# {BLOCK}-token blocks cached while they survive in free memory, so every prompt is a "
-        "shared",
-        f"# prefix here, drawn at random per request: its first {cached} tokens (the shortest "
-        "measured",
-        "# prompt's full blocks), then the rest of the measured prompt length.",
-        f"prefix_count = {prompts}",
+        *prefix_note,
+        f"prefix_count = {count}",
         f"prefix_tokens = {cached}",
         "prefix_share = 1.0",
         f'prompt_tokens = {{ dist = "uniform", low = {int(prompt["min"]) - cached}, '
@@ -193,21 +205,21 @@ def case_text(run: Path, stage: int) -> tuple[str, str, str]:
     return GROUPS[workload], name, "\n".join(lines) + "\n"
 
 
-def cases() -> dict[Path, str]:
+def cases(data: Path = DATA, out: Path = HERE) -> dict[Path, str]:
     """Every case file's path -> its text."""
-    out: dict[Path, str] = {}
-    for run in sorted(p for p in (DATA / "runs").iterdir() if p.is_dir()):
+    found: dict[Path, str] = {}
+    for run in sorted(p for p in (data / "runs").iterdir() if p.is_dir()):
         stages = sorted(int(m[1]) for m in map(_STAGE.match,
                                                (f.name for f in (run / "results").iterdir())) if m)
         for stage in stages:
-            group, name, text = case_text(run, stage)
-            out[HERE / group / f"{name}.toml"] = text
-    return out
+            group, name, text = case_text(run, stage, data, out)
+            found[out / group / f"{name}.toml"] = text
+    return found
 
 
-def generated() -> list[Path]:
+def generated(out: Path = HERE) -> list[Path]:
     """The case files on disk that this script wrote."""
-    return sorted(p for g in set(GROUPS.values()) for p in (HERE / g).glob("*.toml")
+    return sorted(p for g in set(GROUPS.values()) for p in (out / g).glob("*.toml")
                   if p.read_text().startswith(HEADER))
 
 
@@ -216,13 +228,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true",
                     help="write nothing; exit 1 if the cases on disk differ from what would be "
                          "written")
+    ap.add_argument("--data", type=Path, default=DATA,
+                    help="a folder of runs/ and models/ in this layout (default: the shipped one)")
+    ap.add_argument("--out", type=Path, default=HERE,
+                    help="where fit/ and holdout/ are written (default: beside this script)")
     args = ap.parse_args(argv)
-    want = cases()
-    stale = [p for p in generated() if p not in want]
+    data, out = args.data.resolve(), args.out.resolve()
+    want = cases(data, out)
+    stale = [p for p in generated(out) if p not in want]
     differ = [p for p, text in want.items() if not p.is_file() or p.read_text() != text]
     if args.check:
         for p in differ + stale:
-            print(f"{p.relative_to(HERE)}: {'stale' if p in stale else 'out of date'}; rerun "
+            print(f"{p.relative_to(out)}: {'stale' if p in stale else 'out of date'}; rerun "
                   "validation/make_cases.py", file=sys.stderr)
         if not differ and not stale:
             print(f"{len(want)} cases up to date")
@@ -230,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     for p in stale:
         p.unlink()
     for p, text in want.items():
-        p.parent.mkdir(exist_ok=True)
+        p.parent.mkdir(parents=True, exist_ok=True)
         if not p.is_file() or p.read_text() != text:
             p.write_text(text)
     print(f"{len(want)} cases ({len(differ)} written, {len(stale)} removed) in "
