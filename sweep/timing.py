@@ -1,7 +1,9 @@
 """Pass timing: how long one engine pass takes, from what it does.
 
-Roofline (seed 001): ``max(FLOPs / (eff_c * peak * tp), bytes / (eff_b * bandwidth * tp))
-+ all-reduce time + fixed overhead``. Linear (measured hardware, BLIS/Splitwise-style fit):
+Roofline (seed 001): ``max(FLOPs / (eff_c * peak * tp), weight bytes / (eff_b * bandwidth *
+tp) + KV bytes / (eff_kv * bandwidth * tp)) + all-reduce time + fixed overhead + per-sequence
+host time``, the peak at the activations' precision and a mixture of experts reading only the
+experts its tokens route to. Linear (measured hardware, BLIS/Splitwise-style fit):
 ``fixed + a * prefill tokens + b * decoded tokens + c * context tokens read``.
 
 Every function here takes an array namespace ``xp`` (numpy or jax.numpy) so that the scan engine
