@@ -125,7 +125,8 @@ def _parser() -> argparse.ArgumentParser:
     val = sub.add_parser("validate", help="compare predictions with measured runs (cases: "
                                           "configs with a [measured] table)")
     val.add_argument("cases", nargs="+", metavar="CASE",
-                     help="a .toml case, or a folder of them (its *.toml files)")
+                     help="a .toml case, or a folder of them (every *.toml in it and its "
+                          "subfolders)")
     val.add_argument("--out", help="where to write validation.parquet/.png/.svg (default: "
                                    "results/validation)")
     val.add_argument("--seeds", type=_positive_int, help="seeds per case (overrides [run])")
