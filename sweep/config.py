@@ -81,7 +81,8 @@ WORKLOAD_KEYS = {"arrival": "str", "arrival_rate": "num", "duration_s": "num",
 #: Workload keys a trace replaces (it gives arrivals and lengths itself).
 TRACE_REPLACES = ("arrival", "arrival_rate", "arrival_cv", "prompt_tokens", "output_tokens")
 LEVER_KEYS = {"batching": "str", "kv_cache": "str", "gpus": "int", "weight_bits": "int",
-              "activation_bits": "int", "kv_bits": "int", "draft_tokens": "int", "acceptance": "num", "draft_cost": "num",
+              "activation_bits": "int", "kv_bits": "int", "draft_tokens": "int",
+              "acceptance": "num", "draft_cost": "num",
               "max_batch": "int", "block_size": "int", "max_seq_len": "int",
               "replicas": "int", "router": "str", "prefill_gpus": "int", "decode_gpus": "int",
               "kv_link_gbps": "num", "prefix_cache": "bool", "prefill_chunk_tokens": "int",

@@ -160,11 +160,13 @@ class Design:
                              f"activation_bits >= weight_bits ({self.weight_bits})")
         if not gpu.has_activation_bits(self.activation_bits):
             have = [b for b in ACTIVATION_BITS if gpu.has_activation_bits(b)]
-            raise ValueError(f"levers.activation_bits: {gpu.name} has no {self.activation_bits}-bit "
-                             f"tensor peak; allowed: {', '.join(map(str, have))}")
+            raise ValueError(f"levers.activation_bits: {gpu.name} has no "
+                             f"{self.activation_bits}-bit tensor peak; allowed: "
+                             f"{', '.join(map(str, have))}")
         for key, lo_open, hi in (("compute_efficiency", True, 1.0),
                                  ("bandwidth_efficiency", True, 1.0),
-                                 ("kv_bandwidth_efficiency", True, 1.0), ("overhead_ms", False, 1e4),
+                                 ("kv_bandwidth_efficiency", True, 1.0),
+                                 ("overhead_ms", False, 1e4),
                                  ("seq_overhead_us", False, 1e6),
                                  ("request_overhead_ms", False, 1e6),
                                  ("request_lag_passes", False, 100.0)):
@@ -234,7 +236,8 @@ class Design:
             compute_efficiency=self.compute_efficiency,
             bandwidth_efficiency=self.bandwidth_efficiency,
             kv_bandwidth_efficiency=self.kv_bandwidth_efficiency, overhead_ms=self.overhead_ms,
-            seq_overhead_us=self.seq_overhead_us, draft_tokens=self.draft_tokens, draft_cost=self.draft_cost)
+            seq_overhead_us=self.seq_overhead_us, draft_tokens=self.draft_tokens,
+            draft_cost=self.draft_cost)
 
     def _one_server_features(self) -> None:
         """Prefix caching and chunked prefill are checked against the twin on one server only."""

@@ -57,7 +57,8 @@ def timing_params(model: Model, gpu: GPU, *, tp: int = 1, weight_bits: int = 16,
     if kv_bandwidth_efficiency is None:
         kv_bandwidth_efficiency = bandwidth_efficiency if bandwidth_efficiency is not None else (
             gpu.kv_bandwidth_efficiency or gpu.bandwidth_efficiency)
-    compute_efficiency = gpu.compute_efficiency if compute_efficiency is None else compute_efficiency
+    if compute_efficiency is None:
+        compute_efficiency = gpu.compute_efficiency
     bandwidth_efficiency = (gpu.bandwidth_efficiency if bandwidth_efficiency is None
                             else bandwidth_efficiency)
     overhead_ms = gpu.overhead_ms if overhead_ms is None else overhead_ms

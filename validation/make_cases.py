@@ -80,6 +80,11 @@ def timeouts(failed: dict) -> str:
     return f"after {lat['min']:.0f}-{lat['max']:.0f} s (client timeouts)"
 
 
+def relative(path: Path, start: Path) -> str:
+    """``path`` relative to the folder ``start``, with forward slashes (as TOML files share)."""
+    return Path(os.path.relpath(path, start)).as_posix()
+
+
 def case_text(run: Path, stage: int, data: Path = DATA, out: Path = HERE
               ) -> tuple[str, str, str]:
     """(group, name, TOML text) of one stage of a run of ``data``, for a case under ``out``."""
@@ -132,7 +137,7 @@ def case_text(run: Path, stage: int, data: Path = DATA, out: Path = HERE
             f"# simulator's {MAX_PREFIXES} prefixes, so only the {groups} system prompts are "
             "shared prefixes here."]
     lines = [
-        f"{HEADER} from {Path(os.path.relpath(run, out)).as_posix()} (stage {stage}); do not "
+        f"{HEADER} from {relative(run, out)} (stage {stage}); do not "
         "edit.",
         f"# vLLM on {server['tensor_parallelism']} x H100-SXM-80GB, {server['model']}, the "
         f"'{workload}' workload.",
@@ -153,7 +158,7 @@ def case_text(run: Path, stage: int, data: Path = DATA, out: Path = HERE
         "gpu_memory_utilization = 0.9  # vLLM's default",
         "",
         "[model]",
-        f'config_json = "{Path(os.path.relpath(data / "models" / model_file, out / "fit")).as_posix()}"',
+        f'config_json = "{relative(data / "models" / model_file, out / "fit")}"',
         "",
         "[workload]",
         arrival[load["type"]],
