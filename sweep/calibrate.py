@@ -34,6 +34,8 @@ The result is a hardware profile (TOML) that a config names with ``[hardware] pr
 """
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
 import tomllib
 from dataclasses import dataclass
@@ -180,11 +182,13 @@ def _request_passes(df, path) -> Passes:
 
 def _splitwise_rows(df, path, gpu, gpus, model):
     """The rows of one GPU, tensor-parallel degree and model of a Splitwise file."""
+    import pandas as pd
+
     if gpu not in SPLITWISE_GPUS:
         raise _fail(path, f"Splitwise measurements name no {gpu}; allowed: --gpu "
                           f"{', '.join(SPLITWISE_GPUS)}")
     rows = df[(df["hardware"] == SPLITWISE_GPUS[gpu])
-              & (_numeric(df["tensor_parallel"]) == gpus)]
+              & (pd.to_numeric(df["tensor_parallel"], errors="coerce") == gpus)]
     if "model" in df.columns:
         names = sorted(map(str, rows["model"].unique()))
         if model is None and len(names) > 1:
@@ -199,12 +203,6 @@ def _splitwise_rows(df, path, gpu, gpus, model):
         raise _fail(path, f"no rows for {gpu} ({SPLITWISE_GPUS[gpu]}) at tensor_parallel "
                           f"{gpus}")
     return rows.reset_index(drop=True)
-
-
-def _numeric(x):
-    import pandas as pd
-
-    return pd.to_numeric(x, errors="coerce")
 
 
 def _splitwise_passes(df, path) -> Passes:
@@ -400,9 +398,6 @@ class ServingFit:
 def serving_grid(study, duration: float, grid=SERVING_GRID):
     """A one-design study as a sweep over ``grid`` (no time outside the passes), its arrivals
     cut to the first ``duration`` seconds."""
-    import dataclasses
-    import itertools
-
     (point,) = study.points
     wl = point.workload
     if wl.duration_s is not None:

@@ -825,10 +825,6 @@ class _Parser:
                       "request_lag_passes"):
                 if dkw[c] is None:  # the GPU's default
                     cols[c] = float(getattr(gpu, c))
-            if dkw["kv_bandwidth_efficiency"] is None:  # the weights' if given, else the GPU's
-                kv = gpu.kv_bandwidth_efficiency
-                cols["kv_bandwidth_efficiency"] = float(kv) if kv is not None and dkw[
-                    "bandwidth_efficiency"] is None else cols["bandwidth_efficiency"]
             if wkw["arrival"] != "gamma":
                 wkw["arrival_cv"] = _WORKLOAD_DEFAULTS["arrival_cv"]
             cols["arrival_cv"] = float(wkw["arrival_cv"]) if wkw["arrival"] == "gamma" else None

@@ -48,7 +48,7 @@ class Design:
     draft_cost: float = 0.1  # cost per drafted token, as a fraction of a target decode pass
     compute_efficiency: float | None = None  # None: the GPU's default (hardware.py)
     bandwidth_efficiency: float | None = None
-    kv_bandwidth_efficiency: float | None = None  # None: the GPU's, else bandwidth_efficiency
+    kv_bandwidth_efficiency: float | None = None  # None: the weights' (bandwidth_efficiency)
     overhead_ms: float | None = None
     seq_overhead_us: float | None = None  # None: the GPU's default (per decoding sequence)
     request_overhead_ms: float | None = None  # None: the GPU's default (outside the passes)

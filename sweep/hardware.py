@@ -54,9 +54,6 @@ class GPU:
     # Host time per decoding sequence per pass, microseconds: an engine's scheduler, sampler
     # and output processing visit every running request each step. 0 in the brief.
     seq_overhead_us: float = 0.0
-    # Reading the KV cache (paged attention gathers many small blocks) may reach less of the
-    # bandwidth than streaming weights; None: the same as the weights.
-    kv_bandwidth_efficiency: float | None = None
     # Latency a request spends outside the engine's passes (the HTTP server, tokenization, the
     # hop to the engine process and the streamed response), added to its TTFT and end-to-end
     # latency; 0 in the brief, which times the engine alone.

@@ -531,9 +531,6 @@ def runs_table(grid: pd.DataFrame, metrics: pd.DataFrame, seeds: list[int]) -> p
     rows["seed"] = np.tile(np.asarray(seeds, dtype=np.int64), len(grid))
     for col in values.columns.difference(list(METRICS)):  # factors drawn per seed
         rows[col] = values[col]
-    if "bandwidth_efficiency" in values.columns:  # a KV efficiency not given follows the draw
-        follow = rows["kv_bandwidth_efficiency"].isna()
-        rows.loc[follow, "kv_bandwidth_efficiency"] = values.loc[follow, "bandwidth_efficiency"]
     return pd.concat([rows, values[list(METRICS)]], axis=1)
 
 

@@ -51,16 +51,14 @@ def timing_params(model: Model, gpu: GPU, *, tp: int = 1, weight_bits: int = 16,
                   kv_bandwidth_efficiency: float | None = None, overhead_ms: float | None = None,
                   seq_overhead_us: float | None = None, draft_tokens: int = 0,
                   draft_cost: float = 0.1) -> TimingParams:
-    """A design's constants; a factor left at None is the GPU's default. The KV cache's
-    bandwidth efficiency, left at None, is the weights' when those are given, else the GPU's
-    own (or the GPU's weights' where it has none)."""
-    if kv_bandwidth_efficiency is None:
-        kv_bandwidth_efficiency = bandwidth_efficiency if bandwidth_efficiency is not None else (
-            gpu.kv_bandwidth_efficiency or gpu.bandwidth_efficiency)
+    """A design's constants; a factor left at None is the GPU's default, and the KV cache's
+    bandwidth efficiency the weights'."""
     if compute_efficiency is None:
         compute_efficiency = gpu.compute_efficiency
     bandwidth_efficiency = (gpu.bandwidth_efficiency if bandwidth_efficiency is None
                             else bandwidth_efficiency)
+    if kv_bandwidth_efficiency is None:
+        kv_bandwidth_efficiency = bandwidth_efficiency
     overhead_ms = gpu.overhead_ms if overhead_ms is None else overhead_ms
     seq_overhead_us = gpu.seq_overhead_us if seq_overhead_us is None else seq_overhead_us
     ar = 2.0 * model.layers if tp > 1 else 0.0
