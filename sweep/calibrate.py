@@ -55,10 +55,12 @@ SPLITWISE_COLUMNS = ("hardware", "tensor_parallel", "prompt_size", "batch_size",
 SPLITWISE_GPUS = {"H100-SXM": "h100-80gb", "A100-80GB": "a100-80gb"}
 PROFILE_KEYS = ("gpu", "compute_efficiency", "bandwidth_efficiency", "overhead_ms")
 #: Keys a profile may add (a fit to serving runs writes them).
-PROFILE_EXTRA = ("seq_overhead_us", "request_overhead_ms", "request_lag_passes")
+PROFILE_EXTRA = ("decode_attention_efficiency", "seq_overhead_us", "request_overhead_ms",
+                 "request_lag_passes")
 FACTORS = ("compute_efficiency", "bandwidth_efficiency", "overhead_ms")
 #: Each factor's range (lowest, highest, lowest excluded): Design.validate's.
 _RANGES = {"compute_efficiency": (0.0, 1.0, True), "bandwidth_efficiency": (0.0, 1.0, True),
+           "decode_attention_efficiency": (0.0, 1.0, False),
            "overhead_ms": (0.0, 1e4, False), "seq_overhead_us": (0.0, 1e6, False),
            "request_overhead_ms": (0.0, 1e6, False), "request_lag_passes": (0.0, 100.0, False)}
 MAX_ITERATIONS = 100
@@ -224,7 +226,7 @@ def _splitwise_passes(df, path) -> Passes:
 
 def roofline(gpu_name: str, model, gpus: int = 1, weight_bits: int = 16, kv_bits: int = 16):
     """The GPU and its timing parameters at full efficiency and no overhead (what the factors
-    scale), the levers checked like a design's."""
+    scale), decode attention inside the roofline, the levers checked like a design's."""
     gpu = get_gpu(gpu_name)
     if gpu.timing != "roofline":
         raise ValueError(f"--gpu: {gpu.name} uses a measured linear timing model, not the "
@@ -240,17 +242,21 @@ def roofline(gpu_name: str, model, gpus: int = 1, weight_bits: int = 16, kv_bits
         raise ValueError(f"--gpus: {gpu.name} has no tensor-parallel interconnect; allowed: 1")
     return gpu, timing_params(model, gpu, tp=gpus, weight_bits=weight_bits, kv_bits=kv_bits,
                               compute_efficiency=1.0, bandwidth_efficiency=1.0,
-                              kv_bandwidth_efficiency=1.0, overhead_ms=0.0)
+                              kv_bandwidth_efficiency=1.0, decode_attention_efficiency=0.0,
+                              overhead_ms=0.0)
 
 
 def _terms(tp, m: Passes):
     """Per pass: seconds at full compute efficiency, at full bandwidth efficiency, and of
-    all-reduces and per-sequence host time (the parts of ``timing.pass_time`` the factors scale,
+    all-reduces, decode attention and per-sequence host time (the parts of ``timing.pass_time`` the factors scale,
     and the rest; no speculation)."""
     tokens = m.prefill_tokens + m.decode_seqs
-    flops, weights, kv = pass_work(tp, tokens, m.prefill_pairs + m.context_tokens,
+    own = tp.decode_attn_s_per_flop > 0.0
+    flops, weights, kv = pass_work(tp, tokens, m.prefill_pairs + (0.0 if own else
+                                                                  m.context_tokens),
                                    m.context_tokens)
     fixed = (tp.allreduces * (tp.allreduce_latency_s + tp.allreduce_s_per_token * tokens)
+             + tp.attn_flops_per_pair * m.context_tokens * tp.decode_attn_s_per_flop
              + tp.seq_overhead_s * m.decode_seqs)
     return flops / tp.flops_per_s, weights / tp.bytes_per_s + kv / tp.kv_bytes_per_s, fixed
 
@@ -329,6 +335,7 @@ def profile_text(f: Fit, gpu: str, model: str, gpus: int, weight_bits: int, kv_b
         f"compute_efficiency = {f.compute_efficiency!r}",
         f"bandwidth_efficiency = {f.bandwidth_efficiency!r}",
         f"overhead_ms = {f.overhead_ms!r}",
+        "decode_attention_efficiency = 0.0  # the fitted roofline's: decode attention inside it",
         "",
         "[fit]  # not read by configs",
         f'model = "{model}"',
@@ -375,13 +382,15 @@ def load_profile(path: str | Path) -> dict:
 
 # --- serving runs ---------------------------------------------------------------------------
 #: What a fit to measured serving runs searches: the pass-time factors on a grid (the host's
-#: per-sequence cost included), then the request's time outside the passes by least squares.
-#: Compute stops at 90% of the dense datasheet peak, which no real kernel sustains (measured
-#: large BF16 GEMMs on H100 reach ~75-85%).
+#: per-sequence cost and decode attention's own efficiency included; at 1.0 decode attention
+#: never outlasts its KV reads, the roofline alone), then the request's time outside the passes
+#: by least squares. Compute stops at 90% of the dense datasheet peak, which no real kernel
+#: sustains (measured large BF16 GEMMs on H100 reach ~75-85%).
 SERVING_GRID = {"compute_efficiency": (0.7, 0.8, 0.9),
                 "bandwidth_efficiency": (0.8, 0.85, 0.9, 0.95),
                 "overhead_ms": (1.0, 1.5, 2.0),
-                "seq_overhead_us": (0.0, 20.0)}
+                "seq_overhead_us": (0.0, 20.0),
+                "decode_attention_efficiency": (0.01, 0.015, 0.02, 0.03, 1.0)}
 SERVING_E2E = ("mean_e2e_s", "p50_e2e_s", "p95_e2e_s")
 SERVING_TTFT = ("mean_ttft_s", "p50_ttft_s", "p95_ttft_s")
 SERVING_KEYS = tuple(SERVING_GRID) + ("request_overhead_ms", "request_lag_passes")

@@ -32,7 +32,7 @@ from .workload import ARRIVALS, Lengths, Workload
 #: Grid columns, in the order every ``Point.columns`` (and the results' Parquet) has them.
 COLUMNS: list[str] = [
     "gpu", "price_per_gpu_hour", "compute_efficiency", "bandwidth_efficiency",
-    "kv_bandwidth_efficiency", "overhead_ms", "seq_overhead_us",
+    "kv_bandwidth_efficiency", "decode_attention_efficiency", "overhead_ms", "seq_overhead_us",
     "request_overhead_ms", "request_lag_passes", "memory_overhead_fraction",
     "gpu_memory_utilization",
     "model",
@@ -68,6 +68,7 @@ MAX_REQUESTS = 10_000_000  # Workload.validate's bound on num_requests, applied 
 # "lengths".
 HARDWARE_KEYS = {"gpu": "str", "price_per_gpu_hour": "num", "compute_efficiency": "num",
                  "bandwidth_efficiency": "num", "kv_bandwidth_efficiency": "num",
+                 "decode_attention_efficiency": "num",
                  "overhead_ms": "num", "seq_overhead_us": "num",
                  "request_overhead_ms": "num", "request_lag_passes": "num",
                  "memory_overhead_fraction": "num", "gpu_memory_utilization": "num",
@@ -822,7 +823,7 @@ class _Parser:
             gpu = GPU_CATALOG[dkw["gpu"]]
             for c in ("price_per_gpu_hour", "compute_efficiency", "bandwidth_efficiency",
                       "overhead_ms", "seq_overhead_us", "request_overhead_ms",
-                      "request_lag_passes"):
+                      "request_lag_passes", "decode_attention_efficiency"):
                 if dkw[c] is None:  # the GPU's default
                     cols[c] = float(getattr(gpu, c))
             if wkw["arrival"] != "gamma":

@@ -49,6 +49,7 @@ class Design:
     compute_efficiency: float | None = None  # None: the GPU's default (hardware.py)
     bandwidth_efficiency: float | None = None
     kv_bandwidth_efficiency: float | None = None  # None: the weights' (bandwidth_efficiency)
+    decode_attention_efficiency: float | None = None  # None: the GPU's default
     overhead_ms: float | None = None
     seq_overhead_us: float | None = None  # None: the GPU's default (per decoding sequence)
     request_overhead_ms: float | None = None  # None: the GPU's default (outside the passes)
@@ -166,6 +167,7 @@ class Design:
         for key, lo_open, hi in (("compute_efficiency", True, 1.0),
                                  ("bandwidth_efficiency", True, 1.0),
                                  ("kv_bandwidth_efficiency", True, 1.0),
+                                 ("decode_attention_efficiency", False, 1.0),
                                  ("overhead_ms", False, 1e4),
                                  ("seq_overhead_us", False, 1e6),
                                  ("request_overhead_ms", False, 1e6),
@@ -235,7 +237,9 @@ class Design:
             kv_bits=self.kv_bits, activation_bits=self.activation_bits,
             compute_efficiency=self.compute_efficiency,
             bandwidth_efficiency=self.bandwidth_efficiency,
-            kv_bandwidth_efficiency=self.kv_bandwidth_efficiency, overhead_ms=self.overhead_ms,
+            kv_bandwidth_efficiency=self.kv_bandwidth_efficiency,
+            decode_attention_efficiency=self.decode_attention_efficiency,
+            overhead_ms=self.overhead_ms,
             seq_overhead_us=self.seq_overhead_us, draft_tokens=self.draft_tokens,
             draft_cost=self.draft_cost)
 

@@ -51,6 +51,9 @@ class GPU:
     compute_efficiency: float = BRIEF_COMPUTE_EFFICIENCY
     bandwidth_efficiency: float = BRIEF_BANDWIDTH_EFFICIENCY
     overhead_ms: float = BRIEF_PASS_OVERHEAD_MS
+    # Fraction of the 16-bit tensor peak that decode attention reaches, its time added to the
+    # pass (timing.py); 0: decode attention FLOPs join the roofline's, as in the brief.
+    decode_attention_efficiency: float = 0.0
     # Host time per decoding sequence per pass, microseconds: an engine's scheduler, sampler
     # and output processing visit every running request each step. 0 in the brief.
     seq_overhead_us: float = 0.0
@@ -99,10 +102,12 @@ LESSON_LAPTOP_FIT = LinearTiming(
 #: The H100's factors fitted on real vLLM 0.15.1 runs (validation/fit.py on validation/fit/:
 #: the 'general' workload of Llama-2-7B, CodeLlama-34B and Mixtral-8x7B, both stages; see
 #: docs/validation.md). The A100's are these scaled by its measured ratio to the H100 in the
-#: Splitwise pass times (compute 2.26x slower against a 3.17x datasheet ratio, capped at 90%;
-#: bandwidth 1.47x slower against 1.64x); its host-side terms are the H100's.
+#: Splitwise pass times (compute 2.26x slower against a 3.17x datasheet ratio, capped at 90%,
+#: and decode attention's efficiency scaled alike; bandwidth 1.47x slower against 1.64x); its
+#: host-side terms are the H100's.
 H100_VLLM_FIT = {"compute_efficiency": 0.9, "bandwidth_efficiency": 0.85, "overhead_ms": 1.5,
-                 "request_overhead_ms": 0.0, "request_lag_passes": 1.71}
+                 "decode_attention_efficiency": 0.02, "request_overhead_ms": 0.0,
+                 "request_lag_passes": 1.69}
 
 CATALOG: dict[str, GPU] = {
     g.name: g
@@ -111,6 +116,7 @@ CATALOG: dict[str, GPU] = {
             compute_efficiency=H100_VLLM_FIT["compute_efficiency"],
             bandwidth_efficiency=H100_VLLM_FIT["bandwidth_efficiency"],
             overhead_ms=H100_VLLM_FIT["overhead_ms"],
+            decode_attention_efficiency=H100_VLLM_FIT["decode_attention_efficiency"],
             request_overhead_ms=H100_VLLM_FIT["request_overhead_ms"],
             request_lag_passes=H100_VLLM_FIT["request_lag_passes"],
             source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): 3.35 TB/s HBM3, BF16 989 TF, "
@@ -120,7 +126,7 @@ CATALOG: dict[str, GPU] = {
             source="NVIDIA H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, same compute as H100; "
                    "price an assumed cloud on-demand rate"),
         GPU("A100-80GB", 80, 2.039, 312.0, 624.0, 1248.0, 300, _NVLINK_AR_US, 1.5,
-            compute_efficiency=0.9, bandwidth_efficiency=0.948,
+            compute_efficiency=0.9, bandwidth_efficiency=0.948, decode_attention_efficiency=0.028,
             overhead_ms=H100_VLLM_FIT["overhead_ms"],
             request_overhead_ms=H100_VLLM_FIT["request_overhead_ms"],
             request_lag_passes=H100_VLLM_FIT["request_lag_passes"],

@@ -1,9 +1,13 @@
 """Pass timing: how long one engine pass takes, from what it does.
 
 Roofline (seed 001): ``max(FLOPs / (eff_c * peak * tp), weight bytes / (eff_b * bandwidth *
-tp) + KV bytes / (eff_kv * bandwidth * tp)) + all-reduce time + fixed overhead + per-sequence
-host time``, the peak at the activations' precision and a mixture of experts reading only the
-experts its tokens route to. Linear (measured hardware, BLIS/Splitwise-style fit):
+tp) + KV bytes / (eff_kv * bandwidth * tp)) + decode attention FLOPs / (eff_att * peak16 * tp)
++ all-reduce time + fixed overhead + per-sequence host time``, the peak at the activations'
+precision and a mixture of experts reading only the experts its tokens route to. Decode
+attention has its own term where the GPU or config gives ``eff_att`` > 0: one query row per
+sequence (a few under grouped-query attention) cannot fill a tensor-core tile, so those kernels
+run far below peak and do not hide behind the weight reads; without it, their FLOPs join the
+roofline's. Linear (measured hardware, BLIS/Splitwise-style fit):
 ``fixed + a * prefill tokens + b * decoded tokens + c * context tokens read``.
 
 Every function here takes an array namespace ``xp`` (numpy or jax.numpy) so that the scan engine
@@ -29,6 +33,7 @@ class TimingParams(NamedTuple):
     expert_skip: float  # probability that one token leaves a given expert unused: 1 - k / E
     kv_bytes_per_token: float
     flops_per_s: float  # achievable: eff_c x peak(activation_bits) x tp
+    decode_attn_s_per_flop: float  # 1 / (eff_att x 16-bit peak x tp); 0: inside the roofline
     bytes_per_s: float  # achievable for weights: eff_b x bandwidth x tp
     kv_bytes_per_s: float  # achievable for the KV cache: eff_kv x bandwidth x tp
     allreduces: float  # all-reduces per pass (2 per layer under tensor parallelism, else 0)
@@ -48,17 +53,24 @@ class TimingParams(NamedTuple):
 def timing_params(model: Model, gpu: GPU, *, tp: int = 1, weight_bits: int = 16, kv_bits: int = 16,
                   activation_bits: int = 16, compute_efficiency: float | None = None,
                   bandwidth_efficiency: float | None = None,
-                  kv_bandwidth_efficiency: float | None = None, overhead_ms: float | None = None,
+                  kv_bandwidth_efficiency: float | None = None,
+                  decode_attention_efficiency: float | None = None,
+                  overhead_ms: float | None = None,
                   seq_overhead_us: float | None = None, draft_tokens: int = 0,
                   draft_cost: float = 0.1) -> TimingParams:
     """A design's constants; a factor left at None is the GPU's default, and the KV cache's
-    bandwidth efficiency the weights'."""
+    bandwidth efficiency the weights'. Decode attention has its own term only where
+    ``decode_attention_efficiency`` (or the GPU's default) is above 0."""
     if compute_efficiency is None:
         compute_efficiency = gpu.compute_efficiency
     bandwidth_efficiency = (gpu.bandwidth_efficiency if bandwidth_efficiency is None
                             else bandwidth_efficiency)
     if kv_bandwidth_efficiency is None:
         kv_bandwidth_efficiency = bandwidth_efficiency
+    if decode_attention_efficiency is None:
+        decode_attention_efficiency = gpu.decode_attention_efficiency
+    attn_s_per_flop = (1.0 / (decode_attention_efficiency * gpu.tflops_16bit * 1e12 * tp)
+                       if decode_attention_efficiency > 0 else 0.0)
     overhead_ms = gpu.overhead_ms if overhead_ms is None else overhead_ms
     seq_overhead_us = gpu.seq_overhead_us if seq_overhead_us is None else seq_overhead_us
     ar = 2.0 * model.layers if tp > 1 else 0.0
@@ -74,6 +86,7 @@ def timing_params(model: Model, gpu: GPU, *, tp: int = 1, weight_bits: int = 16,
         expert_skip=1.0 - model.experts_per_token / model.experts,
         kv_bytes_per_token=model.kv_bytes_per_token(kv_bits),
         flops_per_s=compute_efficiency * gpu.tflops(activation_bits) * 1e12 * tp,
+        decode_attn_s_per_flop=attn_s_per_flop,
         bytes_per_s=bandwidth_efficiency * gpu.bandwidth_tbs * 1e12 * tp,
         kv_bytes_per_s=kv_bandwidth_efficiency * gpu.bandwidth_tbs * 1e12 * tp,
         allreduces=ar,
@@ -107,8 +120,15 @@ def pass_work(p: TimingParams, tokens, pairs, context_read, xp=np):
 def _target_time(p: TimingParams, prefill_tokens, prefill_pairs, decode_tokens, decode_pairs,
                  context_read, xp):
     tokens = prefill_tokens + decode_tokens
-    flops, weights, kv = pass_work(p, tokens, prefill_pairs + decode_pairs, context_read, xp)
+    own = p.decode_attn_s_per_flop > 0.0  # decode attention outside the roofline
+    flops, weights, kv = pass_work(p, tokens, prefill_pairs + xp.where(own, 0.0, decode_pairs),
+                                   context_read, xp)
+    # Decode attention's own roofline: its KV reads are already in the memory side, so only
+    # the compute beyond them adds.
+    attention = xp.maximum(p.attn_flops_per_pair * decode_pairs * p.decode_attn_s_per_flop
+                           - p.kv_bytes_per_token * context_read / p.kv_bytes_per_s, 0.0)
     roof = (xp.maximum(flops / p.flops_per_s, weights / p.bytes_per_s + kv / p.kv_bytes_per_s)
+            + attention
             + p.allreduces * (p.allreduce_latency_s + p.allreduce_s_per_token * tokens)
             + p.overhead_s)
     lin = (p.lin_fixed_s + p.lin_prefill_token_s * prefill_tokens

@@ -61,6 +61,47 @@ def test_a_dense_model_reads_every_weight_at_any_batch():
         assert weights == m.weight_bytes(16) and kv == m.kv_bytes_per_token(16) * tokens
 
 
+# --- decode attention ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, heads_per_kv", [("Llama-2-7b-hf.json", 1),
+                                                ("CodeLlama-34b-Instruct-hf.json", 8)])
+def test_decode_attention_adds_only_the_compute_that_outlasts_its_kv_reads(name, heads_per_kv):
+    """A decode of 128 sequences over 1,800 cached tokens each, on two H100s: decode attention
+    does ``heads_per_kv`` FLOPs per KV byte; at 2% of the peak that hides behind the reads of an
+    MHA model and adds the excess for a grouped-query one."""
+    m = load_hf_config(MODELS / name)
+    assert m.heads // m.kv_heads == heads_per_kv
+    gpu = get_gpu("H100-SXM")
+    seqs, context = 128.0, 128.0 * 1800
+    inside = timing.timing_params(m, gpu, tp=2, decode_attention_efficiency=0.0)
+    own = timing.timing_params(m, gpu, tp=2, decode_attention_efficiency=0.02)
+    base = timing.pass_time(inside, 0.0, 0.0, seqs, context)
+    flops, weights, kv = timing.pass_work(inside, seqs, context, context)
+    assert base == pytest.approx(max(flops / inside.flops_per_s, weights / inside.bytes_per_s
+                                     + kv / inside.kv_bytes_per_s) + inside.allreduces * (
+        inside.allreduce_latency_s + inside.allreduce_s_per_token * seqs) + inside.overhead_s,
+        rel=1e-12)
+    compute = 4 * m.layers * m.heads * m.head_dim * context / (0.02 * gpu.tflops_16bit * 1e12 * 2)
+    reads = m.kv_bytes_per_token(16) * context / (gpu.bandwidth_efficiency
+                                                  * gpu.bandwidth_tbs * 1e12 * 2)
+    assert (compute > reads) == (heads_per_kv == 8)
+    assert timing.pass_time(own, 0.0, 0.0, seqs, context) == pytest.approx(
+        base + max(0.0, compute - reads), rel=1e-12)
+
+
+def test_decode_attention_is_the_gpus_default_and_a_config_key():
+    assert Design().timing().decode_attn_s_per_flop == pytest.approx(
+        1 / (0.02 * get_gpu("H100-SXM").tflops_16bit * 1e12))
+    assert Design(gpu="H200").timing().decode_attn_s_per_flop == 0.0  # inside the roofline
+    s = parse_study(BASE.format(hw="decode_attention_efficiency = [0.05, 0.5]", levers=""))
+    assert [p.design.decode_attention_efficiency for p in s.points] == [0.05, 0.5]
+    assert [p.columns["decode_attention_efficiency"] for p in s.points] == [0.05, 0.5]
+    cols = parse_study(BASE.format(hw="", levers="")).points[0].columns
+    assert cols["decode_attention_efficiency"] == get_gpu("H100-SXM").decode_attention_efficiency
+    h200 = parse_study(BASE.format(hw="", levers="").replace("H100-SXM", "H200")).points[0]
+    assert h200.columns["decode_attention_efficiency"] == 0.0
+
+
 # --- weight-only quantization -------------------------------------------------------------------
 
 def test_weight_bits_change_bytes_only_and_activation_bits_the_peak():
@@ -207,6 +248,8 @@ def test_the_new_keys_parse_into_designs_and_columns():
     ("gpu_memory_utilization = 0.9\nmemory_overhead_fraction = 0.1", "",
      "hardware.memory_overhead_fraction"),
     ("request_overhead_ms = -1", "", "hardware.request_overhead_ms"),
+    ("decode_attention_efficiency = -0.1", "", "hardware.decode_attention_efficiency"),
+    ("decode_attention_efficiency = 1.5", "", "hardware.decode_attention_efficiency"),
 ])
 def test_bad_new_keys_are_one_line_errors(hw, levers, key):
     with pytest.raises(ConfigError) as e:

@@ -6,15 +6,15 @@ the H100 (docs/validation.md says how, and why).
 1. The H100's: ``sweep calibrate validation/fit`` does the same (``sweep.calibrate``'s serving
    fit): every fit case (``validation/fit/*.toml``: the ``general`` runs, both stages, of the
    three models) is simulated over ``SERVING_GRID`` (compute and bandwidth efficiency, the
-   per-pass and the per-sequence overhead), one vectorised sweep per case on the first
+   per-pass and the per-sequence overhead, decode attention's efficiency), one vectorised sweep per case on the first
    ``--duration`` seconds of its stage; the grid point with the least squared relative error
    of mean, p50 and p95 end-to-end latency is kept; then ``request_overhead_ms`` and
    ``request_lag_passes`` are solved from mean, p50 and p95 TTFT by least squares.
 2. The A100's: the H100's scaled by the ratio of the A100's to the H100's measured pass times
    in the Splitwise data (``validation/data/splitwise/perf_model.csv``), against the ratio of
    their datasheet peaks: compute from prefills of 1,024 tokens or more, bandwidth from decode
-   steps of batches up to 16 (compute capped at the H100 search's 90%). Its host-side terms
-   are the H100's.
+   steps of batches up to 16 (compute capped at the H100 search's 90%; decode attention
+   scaled like compute). Its host-side terms are the H100's.
 
 It prints the fitted numbers; ``sweep/hardware.py`` carries them. Nothing of the holdout cases
 is read.
@@ -73,8 +73,10 @@ def main(argv=None) -> int:
     ce = min(cap, h100["compute_efficiency"] * r["compute_peak_ratio"] / r["compute_slowdown"])
     be = min(1.0, h100["bandwidth_efficiency"] * r["bandwidth_peak_ratio"]
              / r["bandwidth_slowdown"])
-    print(f"A100-80GB: compute_efficiency = {ce:.3f}, bandwidth_efficiency = {be:.3f}, and the "
-          "H100's host-side terms")
+    # Decode attention is a tensor-core kernel too: its efficiency scales like compute's.
+    att = h100["decode_attention_efficiency"] * r["compute_peak_ratio"] / r["compute_slowdown"]
+    print(f"A100-80GB: compute_efficiency = {ce:.3f}, bandwidth_efficiency = {be:.3f}, "
+          f"decode_attention_efficiency = {att:.3f}, and the H100's host-side terms")
     return 0
 
 
