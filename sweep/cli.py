@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -86,20 +87,36 @@ def _parser() -> argparse.ArgumentParser:
                      help="this process, 0..N-1 (default: $SERVESWEEP_PROCESS_ID, "
                           "$SLURM_PROCID, $JOB_COMPLETION_INDEX)")
 
+    cap = sub.add_parser("capacity", help="the most load each design carries within the brief, "
+                                          "and the cheapest fleet for a target load")
+    cap.add_argument("config", help="the TOML sweep definition (with a [brief])")
+    cap.add_argument("--out", help="results folder (default: results/<name>-capacity)")
+    cap.add_argument("--seeds", type=_positive_int, help="seeds per design (overrides [run])")
+    cap.add_argument("--target-rate", type=float,
+                     help="requests/s to size fleets for (overrides [capacity] target_rate)")
+    again = cap.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true",
+                       help="continue the interrupted search in --out: simulate only what is "
+                            "missing")
+    again.add_argument("--force", action="store_true", help="overwrite an existing results folder")
+    cap.add_argument("--quiet", action="store_true", help="no progress output")
+
     mg = sub.add_parser("merge", help="join the parts every process wrote into the final tables")
     mg.add_argument("results", help="a folder written by 'sweep run' (by one or more processes)")
     mg.add_argument("--strict", action="store_true",
                     help=f"a simulation that hit its step bound is an error (exit {EXIT_TRUNCATED})")
 
     fr = sub.add_parser("frontier", help="Pareto-optimal designs of a results folder, and a plot")
-    fr.add_argument("results", help="a folder written by 'sweep run'")
-    fr.add_argument("--x", default="cost_per_mtok", help="first objective (minimised)")
-    fr.add_argument("--y", default="p95_ttft_s", help="second objective (minimised)")
+    fr.add_argument("results", help="a folder written by 'sweep run' or 'sweep capacity'")
+    fr.add_argument("--x", help="first objective, minimised (default: cost_per_mtok; of a "
+                                "capacity result: usd_per_hour)")
+    fr.add_argument("--y", help="second objective, minimised; prefix '-' to maximise (default: "
+                                "p95_ttft_s; of a capacity result: -max_rate)")
     fr.add_argument("--z", help="optional third objective; prefix '-' to maximise")
     fr.add_argument("--out", help="where to write frontier.parquet/.png/.svg (default: RESULTS)")
 
     rep = sub.add_parser("report", help="the verdict against the config's brief")
-    rep.add_argument("results", help="a folder written by 'sweep run'")
+    rep.add_argument("results", help="a folder written by 'sweep run' or 'sweep capacity'")
 
     cal = sub.add_parser("calibrate", help="fit efficiency factors and overhead to measured "
                                            "pass times or request latencies")
@@ -318,6 +335,96 @@ def _finish(out: Path, partial, strict: bool) -> int:
     return 0
 
 
+def _cmd_capacity(args) -> int:
+    import jax
+
+    from . import capacity, executables
+    from .config import load_study
+    from .report import render_capacity
+    from .results import CAPACITY_PARTS, write_capacity_part, write_results
+    from .runner import default_progress, run_study
+
+    t0 = time.perf_counter()
+    cache = os.environ.get("SERVESWEEP_CACHE", Path.home() / ".cache" / "servesweep")
+    executables.use(Path(cache) / "executables")
+    study = _checked(load_study, args.config, seeds=args.seeds)
+    target = args.target_rate if args.target_rate is not None else study.capacity["target_rate"]
+    _checked(capacity.check, study, target)
+    out = Path(args.out) if args.out else Path("results") / f"{study.name}-capacity"
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    identity = {"config_text": study.text, "seeds": study.seeds, "target_rate": target}
+    saved = _capacity_out(out, args, identity)
+    limits = [lim for lim in study.brief
+              if capacity._is_metric(lim.key) and lim.key not in capacity.IMPROVES_WITH_LOAD]
+    progress = None if args.quiet else default_progress()
+    rounds = [0 if saved is None else int(saved["round"].max()) + 1 if len(saved) else 0]
+
+    def on_round(rows):
+        write_capacity_part(out, rounds[0], rows.assign(round=rounds[0]))
+        rounds[0] += 1
+
+    def run(sub, shape_for):
+        if not args.quiet:
+            print(f"round {rounds[0] + 1}: {len(sub.points)} rates x {len(sub.seeds)} seeds",
+                  file=sys.stderr)
+        return run_study(sub, progress=progress, shape_for=shape_for).runs
+
+    runner = capacity.Runner(study, run, saved=None if saved is None else saved.drop(
+        columns="round"), on_round=on_round)
+    found = capacity.search(study, runner, limits)
+    table = capacity.table(study, runner, found, limits)
+    tables = {"capacity": table, "search": runner.table()}
+    if target is not None:
+        tables["fleet"] = capacity.fleets(study, table, found, runner, target, limits)
+    seconds = time.perf_counter() - t0
+    meta = {"kind": "capacity", "name": study.name, "config_path": study.path,
+            "config_text": study.text, "axes": [a for a in study.axes if a != "arrival_rate"],
+            "seeds": study.seeds,
+            "brief": [{"key": lim.key, "min": lim.min, "max": lim.max} for lim in study.brief],
+            "slo": study.slo, "capacity": study.capacity, "target_rate": target,
+            "jax": jax.__version__, "device": _device(), "started": started,
+            "seconds": round(seconds, 3)}
+    write_results(out, tables, meta, last="capacity")
+    shutil.rmtree(out / CAPACITY_PARTS, ignore_errors=True)
+    print(f"{len(table)} designs x {len(study.seeds)} seeds: {len(tables['search'])} simulations "
+          f"in {seconds:.1f} s on {meta['device']} -> {out}")
+    print(render_capacity(table, tables.get("fleet"), meta))
+    return 0
+
+
+def _capacity_out(out: Path, args, identity: dict):
+    """Refuse a folder the search may not use; the saved rows of a resumed search (None when
+    starting afresh)."""
+    from .results import CAPACITY_PARTS, read_capacity_parts, start_capacity_parts
+
+    ours = (out / "capacity.parquet").exists() or (out / CAPACITY_PARTS).is_dir()
+    if args.force and out.is_dir() and any(out.iterdir()) and not ours:
+        raise UsageError(f"{out}: not a servesweep capacity folder; --force deletes only those "
+                         "(allowed: an empty, new or capacity results folder)")
+    if (args.resume and not ours and out.is_dir() and any(out.iterdir())) or (
+            out.exists() and not out.is_dir()):
+        raise UsageError(f"{out}: not a servesweep capacity folder; allowed: an empty, new or "
+                         "capacity results folder")
+    if out.exists() and not args.force and not args.resume:
+        raise UsageError(f"{out}: already exists; use --resume to continue an interrupted search "
+                         "or --force to overwrite")
+    if args.resume and (out / CAPACITY_PARTS).is_dir():
+        manifest, rows = _checked(read_capacity_parts, out)
+        if manifest.get("identity") != identity:
+            raise UsageError(f"{out}: holds a search of another config, seeds or target; "
+                             "allowed: --resume with the same config and options, or --force to "
+                             "start over")
+        return rows
+    try:
+        if out.exists() and (args.force or args.resume):
+            shutil.rmtree(out)
+        start_capacity_parts(out, {"identity": identity})
+    except OSError as exc:
+        raise UsageError(f"{out}: cannot create the results folder: "
+                         f"{exc.strerror or exc}") from None
+    return None
+
+
 def _cmd_merge(args) -> int:
     from .results import read_parts
 
@@ -448,7 +555,8 @@ def _cmd_validate(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    command = {"run": _cmd_run, "merge": _cmd_merge, "frontier": _cmd_frontier,
+    command = {"run": _cmd_run, "capacity": _cmd_capacity, "merge": _cmd_merge,
+               "frontier": _cmd_frontier,
                "report": _cmd_report, "calibrate": _cmd_calibrate,
                "validate": _cmd_validate}[args.command]
     try:

@@ -92,7 +92,13 @@ RUN_KEYS = ("seeds", "chunk_size", "per_request", "max_designs", "max_steps")
 SECTIONS = {"hardware": HARDWARE_KEYS, "model": MODEL_KEYS, "workload": WORKLOAD_KEYS,
             "levers": LEVER_KEYS}
 TOP_LEVEL = ("name", "hardware", "model", "workload", "levers", "run", "brief", "exclude",
-             "measured")
+             "measured", "capacity")
+#: The brief's per-request limits (``{ max = x }``): what a request must meet to count in
+#: ``slo_attainment`` and ``goodput_rps``; not limits on a column.
+REQUEST_LIMITS = {"request_ttft_s": "slo_ttft_s", "request_tpot_ms": "slo_tpot_s"}
+#: ``[capacity]``: what ``sweep capacity`` searches (docs/capacity.md); defaults.
+CAPACITY_DEFAULTS = {"confidence": 0.9, "tolerance": 0.02, "rate_min": None, "rate_max": None,
+                     "target_rate": None, "fleets": 3}
 LENGTH_KEYS = ("dist", "mean", "low", "high", "sigma")
 #: The length-table keys each distribution uses (the others are refused, not ignored).
 LENGTH_USES = {"fixed": ("mean",), "exponential": ("mean",), "uniform": ("low", "high"),
@@ -161,6 +167,10 @@ class Study:
     # [measured]: metric -> what reality measured (float; bool for the bool metrics), for
     # ``sweep validate``; ``sweep run`` ignores it.
     measured: dict = field(default_factory=dict)
+    # The brief's per-request limits: request_ttft_s (s), request_tpot_ms (ms); absent: none.
+    slo: dict = field(default_factory=dict)
+    # [capacity], CAPACITY_DEFAULTS filled in; read by ``sweep capacity`` only.
+    capacity: dict = field(default_factory=lambda: dict(CAPACITY_DEFAULTS))
 
 
 # --- one-line messages -------------------------------------------------------------------------
@@ -356,8 +366,11 @@ class _Parser:
         self.apply_profile(sections["hardware"])
         run = self.parse_run(sections["run"], seeds_override, max_designs_override)
         seeds, chunk_size, per_request, max_designs, max_steps = run
-        brief = self.parse_brief(sections["brief"])
+        slo = self.parse_request_limits(sections["brief"])
+        brief = self.parse_brief({k: v for k, v in sections["brief"].items()
+                                  if k not in REQUEST_LIMITS})
         measured = self.parse_measured(doc)
+        capacity = self.parse_capacity(doc)
         keys = self.parse_keys(doc, sections)  # [(section, key, options, is_axis)]
         excludes = self.parse_excludes(doc.get("exclude", []))
         self.check_size(keys, max_designs)
@@ -366,7 +379,7 @@ class _Parser:
                      text=self.text, points=points, axes=axes, skipped=skipped, seeds=seeds,
                      brief=brief, chunk_size=chunk_size, per_request=per_request,
                      max_designs=max_designs, uncertain=dict(self.uncertain),
-                     max_steps=max_steps, measured=measured)
+                     max_steps=max_steps, measured=measured, slo=slo, capacity=capacity)
 
     def syntax_error(self, exc: Exception) -> ConfigError:
         msg = str(exc)
@@ -448,8 +461,56 @@ class _Parser:
             raise self.err(parts, f"{_show(v)} seeds{suffix}; {allowed}")
         return list(range(v))
 
+    def parse_request_limits(self, brief) -> dict:
+        """``request_ttft_s = { max = s }``, ``request_tpot_ms = { max = ms }``."""
+        out = {}
+        for key in REQUEST_LIMITS:
+            if key not in brief:
+                continue
+            parts = ["brief", key]
+            lim = brief[key]
+            if not isinstance(lim, dict) or set(lim) != {"max"}:
+                raise self.err(parts, f"must be a table like {{ max = 0.5 }}, got {_got(lim)}; "
+                                      "allowed: { max = positive number } (a per-request limit)")
+            v = self.number(parts + ["max"], lim["max"])
+            if not v > 0:
+                raise self.err(parts + ["max"], f"{_show(v)} is out of range; allowed: a "
+                                                "positive number")
+            out[key] = v
+        return out
+
+    def parse_capacity(self, doc) -> dict:
+        """``[capacity]``: the search's confidence, tolerance and rate range, and the target."""
+        raw = doc.get("capacity", {})
+        if not isinstance(raw, dict):
+            raise self.err(["capacity"], f"must be a table ([capacity]), got {_got(raw)}")
+        self.table(["capacity"], raw, tuple(CAPACITY_DEFAULTS))
+        out = dict(CAPACITY_DEFAULTS)
+        for key, v in raw.items():
+            parts = ["capacity", key]
+            if key == "fleets":
+                v = self.integer(parts, v)
+                if not 1 <= v <= 100:
+                    raise self.err(parts, f"{_show(v)} is out of range; allowed: 1 to 100")
+            else:
+                v = self.number(parts, v)
+                lo, hi = {"confidence": (0.0, 1.0), "tolerance": (0.0, 1.0)}.get(
+                    key, (0.0, math.inf))
+                if not (lo < v <= hi) or (key == "tolerance" and v >= 1.0):
+                    raise self.err(parts, f"{_show(v)} is out of range; allowed: "
+                                          + {"confidence": "0 < confidence <= 1",
+                                             "tolerance": "0 < tolerance < 1"}.get(
+                                              key, "a positive number of requests/s"))
+            out[key] = v
+        if (out["rate_min"] is not None and out["rate_max"] is not None
+                and out["rate_min"] >= out["rate_max"]):
+            raise self.err(["capacity", "rate_min"], f"{_show(out['rate_min'])} is not below "
+                                                     f"rate_max {_show(out['rate_max'])}; "
+                                                     "allowed: rate_min < rate_max")
+        return out
+
     def parse_brief(self, brief) -> list[Limit]:
-        allowed_keys = list(METRICS) + NUMERIC_COLUMNS
+        allowed_keys = list(METRICS) + NUMERIC_COLUMNS + list(REQUEST_LIMITS)
         limits = []
         for key, lim in brief.items():
             parts = ["brief", key]

@@ -284,6 +284,8 @@ class Design:
                                            is None else self.request_overhead_ms) * 1e-3),
             request_lag_passes=np.float64(gpu.request_lag_passes if self.request_lag_passes
                                           is None else self.request_lag_passes),
+            slo_ttft_s=np.float64(np.inf),
+            slo_tpot_s=np.float64(np.inf),
         )
 
     def replace(self, **changes) -> "Design":
@@ -309,3 +311,6 @@ class EngineParams(NamedTuple):
     token_budget: np.ndarray  # int32: tokens per pass, decodes' first, 0 = unlimited
     request_overhead_s: np.ndarray  # float64: added to every request's TTFT and latency
     request_lag_passes: np.ndarray  # float64: so many mean TPOTs added to them too
+    # A brief's per-request limits (metrics only: slo_attainment, goodput_rps); inf: none.
+    slo_ttft_s: np.ndarray  # float64
+    slo_tpot_s: np.ndarray  # float64

@@ -23,6 +23,7 @@ METRICS = {
     "preemptions": "i8", "peak_kv_gb": "f8", "max_queue": "i8", "cost_per_mtok": "f8",
     "mean_in_system": "f8", "utilization": "f8", "sim_time_s": "f8", "passes": "i8",
     "unstable": "b", "truncated": "b", "prefix_hit_rate": "f8", "prefill_tokens_saved": "i8",
+    "slo_attainment": "f8", "goodput_rps": "f8",
 }
 
 
@@ -51,6 +52,10 @@ def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
     ttft = jnp.where(real, jnp.maximum(ttft, 0.0) + outside, jnp.nan)
     e2e = jnp.where(real, jnp.maximum(jnp.where(done, out.finish, t_stop) - r.arrival, 0.0)
                     + outside, jnp.nan)
+    # Per-request goodput (vLLM's benchmark): completed, within both of the brief's
+    # per-request limits (a one-token answer has no TPOT to miss).
+    attained = (real & done & (ttft <= p.slo_ttft_s)
+                & (jnp.where(tpot_ok, tpot, 0.0) <= p.slo_tpot_s * 1e3)).sum()
     ttft_q = jnp.nanpercentile(ttft, jnp.array([50.0, 90.0, 95.0, 99.0]))
     tpot_q = jnp.nanpercentile(tpot, jnp.array([50.0, 95.0, 99.0]))
     e2e_q = jnp.nanpercentile(e2e, jnp.array([50.0, 90.0, 95.0, 99.0]))
@@ -95,4 +100,6 @@ def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
         "prefix_hit_rate": jnp.where(out.prefix_lookups > 0, out.prefix_hits.astype(jnp.float64)
                                      / jnp.maximum(out.prefix_lookups, 1), jnp.nan),
         "prefill_tokens_saved": out.prefix_hits.astype(jnp.int64) * r.prefix_tokens,
+        "slo_attainment": attained / n_real,
+        "goodput_rps": attained / safe_t,
     }

@@ -468,6 +468,11 @@ def summarize_reference(res: RefResult, req: Requests, params: EngineParams) -> 
     end = np.where(np.isfinite(res.finish), res.finish, t_stop)
     e2e = (end - arrival)[real] + outside
     itl_ms = res.itl_gaps * 1e3
+    tpot_all_ms = np.where(long, (res.finish - res.first_token) / (output - 1).clip(min=1) * 1e3,
+                           0.0)
+    attained = int(np.count_nonzero(
+        done[real] & (ttft <= float(params.slo_ttft_s))
+        & (tpot_all_ms[real] <= float(params.slo_tpot_s) * 1e3)))
 
     # Waiting (arrived, no first token yet) at the arrival of the middle and the last request.
     got_first = np.where(np.isfinite(res.first_token), res.first_token, np.inf)
@@ -512,4 +517,6 @@ def summarize_reference(res: RefResult, req: Requests, params: EngineParams) -> 
         "prefix_hit_rate": (res.prefix_hits / res.prefix_lookups if res.prefix_lookups
                             else math.nan),
         "prefill_tokens_saved": res.prefix_hits * int(np.asarray(req.prefix_tokens)),
+        "slo_attainment": attained / n if n else math.nan,
+        "goodput_rps": _safe_div(float(attained), t_stop),
     }

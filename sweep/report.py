@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .config import Limit
 from .metrics import METRICS
 
 #: Suffixes of the per-metric statistics in an aggregate.
@@ -410,3 +411,63 @@ def render(v: Verdict, brief, columns=None, max_passing: int = 50) -> str:
                        f"{len(v.truncated)} design(s); do not trust their metrics: {ids}",
                        "", "    ")
     return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+# --- capacity -------------------------------------------------------------------------------------
+
+def _money(x: float) -> str:
+    return f"${x:,.2f}" if x >= 1 else f"${x:.3g}"
+
+
+def render_capacity(cap: pd.DataFrame, fleet: pd.DataFrame | None, meta: dict,
+                    shown: int = 10) -> str:
+    """A capacity search in plain words: the cheapest confirmed fleet for the target, or the
+    designs by their cost at capacity; then what stops the designs that carry nothing."""
+    levers = [c for c in meta.get("axes", []) if c in cap.columns]
+    conf = meta["capacity"]["confidence"]
+    lines = [f"Capacity of {len(cap)} designs, {len(meta['seeds'])} seeds each: a design carries "
+             f"a rate when at least {conf:.0%} of its seeds meet the brief there."]
+    brief = [Limit(**lim) for lim in meta["brief"]]
+    slo = meta.get("slo") or {}
+    lines += _wrap("Brief: " + ", ".join([limit_text(lim) for lim in brief]
+                                         + [f"{k} <= {v:g} per request" for k, v in slo.items()]),
+                   indent="", more="  ")
+    carrying = cap[cap["max_rate"] > 0].sort_values(["cost_per_mtok_at_max", "design"],
+                                                    kind="stable")
+    target = meta.get("target_rate")
+    if target is not None:
+        good = fleet[fleet["confirmed"]] if fleet is not None and len(fleet) else fleet
+        if good is None or not len(good):
+            lines.append(f"No fleet was confirmed to serve {target:g} requests/s within the brief"
+                         + (" (no design carries any load within it)." if not len(carrying)
+                            else ": the cheapest candidates missed it when simulated whole."))
+        else:
+            for k, (_, row) in enumerate(good.head(3).iterrows()):
+                text = (f"{int(row['replicas'])} x ({_levers_text(row, levers)}), "
+                        f"{_money(row['fleet_usd_per_hour'])}/hour, "
+                        f"{_money(row['cost_per_mtok'])} per million tokens")
+                lines += _wrap(f"To serve {target:g} requests/s within the brief: {text}."
+                               if k == 0 else f"next: {text}", indent="" if k == 0 else "  ")
+        if fleet is not None and len(fleet):
+            for _, row in fleet[~fleet["confirmed"]].iterrows():
+                lines += _wrap(f"not confirmed: {int(row['replicas'])} x "
+                               f"({_levers_text(row, levers)}): {row['note']}")
+    lines.append(f"{len(carrying)} designs carry load within the brief; by cost at capacity:"
+                 if len(carrying) else "No design carries any load within the brief.")
+    for _, row in carrying.head(shown).iterrows():
+        high = row["max_rate_high"]
+        bracket = (f"{row['max_rate_low']:.4g}..{high:.4g}" if math.isfinite(high)
+                   else f">= {row['max_rate_low']:.4g}, censored")
+        lines += _wrap(f"design {int(row['design'])}: {row['max_rate']:.4g} requests/s "
+                       f"({bracket}), {_money(row['cost_per_mtok_at_max'])} per million tokens "
+                       f"at capacity, {_money(row['usd_per_hour'])}/hour; bound by "
+                       f"{row['binding']} | {_levers_text(row, levers)}")
+    if len(carrying) > shown:
+        lines.append(f"  ... and {len(carrying) - shown} more (capacity.parquet)")
+    none = cap[cap["max_rate"] <= 0]
+    if len(none):
+        lines.append(f"{len(none)} designs carry nothing within the brief:")
+        for binding, group in none.groupby("binding", sort=True):
+            lines += _wrap(f"{len(group)} bound by {binding}, e.g. design "
+                           f"{int(group['design'].iloc[0])}: {group['why'].iloc[0]}")
+    return "\n".join(lines)

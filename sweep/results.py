@@ -31,6 +31,7 @@ SCHEMA_VERSION = 1
 META_KEY = b"servesweep"
 FILES = ("runs", "designs", "requests")
 PARTS = "parts"
+CAPACITY_PARTS = "capacity-parts"
 MANIFEST = "manifest.json"
 _PART = re.compile(r"(runs|requests)-p(\d{5})-(\d{6})\.parquet")
 
@@ -94,15 +95,52 @@ def _write_table(path: Path, df: pd.DataFrame, meta: dict) -> None:
     _write_file(path, lambda fh: pq.write_table(table, fh))
 
 
-def write_results(out_dir: str | Path, tables: dict[str, pd.DataFrame], meta: dict) -> Path:
-    """Write the final tables into ``out_dir``, each file atomically and ``runs.parquet`` (what
-    marks a folder as results) last."""
+def write_results(out_dir: str | Path, tables: dict[str, pd.DataFrame], meta: dict,
+                  last: str = "runs") -> Path:
+    """Write the final tables into ``out_dir``, each file atomically and ``last`` (what marks a
+    folder as finished results: ``runs``, or ``capacity`` for a capacity search) last."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"package": f"servesweep {__version__}", **meta}
-    for name in sorted(tables, key=lambda n: n == "runs"):
+    for name in sorted(tables, key=lambda n: n == last):
         _write_table(out / f"{name}.parquet", tables[name], meta)
     return out
+
+
+def start_capacity_parts(out_dir: str | Path, manifest: dict) -> None:
+    """Create ``out_dir/CAPACITY_PARTS`` with the manifest of a fresh capacity search."""
+    parts = Path(out_dir) / CAPACITY_PARTS
+    parts.mkdir(parents=True, exist_ok=True)
+    blob = json.dumps({"schema_version": SCHEMA_VERSION, **manifest}, default=str, indent=1)
+    _write_file(parts / MANIFEST, lambda fh: fh.write(blob.encode()))
+
+
+def write_capacity_part(out_dir: str | Path, number: int, rows: pd.DataFrame) -> None:
+    """One finished round of a capacity search."""
+    _write_table(Path(out_dir) / CAPACITY_PARTS / f"round-{number:04d}.parquet", rows, {})
+
+
+def read_capacity_parts(out_dir: str | Path) -> tuple[dict, pd.DataFrame]:
+    """A capacity search's manifest and every simulation its finished rounds saved."""
+    parts = Path(out_dir) / CAPACITY_PARTS
+    try:
+        manifest = json.loads((parts / MANIFEST).read_text())
+    except (OSError, ValueError) as exc:
+        raise ResultsError(f"{parts / MANIFEST}: cannot read the search's manifest ({exc})") \
+            from None
+    frames = [_read(p)[0] for p in sorted(parts.glob("round-*.parquet"))]
+    return manifest, (pd.concat(frames, ignore_index=True) if frames else
+                      pd.DataFrame(columns=["round"]))
+
+
+def load_capacity(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame | None, dict]:
+    """A capacity search's results: the capacity table, the fleets (None without a target) and
+    the metadata."""
+    folder = Path(path)
+    folder = folder.parent if folder.suffix == ".parquet" else folder
+    cap, meta = _read(folder / "capacity.parquet")
+    fleet = _read(folder / "fleet.parquet")[0] if (folder / "fleet.parquet").exists() else None
+    return cap, fleet, meta
 
 
 def start_parts(out_dir: str | Path, manifest: dict, grid: pd.DataFrame) -> None:

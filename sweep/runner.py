@@ -201,7 +201,8 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
                 devices=None, skip=frozenset(), share: tuple[int, int] = (0, 1),
                 progress: Callable[[int, int, int, int, float], None] | None = None,
                 stop: Callable[[], bool] | None = None, processes: int = 1,
-                compile_order: int = 0) -> Iterator[Chunk]:
+                compile_order: int = 0, shape_for: tuple[int, int] = (0, 0)
+                ) -> Iterator[Chunk]:
     """Simulate this process's share of the grid points x seeds, less the (design, seed) pairs
     in ``skip`` (already saved), yielding the finished rows call by call.
 
@@ -219,7 +220,10 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
     ``processes > 1`` (a CPU only) splits the share over that many worker processes, each
     pinned to one core (``workers.in_processes``). ``compile_order`` rotates the order in which
     the tiers compile: workers sharing a folder of executables (or JAX's cache) start on
-    different tiers, so each tier is compiled once and loaded by the others."""
+    different tiers, so each tier is compiled once and loaded by the others. ``shape_for =
+    (simulations, requests)`` plans the calls' shapes for at least that many simulations of at
+    least that many request slots (padding costs little), so that a caller with batches of
+    varying size, such as a capacity search, compiles each shape once."""
     if processes > 1:
         from .workers import in_processes
 
@@ -235,7 +239,7 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
     plan = plan_chunks(study, chunk_size)
     want_requests = study.per_request if per_request is None else per_request
     max_steps = None if study.max_steps is None else jnp.int32(study.max_steps)
-    params = [topology.plan(p.design) for p in study.points]
+    params = [with_slo(topology.plan(p.design), study.slo) for p in study.points]
     drawn = {seed: draws(study.uncertain, seed) for seed in study.seeds}
     sim_params = _uncertain_params(study, params, drawn)
     k_max = max(p.design.draft_tokens for p in study.points)
@@ -261,9 +265,10 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
     # thread: the first while the first calls sample their requests, the wide ones (needed
     # only by the simulations that overflow) while the narrow ones run, if they run long.
     # (Tiers of fewer lanes take more rounds: as many simulations per call.)
-    shapes = {seats: _call_shape(len(sims), plan.lanes(seats),
+    shapes = {seats: _call_shape(max(len(sims), shape_for[0]), plan.lanes(seats),
                                  max(1, plan.per_call() // plan.lanes(seats)), len(devices),
-                                 max(study.points[s.point].workload.capacity for s in sims),
+                                 max(shape_for[1], *(study.points[s.point].workload.capacity
+                                                     for s in sims)),
                                  workers)
               for seats, sims in bound.items()}
     tiers = [seats for seats in sorted(shapes) if pending and (
@@ -333,37 +338,40 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
         threading.Thread(target=work, daemon=True).start()
 
     calls = 0
-    while True:
-        while len(running) < workers and not (stop and stop()):
-            queue = queue or ready()
-            if not queue:
+    try:
+        while True:
+            while len(running) < workers and not (stop and stop()):
+                queue = queue or ready()
+                if not queue:
+                    break
+                seats, part = queue.pop(0)
+                start(calls, seats, part)
+                calls += 1
+            if not running:
                 break
-            seats, part = queue.pop(0)
-            start(calls, seats, part)
-            calls += 1
-        if not running:
-            break
-        call, result, error = finished.get()
-        del running[call]
-        if error is not None:
-            raise error
-        seats, part, reqs, out, mets, seconds = result
-        overflow = np.asarray(out.overflow)
-        kept = [j for j, s in enumerate(part) if not overflow[j]]
-        for j, s in enumerate(part):
-            if overflow[j]:
-                pending.setdefault(study.points[s.point].design.seats, []).append(s)
-        sims_kept = [part[j] for j in kept]
-        metrics = pd.DataFrame({
-            "design": np.array([s.point for s in sims_kept], dtype=np.int64),
-            "seed": np.array([s.seed for s in sims_kept], dtype=np.int64),
-            **{c: np.array([drawn[s.seed][c] for s in sims_kept], dtype=np.float64)
-               for c in study.uncertain},
-            **{k: mets[k][kept].astype(_DTYPES[kind]) for k, kind in METRICS.items()}})
-        requests = _request_table(sims_kept, reqs, out, kept) if want_requests else None
-        tally.add(s.point for s in sims_kept)
-        tally.report(progress)
-        yield Chunk(metrics, requests, seats, seconds)
+            call, result, error = finished.get()
+            del running[call]
+            if error is not None:
+                raise error
+            seats, part, reqs, out, mets, seconds = result
+            overflow = np.asarray(out.overflow)
+            kept = [j for j, s in enumerate(part) if not overflow[j]]
+            for j, s in enumerate(part):
+                if overflow[j]:
+                    pending.setdefault(study.points[s.point].design.seats, []).append(s)
+            sims_kept = [part[j] for j in kept]
+            metrics = pd.DataFrame({
+                "design": np.array([s.point for s in sims_kept], dtype=np.int64),
+                "seed": np.array([s.seed for s in sims_kept], dtype=np.int64),
+                **{c: np.array([drawn[s.seed][c] for s in sims_kept], dtype=np.float64)
+                   for c in study.uncertain},
+                **{k: mets[k][kept].astype(_DTYPES[kind]) for k, kind in METRICS.items()}})
+            requests = _request_table(sims_kept, reqs, out, kept) if want_requests else None
+            tally.add(s.point for s in sims_kept)
+            tally.report(progress)
+            yield Chunk(metrics, requests, seats, seconds)
+    finally:
+        compiler.close()  # no compilation left running once the caller is done
 
 
 class Tally:
@@ -455,10 +463,14 @@ class _Compiler:
     def __init__(self, jobs: list[tuple[int, Callable]]):
         self.ready = {tier: threading.Event() for tier, _ in jobs}
         self.error: BaseException | None = None
-        threading.Thread(target=self._run, args=(jobs,), daemon=True).start()
+        self.closed = False
+        self.thread = threading.Thread(target=self._run, args=(jobs,), daemon=True)
+        self.thread.start()
 
     def _run(self, jobs):
         for tier, fn in jobs:
+            if self.closed:
+                return
             try:
                 fn()
             except BaseException as exc:  # handed to the caller by wait()
@@ -467,6 +479,12 @@ class _Compiler:
                     event.set()
                 return
             self.ready[tier].set()
+
+    def close(self):
+        """Start no further job, and wait for the one compiling (a thread still compiling when
+        the interpreter exits aborts it)."""
+        self.closed = True
+        self.thread.join()
 
     def wait(self, tier: int):
         if tier in self.ready:
@@ -477,18 +495,28 @@ class _Compiler:
 
 def run_study(study: Study, chunk_size: int | None = None, per_request: bool | None = None,
               progress: Callable[[int, int, int, int, float], None] | None = None,
-              devices=None, processes: int = 1) -> SweepResult:
+              devices=None, processes: int = 1, shape_for: tuple[int, int] = (0, 0)
+              ) -> SweepResult:
     """Simulate every grid point x seed of ``study`` in memory; rows come back in (design,
     seed) order (see ``iter_chunks``)."""
     t0 = time.perf_counter()
     chunks = list(iter_chunks(study, chunk_size, per_request, devices, progress=progress,
-                              processes=processes))
+                              processes=processes, shape_for=shape_for))
     runs = runs_table(grid_table(study), pd.concat([c.metrics for c in chunks]), study.seeds)
     requests = None
     if chunks and chunks[0].requests is not None:
         requests = requests_table([c.requests for c in chunks])
     return SweepResult(runs, requests, time.perf_counter() - t0,
                        len({c.seats for c in chunks}), len(runs))
+
+
+def with_slo(plan: topology.Plan, slo: dict) -> topology.Plan:
+    """The plan with the brief's per-request limits in the arrays its metrics read."""
+    if not slo:
+        return plan
+    return plan._replace(system=plan.system._replace(
+        slo_ttft_s=np.float64(slo.get("request_ttft_s", np.inf)),
+        slo_tpot_s=np.float64(slo.get("request_tpot_ms", np.inf) * 1e-3)))
 
 
 def _uncertain_params(study: Study, params: list, drawn: dict) -> Callable:
@@ -501,7 +529,7 @@ def _uncertain_params(study: Study, params: list, drawn: dict) -> Callable:
     def sim_params(s: _Sim):
         if (s.point, s.seed) not in cache:
             design = study.points[s.point].design.replace(**drawn[s.seed])
-            cache[(s.point, s.seed)] = topology.plan(design)
+            cache[(s.point, s.seed)] = with_slo(topology.plan(design), study.slo)
         return cache[(s.point, s.seed)]
 
     return sim_params

@@ -1,0 +1,423 @@
+"""Capacity: the most load each design carries within the brief, and the cheapest fleet for a
+target load (docs/capacity.md).
+
+A design's capacity is the largest arrival rate at which at least ``confidence`` of its seeds
+meet the brief's load-limited limits: the queue must not grow, and every metric limit that more
+load can only break (latencies, memory, per-request attainment) must hold. Limits that more
+load helps (cost per token, throughput, goodput, utilisation) are checked at capacity, where
+the design is at its best on them; a design that misses them there misses them at every rate.
+
+The search brackets every design at once. Each round is one batch of simulations (every
+unresolved design x its candidate rates x seeds) through the runner. Common random numbers make
+the bracket sound: a seed's arrival gaps are the same unit draws divided by the rate, and its
+lengths the same draws, so whether a seed meets the brief is close to monotone in the rate.
+
+1. Screening, on the first seed: rates spread geometrically over the bracket, which each round
+   cuts into up to ``SCREEN_SPLITS`` parts until it is narrower than the tolerance.
+2. Confirmation, on every seed: the screened bracket's two ends; where the seeds overturn an
+   end, rates stepping 1, 3 and 9 tolerances away from it, then the bracket cut again, every
+   seed, until it is narrow again.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from .config import Limit, Point, Study
+from .timing import pass_time
+
+#: Metrics that more load improves: checked at capacity, not during the search.
+IMPROVES_WITH_LOAD = ("cost_per_mtok", "tokens_per_s", "goodput_rps", "utilization")
+#: Default search range, as multiples of a design's roofline rate (``roofline_rate``).
+RATE_MIN_FRACTION = 1 / 32
+RATE_MAX_FACTOR = 2.0
+SCREEN_POINTS = 8  # rates of the first screening round, both ends included
+SCREEN_SPLITS = 8  # parts each later screening round cuts a bracket into, at most
+CONFIRM_SPLITS = 4  # parts a confirmation round cuts a bracket into, at most
+STEPS = (1, 3, 9)  # tolerances a confirmation round steps from an end the seeds overturned
+MAX_ROUNDS = 40
+QUEUEING = "queueing"
+
+
+class CapacityError(ValueError):
+    """A capacity search the config cannot run (one line, naming the key)."""
+
+
+@dataclasses.dataclass
+class Search:
+    """A design's bracket: ``low`` meets the brief (0: none does), ``high`` does not (inf:
+    every rate searched does)."""
+
+    point: Point
+    rate_min: float
+    rate_max: float
+    low: float = 0.0
+    high: float = math.inf
+    screened: bool = False
+    done: bool = False
+    tried: set = dataclasses.field(default_factory=set)  # rates run on every seed
+
+
+def check(study: Study, target_rate: float | None) -> None:
+    """Refuse what the search cannot answer, before anything is written."""
+    metric = [lim for lim in study.brief if _is_metric(lim.key)]
+    if not study.brief and not study.slo:
+        raise CapacityError("brief: a capacity search needs a [brief] with at least one metric "
+                            "limit; allowed: limits such as p95_ttft_s = { max = 0.5 }")
+    if not metric and not study.slo:
+        raise CapacityError("brief: has only lever limits, which no load changes; allowed: at "
+                            "least one metric limit such as p95_ttft_s = { max = 0.5 }")
+    if any(p.workload.trace is not None for p in study.points):
+        raise CapacityError("workload.trace: a trace sets its own arrivals; allowed: poisson, "
+                            "constant or gamma arrivals for a capacity search")
+    if target_rate is not None and not (math.isfinite(target_rate) and target_rate > 0):
+        raise CapacityError(f"--target-rate: {target_rate!r} is out of range; allowed: a "
+                            "positive number of requests/s")
+
+
+def _is_metric(key: str) -> bool:
+    from .metrics import METRICS
+
+    return key in METRICS
+
+
+def designs(study: Study) -> list[Point]:
+    """One point per design: every grid axis except ``arrival_rate`` (its first value kept)."""
+    seen, out = set(), []
+    for p in study.points:
+        key = tuple((k, repr(v)) for k, v in p.columns.items() if k != "arrival_rate")
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
+
+
+def _mean_tokens(lengths) -> float:
+    if lengths.dist == "uniform":
+        return (lengths.low + lengths.high) / 2
+    return float(lengths.mean)
+
+
+def roofline_rate(point: Point) -> float:
+    """Requests/s a design's passes could carry at its full batch: each request's share of a
+    full decode pass per generated token, plus its prefill pass (no queueing, no latency limit:
+    an upper guide for the search, not a result)."""
+    d, wl = point.design, point.workload
+    prompt = _mean_tokens(wl.prompt_tokens) + wl.prefix_share * wl.prefix_tokens
+    out = _mean_tokens(wl.output_tokens)
+    pre_d = d.pool(d.prefill_gpus) if d.disaggregated else d
+    dec_d = d.pool(d.decode_gpus) if d.disaggregated else d
+    seats = max(1, min(dec_d.seats, dec_d.kv_tokens() // max(1, int(prompt + out))))
+    k, a = d.draft_tokens, d.acceptance
+    per_pass = (1 - a ** (k + 1)) / (1 - a) if k and a < 1 else k + 1.0
+    decode = float(pass_time(dec_d.timing(), 0.0, 0.0, seats, seats * (prompt + out / 2)))
+    prefill = float(pass_time(pre_d.timing(), prompt, prompt * (prompt + 1) / 2, 0.0, 0.0))
+    per_request_decode = out / per_pass * decode / seats
+    if d.disaggregated:  # the pools work at once
+        return 1.0 / max(per_request_decode, prefill)
+    return d.replicas / (per_request_decode + prefill)
+
+
+def _at_rate(point: Point, rate: float) -> Point:
+    return Point(point.design, dataclasses.replace(point.workload, arrival_rate=rate),
+                 {**point.columns, "arrival_rate": rate})
+
+
+def failures(row, limits: list[Limit]) -> list[str]:
+    """The load-limited limits one run misses: ``queueing`` when its queue grows, then the
+    metric limits' keys."""
+    out = [QUEUEING] if bool(row["unstable"]) else []
+    return out + [lim.key for lim in limits if not lim.ok(row[lim.key])]
+
+
+class Runner:
+    """Runs (design, rate) x seeds through the engine, remembering every row under its
+    (design, fleet, rate, seed): ``fleet`` is 0 for the design itself, else the replicas of a
+    fleet of it. A resumed search replays its rounds from ``saved`` without simulating them
+    again."""
+
+    def __init__(self, study: Study, run: Callable[[Study, tuple[int, int]], pd.DataFrame],
+                 saved: pd.DataFrame | None = None, on_round: Callable | None = None):
+        from .metrics import METRICS
+
+        self.study, self.run, self.on_round = study, run, on_round
+        self.nominal = 0  # simulations every batch's call shapes are planned for
+        self.columns = ["design", "fleet", "arrival_rate", "seed", *METRICS]
+        self.rows: dict = {}
+        if saved is not None:
+            for rec in saved.to_dict("records"):
+                self.rows[(rec["design"], rec["fleet"], rec["arrival_rate"], rec["seed"])] = rec
+
+    def __call__(self, jobs: list[tuple[int, int, Point, float]], seeds: list[int]) -> None:
+        """Simulate every (design, fleet, point, rate) job on ``seeds``, as one batch."""
+        todo = [(i, f, p, r) for i, f, p, r in jobs
+                if any((i, f, r, s) not in self.rows for s in seeds)]
+        if not todo:
+            return
+        sub = dataclasses.replace(self.study, points=[_at_rate(p, r) for _, _, p, r in todo],
+                                  seeds=list(seeds), brief=[], axes=["arrival_rate"])
+        # Request slots rounded up to a power of two: few shapes to compile, and the draws
+        # of the slots in use do not depend on how many there are.
+        slots = max(p.workload.capacity for p in sub.points)
+        runs = self.run(sub, (self.nominal, 1 << (slots - 1).bit_length()))
+        new = []
+        for rec in runs.to_dict("records"):
+            i, f, _, r = todo[rec["design"]]
+            rec = {**rec, "design": i, "fleet": f, "arrival_rate": r}
+            rec = {k: rec[k] for k in self.columns}
+            self.rows[(i, f, r, rec["seed"])] = rec
+            new.append(rec)
+        if self.on_round is not None:
+            self.on_round(pd.DataFrame(new, columns=self.columns))
+
+    def rows_at(self, i: int, rate: float, seeds: list[int], fleet: int = 0) -> list[dict]:
+        return [self.rows[(i, fleet, rate, s)] for s in seeds]
+
+    def table(self) -> pd.DataFrame:
+        """Every simulation of the search, in (design, fleet, rate, seed) order."""
+        df = pd.DataFrame([self.rows[k] for k in sorted(self.rows)], columns=self.columns)
+        return df.reset_index(drop=True)
+
+
+def _geometric(lo: float, hi: float, parts: int) -> list[float]:
+    return [float(x) for x in np.geomspace(lo, hi, parts + 1)[1:-1]]
+
+
+def _parts(lo: float, hi: float, tolerance: float, most: int) -> int:
+    """Parts to cut ``[lo, hi]`` into: enough to reach the tolerance, at most ``most``."""
+    need = math.ceil(math.log(hi / lo) / math.log1p(tolerance))
+    return max(2, min(most, need))
+
+
+def search(study: Study, runner: Runner, limits: list[Limit]) -> list[Search]:
+    """Bracket every design's capacity (``[capacity]``: confidence, tolerance, rate range)."""
+    cap = study.capacity
+    tol, conf = cap["tolerance"], cap["confidence"]
+    seeds, first = list(study.seeds), [study.seeds[0]]
+    out = []
+    for p in designs(study):
+        if not all(lim.ok(p.columns.get(lim.key)) for lim in study.brief
+                   if not _is_metric(lim.key)):
+            out.append(Search(p, math.nan, math.nan, done=True))
+            continue
+        guide = roofline_rate(p)
+        lo = cap["rate_min"] or guide * RATE_MIN_FRACTION
+        hi = cap["rate_max"] or guide * RATE_MAX_FACTOR
+        if lo >= hi:  # a given rate_max below the guide's rate_min (or the reverse)
+            lo, hi = (hi / 32, hi) if cap["rate_max"] else (lo, lo * 64)
+        out.append(Search(p, lo, hi))
+    index = {id(s): i for i, s in enumerate(out)}
+    runner.nominal = max(runner.nominal, 2 * len(seeds) * sum(not s.done for s in out))
+
+    def ok(s: Search, rate: float, on: list[int]) -> bool:
+        rows = runner.rows_at(index[id(s)], rate, on)
+        return sum(not failures(r, limits) for r in rows) >= conf * len(on) - 1e-9
+
+    # 1. Screening on the first seed.
+    screen = {id(s): [s.rate_min, s.rate_max] for s in out if not s.done}
+    cands = {id(s): list(np.geomspace(s.rate_min, s.rate_max, SCREEN_POINTS))
+             for s in out if not s.done}
+    for _ in range(MAX_ROUNDS):
+        jobs = [(index[k], 0, out[index[k]].point, float(r)) for k, rs in cands.items()
+                for r in rs]
+        if not jobs:
+            break
+        runner(jobs, first)
+        nxt = {}
+        for k, rs in cands.items():
+            s = out[index[k]]
+            tested = sorted(r for (i, f, r, sd) in runner.rows
+                            if i == index[k] and f == 0 and sd == first[0])
+            fails = [r for r in tested if not ok(s, r, first)]
+            hi = min(fails) if fails else math.inf
+            passes = [r for r in tested if r < hi and ok(s, r, first)]
+            lo = max(passes) if passes else 0.0
+            screen[k] = [lo, hi]
+            if lo > 0 and math.isfinite(hi) and hi / lo > 1 + tol:
+                nxt[k] = _geometric(lo, hi, _parts(lo, hi, tol, SCREEN_SPLITS))
+        cands = nxt
+
+    # 2. Confirmation on every seed: the screened ends, then a full-seed bracket search.
+    todo = {}
+    for s in out:
+        if s.done:
+            continue
+        lo, hi = screen[id(s)]
+        todo[id(s)] = [lo if lo > 0 else s.rate_min, hi if math.isfinite(hi) else s.rate_max]
+    for _ in range(MAX_ROUNDS):
+        jobs = [(index[k], 0, out[index[k]].point, float(r)) for k, rs in todo.items()
+                for r in sorted(set(rs))]
+        if not jobs:
+            break
+        runner(jobs, seeds)
+        nxt = {}
+        for k, rs in todo.items():
+            s = out[index[k]]
+            s.tried.update(rs)
+            fails = [r for r in s.tried if not ok(s, r, seeds)]
+            s.high = min(fails) if fails else math.inf
+            passes = [r for r in s.tried if r < s.high and ok(s, r, seeds)]
+            s.low = max(passes) if passes else 0.0
+            # The seed set disagrees with the screen: step away from it by growing steps.
+            if s.low == 0 and s.high > s.rate_min:
+                nxt[k] = sorted({max(s.rate_min, s.high / (1 + tol) ** j) for j in STEPS})
+            elif not math.isfinite(s.high) and s.low < s.rate_max:
+                nxt[k] = sorted({min(s.rate_max, s.low * (1 + tol) ** j) for j in STEPS})
+            elif s.low > 0 and math.isfinite(s.high) and s.high / s.low > 1 + tol:
+                nxt[k] = _geometric(s.low, s.high, _parts(s.low, s.high, tol, CONFIRM_SPLITS))
+            else:
+                s.done = True
+        todo = nxt
+    return out
+
+
+def _means(runner: Runner, i: int, rate: float, seeds: list[int]) -> dict:
+    rows = runner.rows_at(i, rate, seeds)
+    return {k: float(np.mean([float(r[k]) for r in rows])) for k in
+            ("tokens_per_s", "completed", "preemptions", "goodput_rps", "utilization")}
+
+
+def _binding(rows: list[dict], limits: list[Limit]) -> str:
+    """The limit most seeds miss (queueing read as memory when the cache preempted)."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        for key in failures(r, limits):
+            counts[key] = counts.get(key, 0) + 1
+    if not counts:
+        return ""
+    key = max(counts, key=lambda k: (counts[k], k == QUEUEING))
+    if key == QUEUEING and np.mean([float(r["preemptions"]) for r in rows]) > 0:
+        return "memory"
+    return key
+
+
+def table(study: Study, runner: Runner, found: list[Search], limits: list[Limit]) -> pd.DataFrame:
+    """``capacity.parquet``: one row per design."""
+    seeds = list(study.seeds)
+    at_max = [lim for lim in study.brief if lim.key in IMPROVES_WITH_LOAD]
+    recs = []
+    for i, s in enumerate(found):
+        d = s.point.design
+        price = d.price_per_gpu_hour if d.price_per_gpu_hour is not None else \
+            d.gpu_spec.price_per_gpu_hour
+        usd_per_hour = d.total_gpus * price
+        rec = {k: v for k, v in s.point.columns.items() if k != "arrival_rate"}
+        rec.update(design=i, max_rate=s.low, max_rate_low=s.low, max_rate_high=s.high,
+                   censored=False, binding="", why="", tokens_per_s_at_max=math.nan,
+                   cost_per_mtok_at_max=math.nan, usd_per_hour=usd_per_hour)
+        if math.isnan(s.rate_min):  # a lever limit
+            lim = next(lim for lim in study.brief if not _is_metric(lim.key)
+                       and not lim.ok(s.point.columns.get(lim.key)))
+            rec.update(max_rate=0.0, max_rate_low=0.0, max_rate_high=0.0, binding=lim.key,
+                       why=f"excluded by the brief: {_limit_text(lim)}")
+            recs.append(rec)
+            continue
+        rec.update(rate_min=s.rate_min, rate_max=s.rate_max)
+        if s.low > 0:
+            m = _means(runner, i, s.low, seeds)
+            rows = runner.rows_at(i, s.low, seeds)
+            generated = np.mean([float(r["tokens_per_s"]) * float(r["sim_time_s"])
+                                 / max(float(r["requests"]), 1.0) for r in rows])
+            tps = s.low * generated  # sustained: requests/s x tokens per request
+            cost = usd_per_hour / (tps * 3600.0) * 1e6 if tps > 0 else math.inf
+            rec.update(tokens_per_s_at_max=tps, cost_per_mtok_at_max=cost)
+            values = {"cost_per_mtok": cost, "tokens_per_s": tps,
+                      "goodput_rps": m["goodput_rps"], "utilization": m["utilization"]}
+            missed = [lim for lim in at_max if not lim.ok(values[lim.key])]
+            if missed:
+                lim = missed[0]
+                rec.update(max_rate=0.0, binding=lim.key.replace("cost_per_mtok", "cost"),
+                           why=f"at its load limit of {s.low:.3g} requests/s: "
+                               f"{lim.key} = {values[lim.key]:.4g}, missing "
+                               f"{_limit_text(lim)}")
+                recs.append(rec)
+                continue
+        if math.isfinite(s.high):
+            rec["binding"] = _binding(runner.rows_at(i, s.high, seeds), limits)
+            if s.low == 0:
+                rec.update(max_rate_high=s.high,
+                           why=f"misses {rec['binding']} at {s.high:.3g} requests/s, the lowest "
+                               "rate searched ([capacity] rate_min)")
+        else:
+            rec.update(censored=True, binding="none",
+                       why=f"meets the brief at {s.rate_max:.3g} requests/s, the highest rate "
+                           "searched: raise [capacity] rate_max")
+        recs.append(rec)
+    return pd.DataFrame(recs)
+
+
+def _limit_text(lim: Limit) -> str:
+    parts = []
+    if lim.min is not None:
+        parts.append(f"{lim.key} >= {lim.min:g}")
+    if lim.max is not None:
+        parts.append(f"{lim.key} <= {lim.max:g}")
+    return " and ".join(parts)
+
+
+def fleets(study: Study, cap: pd.DataFrame, found: list[Search], runner: Runner,
+           target: float, limits: list[Limit]) -> pd.DataFrame:
+    """The cheapest fleets for ``target`` requests/s: ``ceil(target / max_rate)`` replicas of a
+    design, the ``[capacity] fleets`` cheapest simulated whole behind the design's router at the
+    target (one more replica where that misses the brief); confirmed ones first, cheapest first."""
+    ok = cap[cap["max_rate"] > 0].copy()
+    if ok.empty:
+        return pd.DataFrame()
+    ok["replicas_needed"] = np.ceil(target / ok["max_rate"] - 1e-9).astype(int)
+    ok["fleet_usd_per_hour"] = ok["replicas_needed"] * ok["usd_per_hour"]
+    ok = ok.sort_values(["fleet_usd_per_hour", "cost_per_mtok_at_max", "design"],
+                        kind="stable").head(int(study.capacity["fleets"]))
+    cost_lim = [lim for lim in study.brief if lim.key == "cost_per_mtok"]
+    seeds = list(study.seeds)
+    recs = []
+    tries = [(int(r.design), int(r.replicas_needed)) for r in ok.itertuples()]
+    for extra in (0, 1):
+        jobs, meta = [], []
+        for design, n in tries:
+            d = found[design].point.design
+            fleet = d.replace(replicas=d.replicas * (n + extra))
+            try:
+                fleet.validate()
+            except ValueError as exc:
+                if extra == 0:
+                    recs.append(dict(design=design, replicas=n, confirmed=False,
+                                     note=f"not simulated: {exc}"))
+                continue
+            p = found[design].point
+            point = Point(fleet, p.workload, {**p.columns, "replicas": fleet.replicas})
+            jobs.append((design, n + extra, point, float(target)))
+            meta.append((design, n + extra))
+        runner(jobs, seeds)
+        missed = []
+        for (design, n) in meta:
+            rows = runner.rows_at(design, float(target), seeds, fleet=n)
+            share = np.mean([not failures(r, limits) for r in rows])
+            usd = n * float(cap.loc[cap["design"] == design, "usd_per_hour"].iloc[0])
+            generated = np.mean([float(r["tokens_per_s"]) * float(r["sim_time_s"])
+                                 / max(float(r["requests"]), 1.0) for r in rows])
+            cost = usd / (target * generated * 3600.0) * 1e6
+            confirmed = bool(share >= study.capacity["confidence"] - 1e-9
+                             and all(lim.ok(cost) for lim in cost_lim))
+            rec = dict(design=design, replicas=n, confirmed=confirmed, p_pass=float(share),
+                       fleet_usd_per_hour=usd, cost_per_mtok=cost,
+                       p95_ttft_s=float(np.mean([float(r["p95_ttft_s"]) for r in rows])),
+                       note="" if confirmed else "misses the brief at the target" + (
+                           "; one more replica tried" if extra == 0 else ""))
+            recs.append(rec)
+            if not confirmed and extra == 0:
+                missed.append((design, n))
+        tries = missed
+        if not tries:
+            break
+    out = pd.DataFrame(recs)
+    levers = cap.drop(columns=[c for c in ("replicas",) if c in cap.columns])
+    out = out.merge(levers[["design"] + [c for c in levers.columns if c not in (
+        "design", "fleet_usd_per_hour")]], on="design", how="left")
+    out["_rank"] = out["fleet_usd_per_hour"].fillna(np.inf)
+    out = out.sort_values(["confirmed", "_rank", "design", "replicas"],
+                          ascending=[False, True, True, True], kind="stable")
+    return out.drop(columns="_rank").reset_index(drop=True)
