@@ -14,9 +14,10 @@ lengths the same draws, so whether a seed meets the brief is close to monotone i
 
 1. Screening, on the first seed: rates spread geometrically over the bracket, which each round
    cuts into up to ``SCREEN_SPLITS`` parts until it is narrower than the tolerance.
-2. Confirmation, on every seed: the screened bracket's two ends; where the seeds overturn an
-   end, rates stepping 1, 3 and 9 tolerances away from it, then the bracket cut again, every
-   seed, until it is narrow again.
+2. Confirmation, on every seed: the screened bracket's two ends and rates 1, 3 and 9
+   tolerances below it; where the seeds overturn an end, such steps away from it, then the
+   bracket cut again until it is narrow again. A rate runs on a few seeds first: failures there can decide it, and only
+   a rate that passes needs every seed.
 """
 from __future__ import annotations
 
@@ -33,12 +34,13 @@ from .timing import pass_time
 #: Metrics that more load improves: checked at capacity, not during the search.
 IMPROVES_WITH_LOAD = ("cost_per_mtok", "tokens_per_s", "goodput_rps", "utilization")
 #: Default search range, as multiples of a design's roofline rate (``roofline_rate``).
-RATE_MIN_FRACTION = 1 / 32
+RATE_MIN_FRACTION = 1 / 8
 RATE_MAX_FACTOR = 2.0
-SCREEN_POINTS = 8  # rates of the first screening round, both ends included
-SCREEN_SPLITS = 8  # parts each later screening round cuts a bracket into, at most
+SCREEN_POINTS = 16  # rates of the first screening round, both ends included
+SCREEN_SPLITS = 12  # parts each later screening round cuts a bracket into, at most
 CONFIRM_SPLITS = 4  # parts a confirmation round cuts a bracket into, at most
 STEPS = (1, 3, 9)  # tolerances a confirmation round steps from an end the seeds overturned
+FIRST_SEEDS = 4  # seeds a confirmation tries first: failures there may decide a rate
 MAX_ROUNDS = 40
 QUEUEING = "queueing"
 
@@ -177,6 +179,10 @@ class Runner:
     def rows_at(self, i: int, rate: float, seeds: list[int], fleet: int = 0) -> list[dict]:
         return [self.rows[(i, fleet, rate, s)] for s in seeds]
 
+    def rows_done(self, i: int, rate: float, seeds: list[int], fleet: int = 0) -> list[dict]:
+        """The rows of ``seeds`` simulated so far."""
+        return [self.rows[k] for s in seeds if (k := (i, fleet, rate, s)) in self.rows]
+
     def table(self) -> pd.DataFrame:
         """Every simulation of the search, in (design, fleet, rate, seed) order."""
         df = pd.DataFrame([self.rows[k] for k in sorted(self.rows)], columns=self.columns)
@@ -208,7 +214,7 @@ def search(study: Study, runner: Runner, limits: list[Limit]) -> list[Search]:
         lo = cap["rate_min"] or guide * RATE_MIN_FRACTION
         hi = cap["rate_max"] or guide * RATE_MAX_FACTOR
         if lo >= hi:  # a given rate_max below the guide's rate_min (or the reverse)
-            lo, hi = (hi / 32, hi) if cap["rate_max"] else (lo, lo * 64)
+            lo, hi = (hi / 16, hi) if cap["rate_max"] else (lo, lo * 16)
         out.append(Search(p, lo, hi))
     index = {id(s): i for i, s in enumerate(out)}
     runner.nominal = max(runner.nominal, 2 * len(seeds) * sum(not s.done for s in out))
@@ -241,34 +247,47 @@ def search(study: Study, runner: Runner, limits: list[Limit]) -> list[Search]:
                 nxt[k] = _geometric(lo, hi, _parts(lo, hi, tol, SCREEN_SPLITS))
         cands = nxt
 
-    # 2. Confirmation on every seed: the screened ends, then a full-seed bracket search.
+    # 2. Confirmation on every seed: the screened ends, then a bracket search. A rate runs on
+    # the first FIRST_SEEDS seeds, then on the rest unless those already decide it: enough
+    # failures fail it whatever the others do, and only a pass needs every seed.
+    need = math.ceil(conf * len(seeds) - 1e-9)
+
+    def decided(i: int, rate: float) -> bool | None:
+        rows = runner.rows_done(i, rate, seeds)
+        passed = sum(not failures(r, limits) for r in rows)
+        if passed >= need:
+            return True
+        return False if len(rows) - passed > len(seeds) - need else None
+
     todo = {}
     for s in out:
         if s.done:
             continue
         lo, hi = screen[id(s)]
-        todo[id(s)] = [lo if lo > 0 else s.rate_min, hi if math.isfinite(hi) else s.rate_max]
+        todo[id(s)] = {lo if lo > 0 else s.rate_min, hi if math.isfinite(hi) else s.rate_max}
+        if lo > 0:  # the seeds' quantile sits below the first seed's capacity as often as not
+            todo[id(s)] |= {max(s.rate_min, lo / (1 + tol) ** j) for j in STEPS}
     for _ in range(MAX_ROUNDS):
-        jobs = [(index[k], 0, out[index[k]].point, float(r)) for k, rs in todo.items()
-                for r in sorted(set(rs))]
-        if not jobs:
+        if not todo:
             break
-        runner(jobs, seeds)
+        for batch in (seeds[:FIRST_SEEDS], seeds):
+            runner([(index[k], 0, out[index[k]].point, float(r)) for k, rs in todo.items()
+                    for r in sorted(rs) if decided(index[k], r) is None], batch)
         nxt = {}
         for k, rs in todo.items():
             s = out[index[k]]
             s.tried.update(rs)
-            fails = [r for r in s.tried if not ok(s, r, seeds)]
-            s.high = min(fails) if fails else math.inf
-            passes = [r for r in s.tried if r < s.high and ok(s, r, seeds)]
-            s.low = max(passes) if passes else 0.0
-            # The seed set disagrees with the screen: step away from it by growing steps.
+            verdicts = {r: decided(index[k], r) for r in s.tried}
+            s.high = min((r for r, v in verdicts.items() if v is False), default=math.inf)
+            s.low = max((r for r, v in verdicts.items() if v and r < s.high), default=0.0)
+            # The seeds overturn the screen's end: step away from it by growing steps.
             if s.low == 0 and s.high > s.rate_min:
-                nxt[k] = sorted({max(s.rate_min, s.high / (1 + tol) ** j) for j in STEPS})
+                nxt[k] = {max(s.rate_min, s.high / (1 + tol) ** j) for j in STEPS}
             elif not math.isfinite(s.high) and s.low < s.rate_max:
-                nxt[k] = sorted({min(s.rate_max, s.low * (1 + tol) ** j) for j in STEPS})
+                nxt[k] = {min(s.rate_max, s.low * (1 + tol) ** j) for j in STEPS}
             elif s.low > 0 and math.isfinite(s.high) and s.high / s.low > 1 + tol:
-                nxt[k] = _geometric(s.low, s.high, _parts(s.low, s.high, tol, CONFIRM_SPLITS))
+                nxt[k] = set(_geometric(s.low, s.high,
+                                        _parts(s.low, s.high, tol, CONFIRM_SPLITS)))
             else:
                 s.done = True
         todo = nxt
@@ -276,7 +295,7 @@ def search(study: Study, runner: Runner, limits: list[Limit]) -> list[Search]:
 
 
 def _means(runner: Runner, i: int, rate: float, seeds: list[int]) -> dict:
-    rows = runner.rows_at(i, rate, seeds)
+    rows = runner.rows_done(i, rate, seeds)
     return {k: float(np.mean([float(r[k]) for r in rows])) for k in
             ("tokens_per_s", "completed", "preemptions", "goodput_rps", "utilization")}
 
@@ -319,7 +338,7 @@ def table(study: Study, runner: Runner, found: list[Search], limits: list[Limit]
         rec.update(rate_min=s.rate_min, rate_max=s.rate_max)
         if s.low > 0:
             m = _means(runner, i, s.low, seeds)
-            rows = runner.rows_at(i, s.low, seeds)
+            rows = runner.rows_done(i, s.low, seeds)
             generated = np.mean([float(r["tokens_per_s"]) * float(r["sim_time_s"])
                                  / max(float(r["requests"]), 1.0) for r in rows])
             tps = s.low * generated  # sustained: requests/s x tokens per request
@@ -337,7 +356,7 @@ def table(study: Study, runner: Runner, found: list[Search], limits: list[Limit]
                 recs.append(rec)
                 continue
         if math.isfinite(s.high):
-            rec["binding"] = _binding(runner.rows_at(i, s.high, seeds), limits)
+            rec["binding"] = _binding(runner.rows_done(i, s.high, seeds), limits)
             if s.low == 0:
                 rec.update(max_rate_high=s.high,
                            why=f"misses {rec['binding']} at {s.high:.3g} requests/s, the lowest "

@@ -1,0 +1,288 @@
+"""sweep capacity: the largest rate each design carries within the brief, and fleets."""
+import dataclasses
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sweep import capacity
+from sweep.cli import main
+from sweep.config import Point, parse_study
+from sweep.reference import simulate_reference
+from sweep.runner import run_study
+from sweep.workload import Requests
+
+
+def _search(study):
+    limits = [lim for lim in study.brief if capacity._is_metric(lim.key)
+              and lim.key not in capacity.IMPROVES_WITH_LOAD]
+    runner = capacity.Runner(study, lambda sub, shape: run_study(sub, shape_for=shape).runs)
+    found = capacity.search(study, runner, limits)
+    return capacity.table(study, runner, found, limits), found, runner, limits
+
+
+# --- against queueing theory -------------------------------------------------------------------
+
+MD1 = """name = "md1"
+[hardware]
+gpu = "H100-SXM"
+compute_efficiency = 0.6
+bandwidth_efficiency = 0.8
+overhead_ms = 0.2
+request_overhead_ms = 0.0
+request_lag_passes = 0.0
+decode_attention_efficiency = 0.0
+[model]
+name = "Llama-3.2-1B"
+[workload]
+arrival = "poisson"
+num_requests = 1000
+drain_s = 600.0
+prompt_tokens = { dist = "fixed", mean = 64 }
+output_tokens = { dist = "fixed", mean = 4 }
+[levers]
+batching = "one_at_a_time"
+[run]
+seeds = 4
+[brief]
+mean_ttft_s = { max = 0.02 }
+[capacity]
+confidence = 0.5
+"""
+
+
+def test_one_at_a_time_capacity_brackets_the_md1_limit():
+    """Poisson arrivals at a server of deterministic service time S (one request at a time):
+    mean TTFT = W_q + t_first with Pollaczek-Khinchine's W_q = rho S / (2 (1 - rho)). The rate
+    at which it reaches the brief's limit must fall inside the reported bracket, widened by the
+    Monte Carlo error of 1,000 requests per seed."""
+    study = parse_study(MD1)
+    design = study.points[0].design
+    one = Requests(np.array([0.0]), np.array([64], np.int32), np.array([4], np.int32),
+                   np.float64(np.inf), np.uint32(0), np.array([-1], np.int32), np.int32(0))
+    ref = simulate_reference(design.params(), one)
+    service, first = float(ref.finish[0]), float(ref.first_token[0])
+    x = (0.02 - first) / service  # W_q / S at the limit
+    rho = 2 * x / (1 + 2 * x)
+    analytic = rho / service
+    cap, *_ = _search(study)
+    row = cap.iloc[0]
+    assert 0 < row["max_rate_low"] <= row["max_rate"] < row["max_rate_high"]
+    assert row["max_rate_high"] / row["max_rate_low"] <= 1 + study.capacity["tolerance"] + 1e-9
+    assert row["max_rate_low"] * 0.9 <= analytic <= row["max_rate_high"] * 1.1, (
+        analytic, row["max_rate_low"], row["max_rate_high"])
+    assert row["binding"] in ("mean_ttft_s", "queueing")
+
+
+# --- the brief's story, monotonicity and fleets --------------------------------------------------
+
+BRIEF = """name = "story"
+[hardware]
+gpu = "H100-SXM"
+price_per_gpu_hour = 2.0
+compute_efficiency = 0.6
+bandwidth_efficiency = 0.8
+overhead_ms = 0.2
+request_overhead_ms = 0.0
+request_lag_passes = 0.0
+decode_attention_efficiency = 0.0
+[model]
+name = "Llama-3-8B"
+[workload]
+arrival = "poisson"
+arrival_rate = 16.0
+duration_s = 20.0
+drain_s = 30.0
+prompt_tokens = { dist = "exponential", mean = 1024 }
+output_tokens = { dist = "exponential", mean = 256 }
+[levers]
+batching = "static"
+kv_cache = "contiguous"
+max_batch = 256
+acceptance = 0.7
+draft_cost = 0.1
+[run]
+seeds = 3
+[brief]
+p95_ttft_s = { max = 0.5 }
+p95_itl_ms = { max = 15 }
+cost_per_mtok = { max = 0.20 }
+weight_bits = { min = 8 }
+"""
+STORY = {
+    "start": {},
+    "int8_spec4": dict(batching="continuous", kv_cache="paged", weight_bits=8, draft_tokens=4),
+    "int8_spec4_2gpu": dict(batching="continuous", kv_cache="paged", weight_bits=8,
+                            draft_tokens=4, gpus=2),
+    "bf16_spec4": dict(batching="continuous", kv_cache="paged", weight_bits=16, draft_tokens=4),
+}
+
+
+@pytest.fixture(scope="module")
+def story():
+    base = parse_study(BRIEF)
+    p = base.points[0]
+    points = [Point(p.design.replace(**ch), p.workload, {**p.columns, **ch})
+              for ch in STORY.values()]
+    study = dataclasses.replace(base, points=points, axes=list(STORY["int8_spec4_2gpu"]))
+    cap, found, runner, limits = _search(study)
+    return study, cap.set_index(pd.Index(list(STORY))), found, runner, limits
+
+
+def test_the_briefs_starting_server_carries_under_16_and_the_winner_at_least_16(story):
+    _, cap, *_ = story
+    assert cap.loc["start", "max_rate"] < 16.0
+    assert cap.loc["int8_spec4", "max_rate"] >= 16.0
+    assert cap.loc["int8_spec4", "binding"] not in ("", "none")
+    # Cost at capacity is the design's GPU price over the tokens it then sustains.
+    row = cap.loc["int8_spec4"]
+    assert row["cost_per_mtok_at_max"] == pytest.approx(
+        2.0 / 3600 / row["tokens_per_s_at_max"] * 1e6, rel=1e-9)
+    assert row["cost_per_mtok_at_max"] <= 0.20
+
+
+def test_more_gpus_or_fewer_weight_bits_never_lower_capacity(story):
+    _, cap, *_ = story
+    noise = 0.95
+    assert cap.loc["int8_spec4_2gpu", "max_rate"] >= noise * cap.loc["int8_spec4", "max_rate"]
+    assert cap.loc["int8_spec4", "max_rate"] >= noise * cap.loc["bf16_spec4", "max_rate"]
+
+
+def test_a_fleet_of_n_replicas_meets_the_brief_at_n_times_capacity(story):
+    study, cap, found, runner, limits = story
+    rate = float(cap.loc["int8_spec4", "max_rate"])
+    table = cap.reset_index(drop=True)
+    fleet = capacity.fleets(study, table, found, runner, 2 * rate * 0.9, limits)
+    row = fleet[fleet["design"] == 1].iloc[0]
+    assert row["replicas"] == 2 and row["confirmed"], row.to_dict()
+    assert fleet["confirmed"].iloc[0]  # confirmed fleets first
+
+
+# --- per-request goodput -------------------------------------------------------------------------
+
+GOODPUT = """name = "g"
+[hardware]
+gpu = "H100-SXM"
+[model]
+name = "Llama-3.2-1B"
+[workload]
+arrival_rate = [5.0, 400.0]
+num_requests = 80
+[levers]
+max_batch = 16
+[brief]
+{limits}
+"""
+
+
+def test_slo_attainment_counts_requests_within_their_own_limits():
+    loose = run_study(parse_study(GOODPUT.format(limits=""))).runs
+    assert (loose["slo_attainment"] == loose["completed"] / loose["requests"]).all()
+    assert np.allclose(loose["goodput_rps"], loose["completed"] / loose["sim_time_s"])
+    tight = run_study(parse_study(GOODPUT.format(
+        limits="request_ttft_s = { max = 0.05 }\nrequest_tpot_ms = { max = 1000 }"))).runs
+    assert tight.loc[0, "slo_attainment"] > tight.loc[1, "slo_attainment"]  # the overload
+    assert (tight["slo_attainment"] <= loose["slo_attainment"]).all()
+    none = run_study(parse_study(GOODPUT.format(limits="request_tpot_ms = { max = 1e-6 }"))).runs
+    assert (none["slo_attainment"] == 0).all() and (none["goodput_rps"] == 0).all()
+
+
+# --- the CLI -------------------------------------------------------------------------------------
+
+TINY = """name = "tiny"
+[hardware]
+gpu = "H100-SXM"
+[model]
+name = "Llama-3.2-1B"
+[workload]
+num_requests = 60
+prompt_tokens = { dist = "exponential", mean = 200 }
+output_tokens = { dist = "exponential", mean = 40 }
+[levers]
+batching = "continuous"
+max_batch = [8, 32]
+[run]
+seeds = 2
+[brief]
+p95_ttft_s = { max = 0.3 }
+request_tpot_ms = { max = 50 }
+[capacity]
+fleets = 2
+"""
+
+
+def test_sweep_capacity_writes_tables_reports_plots_and_resumes(tmp_path, capsys, monkeypatch):
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(TINY)
+    out = tmp_path / "cap"
+    assert main(["capacity", str(cfg), "--out", str(out), "--target-rate", "50",
+                 "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "To serve 50 requests/s within the brief:" in text
+    cap = pd.read_parquet(out / "capacity.parquet")
+    assert list(cap["max_batch"]) == [8, 32]
+    for col in ("max_rate", "max_rate_low", "max_rate_high", "binding", "tokens_per_s_at_max",
+                "cost_per_mtok_at_max", "censored", "why"):
+        assert col in cap.columns
+    assert (cap["max_rate"] > 0).all() and (cap["max_rate_high"] > cap["max_rate_low"]).all()
+    fleet = pd.read_parquet(out / "fleet.parquet")
+    assert fleet["confirmed"].iloc[0]
+    assert (fleet["replicas"] >= np.ceil(50 / fleet["max_rate"] - 1e-9)).all()
+    assert main(["report", str(out)]) == 0
+    assert "To serve 50 requests/s" in capsys.readouterr().out
+    assert main(["frontier", str(out)]) == 0
+    assert (out / "frontier.png").exists()
+
+    # Interrupted after two rounds, then resumed: the same tables as the uninterrupted run.
+    import sweep.runner
+
+    calls = [0]
+    real = sweep.runner.run_study
+
+    def flaky(*a, **k):
+        calls[0] += 1
+        if calls[0] == 3:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    again = tmp_path / "again"
+    monkeypatch.setattr(sweep.runner, "run_study", flaky)
+    assert main(["capacity", str(cfg), "--out", str(again), "--target-rate", "50",
+                 "--quiet"]) == 130
+    assert not (again / "capacity.parquet").exists()
+    assert main(["capacity", str(cfg), "--out", str(again), "--target-rate", "50",
+                 "--quiet"]) == 2  # neither --resume nor --force
+    assert main(["capacity", str(cfg), "--out", str(again), "--target-rate", "50", "--resume",
+                 "--quiet"]) == 0
+    pd.testing.assert_frame_equal(pd.read_parquet(again / "capacity.parquet"), cap)
+    pd.testing.assert_frame_equal(pd.read_parquet(again / "fleet.parquet"), fleet)
+
+
+@pytest.mark.parametrize("edit, args, key", [
+    (lambda t: t.replace('p95_ttft_s = { max = 0.3 }\nrequest_tpot_ms = { max = 50 }\n', ""),
+     [], "brief"),
+    (lambda t: t.replace('p95_ttft_s = { max = 0.3 }\nrequest_tpot_ms = { max = 50 }\n',
+                         "max_batch = { min = 8 }\n"), [], "brief"),
+    (lambda t: t + "rate_min = 5.0\nrate_max = 5.0\n", [], "capacity.rate_min"),
+    (lambda t: t, ["--target-rate", "0"], "--target-rate"),
+    (lambda t: t + "target_rate = -1.0\n", [], "capacity.target_rate"),
+    (lambda t: t + "confidence = 1.5\n", [], "capacity.confidence"),
+])
+def test_bad_capacity_input_is_one_line_and_writes_nothing(tmp_path, capsys, edit, args, key):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(edit(TINY))
+    out = tmp_path / "out"
+    assert main(["capacity", str(cfg), "--out", str(out), "--quiet", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert key in err and "\n" not in err, err
+    assert not out.exists()
+
+
+def test_roofline_rate_guides_the_search_above_what_a_design_carries(story):
+    _, cap, found, *_ = story
+    for name, s in zip(STORY, found):
+        if cap.loc[name, "max_rate"] > 0:
+            assert capacity.roofline_rate(s.point) * capacity.RATE_MAX_FACTOR > \
+                cap.loc[name, "max_rate"]
+    assert math.isfinite(capacity.roofline_rate(found[0].point))
