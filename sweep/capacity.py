@@ -12,8 +12,9 @@ unresolved design x its candidate rates x seeds) through the runner. Common rand
 the bracket sound: a seed's arrival gaps are the same unit draws divided by the rate, and its
 lengths the same draws, so whether a seed meets the brief is close to monotone in the rate.
 
-1. Screening, on the first seed: rates spread geometrically over the bracket, which each round
-   cuts into up to ``SCREEN_SPLITS`` parts until it is narrower than the tolerance.
+1. Screening, on the first seed: the lowest rate, then rates spread geometrically over the
+   bracket, which each round cuts into up to ``SCREEN_SPLITS`` parts until it is narrower than
+   the tolerance.
 2. Confirmation, on every seed: the screened bracket's two ends and rates 1, 3 and 9
    tolerances below it; where the seeds overturn an end, such steps away from it, then the
    bracket cut again until it is narrow again. A rate runs on a few seeds first: failures there can decide it, and only
@@ -223,10 +224,10 @@ def search(study: Study, runner: Runner, limits: list[Limit]) -> list[Search]:
         rows = runner.rows_at(index[id(s)], rate, on)
         return sum(not failures(r, limits) for r in rows) >= conf * len(on) - 1e-9
 
-    # 1. Screening on the first seed.
+    # 1. Screening on the first seed: the lowest rate alone first (a design that fails there
+    # is spared the rest, overloaded simulations the costliest of all), then the range.
     screen = {id(s): [s.rate_min, s.rate_max] for s in out if not s.done}
-    cands = {id(s): list(np.geomspace(s.rate_min, s.rate_max, SCREEN_POINTS))
-             for s in out if not s.done}
+    cands = {id(s): [s.rate_min] for s in out if not s.done}
     for _ in range(MAX_ROUNDS):
         jobs = [(index[k], 0, out[index[k]].point, float(r)) for k, rs in cands.items()
                 for r in rs]
@@ -243,7 +244,10 @@ def search(study: Study, runner: Runner, limits: list[Limit]) -> list[Search]:
             passes = [r for r in tested if r < hi and ok(s, r, first)]
             lo = max(passes) if passes else 0.0
             screen[k] = [lo, hi]
-            if lo > 0 and math.isfinite(hi) and hi / lo > 1 + tol:
+            if len(tested) == 1 and lo > 0:
+                nxt[k] = [float(r) for r in np.geomspace(s.rate_min, s.rate_max,
+                                                         SCREEN_POINTS)[1:]]
+            elif lo > 0 and math.isfinite(hi) and hi / lo > 1 + tol:
                 nxt[k] = _geometric(lo, hi, _parts(lo, hi, tol, SCREEN_SPLITS))
         cands = nxt
 
@@ -270,9 +274,17 @@ def search(study: Study, runner: Runner, limits: list[Limit]) -> list[Search]:
     for _ in range(MAX_ROUNDS):
         if not todo:
             break
-        for batch in (seeds[:FIRST_SEEDS], seeds):
-            runner([(index[k], 0, out[index[k]].point, float(r)) for k, rs in todo.items()
-                    for r in sorted(rs) if decided(index[k], r) is None], batch)
+        runner([(index[k], 0, out[index[k]].point, float(r)) for k, rs in todo.items()
+                for r in sorted(rs) if decided(index[k], r) is None], seeds[:FIRST_SEEDS])
+        # Every seed for the highest rate still open below the lowest failure only: if it
+        # passes, the lower ones need not run.
+        top = {}
+        for k, rs in todo.items():
+            failed = min((r for r in rs if decided(index[k], r) is False), default=math.inf)
+            open_ = [r for r in rs if decided(index[k], r) is None and r < failed]
+            if open_:
+                top[k] = max(open_)
+        runner([(index[k], 0, out[index[k]].point, float(r)) for k, r in top.items()], seeds)
         nxt = {}
         for k, rs in todo.items():
             s = out[index[k]]
@@ -280,8 +292,11 @@ def search(study: Study, runner: Runner, limits: list[Limit]) -> list[Search]:
             verdicts = {r: decided(index[k], r) for r in s.tried}
             s.high = min((r for r, v in verdicts.items() if v is False), default=math.inf)
             s.low = max((r for r, v in verdicts.items() if v and r < s.high), default=0.0)
+            waiting = {r for r, v in verdicts.items() if v is None and s.low < r < s.high}
             # The seeds overturn the screen's end: step away from it by growing steps.
-            if s.low == 0 and s.high > s.rate_min:
+            if waiting:
+                nxt[k] = waiting
+            elif s.low == 0 and s.high > s.rate_min:
                 nxt[k] = {max(s.rate_min, s.high / (1 + tol) ** j) for j in STEPS}
             elif not math.isfinite(s.high) and s.low < s.rate_max:
                 nxt[k] = {min(s.rate_max, s.low * (1 + tol) ** j) for j in STEPS}
