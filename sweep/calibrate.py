@@ -248,8 +248,8 @@ def roofline(gpu_name: str, model, gpus: int = 1, weight_bits: int = 16, kv_bits
 
 def _terms(tp, m: Passes):
     """Per pass: seconds at full compute efficiency, at full bandwidth efficiency, and of
-    all-reduces, decode attention and per-sequence host time (the parts of ``timing.pass_time`` the factors scale,
-    and the rest; no speculation)."""
+    all-reduces, decode attention and per-sequence host time (the parts of ``timing.pass_time``
+    the factors scale, and the rest; no speculation)."""
     tokens = m.prefill_tokens + m.decode_seqs
     own = tp.decode_attn_s_per_flop > 0.0
     flops, weights, kv = pass_work(tp, tokens, m.prefill_pairs + (0.0 if own else

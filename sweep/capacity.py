@@ -17,8 +17,8 @@ lengths the same draws, so whether a seed meets the brief is close to monotone i
    the tolerance.
 2. Confirmation, on every seed: the screened bracket's two ends and rates 1, 3 and 9
    tolerances below it; where the seeds overturn an end, such steps away from it, then the
-   bracket cut again until it is narrow again. A rate runs on a few seeds first: failures there can decide it, and only
-   a rate that passes needs every seed.
+   bracket cut again until it is narrow again. A rate runs on a few seeds first: failures there
+   can decide it, and only a rate that may pass needs every seed.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Units are in the field names. Compute figures are *dense* (no structured sparsity) tensor-core
 peaks. Memory is in GiB: vendors' "80 GB" parts expose 80 GiB-class HBM (nvidia-smi reports
-81,559 MiB on an H100 80GB), and seed 003's budget divides bytes by 1024**3.
+81,559 MiB on an H100 80GB), and the teaching simulator's budget divides bytes by 1024**3.
 
 Each entry picks its timing model: ``"roofline"`` (datasheet peaks x efficiency factors) or
 ``"linear"`` (a fit to measured pass times, as BLIS and Splitwise do; see ``LinearTiming``).
@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-#: The brief's efficiency factors (seed 001: "60% of peak compute and 80% of peak bandwidth plus
-#: 0.2 ms per pass"): the roofline's factors for a GPU that has not been calibrated on real runs.
+#: The 'Serve a Model' brief's efficiency factors ("60% of peak compute and 80% of peak bandwidth
+#: plus 0.2 ms per pass"): the roofline's factors for a GPU that has not been calibrated on real
+#: runs.
 BRIEF_COMPUTE_EFFICIENCY = 0.6
 BRIEF_BANDWIDTH_EFFICIENCY = 0.8
 BRIEF_PASS_OVERHEAD_MS = 0.2
@@ -87,16 +88,17 @@ class GPU:
 _NVLINK_AR_US = 5.0
 _PCIE_AR_US = 15.0
 
-#: Seed 000's lesson timed its strategies on an Apple laptop GPU. This fit reproduces its figures
-#: (docs/model.md, "Seed 000"): a 6.3 ms decode pass for one sequence, growing 1.3 ms per extra
-#: sequence, and 0.05 ms per prompt token -- the shape of a ~1B-parameter 16-bit model on a
-#: 400 GB/s unified-memory GPU.
+#: The batching lesson timed its strategies on an Apple laptop GPU. This fit reproduces its
+#: figures (docs/model.md, "The batching lesson"): a 6.3 ms decode pass for one sequence, growing
+#: 1.3 ms per extra sequence, and 0.05 ms per prompt token -- the shape of a ~1B-parameter 16-bit
+#: model on a 400 GB/s unified-memory GPU.
 LESSON_LAPTOP_FIT = LinearTiming(
     fixed_ms=5.0,
     prefill_token_ms=0.05,
     decode_token_ms=1.3,
     context_token_us=0.0,
-    source="fit to seed 000's figures (343/299/154 tokens/s, 22 ms/5.3 s/33.7 s median TTFT)",
+    source="fit to the batching lesson's figures (343/299/154 tokens/s, 22 ms/5.3 s/33.7 s "
+           "median TTFT)",
 )
 
 #: The H100's factors fitted on real vLLM 0.15.1 runs (validation/fit.py on validation/fit/:
@@ -121,7 +123,7 @@ CATALOG: dict[str, GPU] = {
             request_lag_passes=H100_VLLM_FIT["request_lag_passes"],
             source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): 3.35 TB/s HBM3, BF16 989 TF, "
                    "FP8 1979 TF dense; NVLink 4 900 GB/s bidirectional; no INT4 tensor cores; "
-                   "$2/GPU-h per seed 001"),
+                   "$2/GPU-h per the 'Serve a Model' brief"),
         GPU("H200", 141, 4.8, 989.4, 1978.9, 1978.9, 450, _NVLINK_AR_US, 3.0,
             source="NVIDIA H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, same compute as H100; "
                    "price an assumed cloud on-demand rate"),

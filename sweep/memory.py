@@ -1,10 +1,10 @@
 """Memory budget of one tensor-parallel group: weights + overhead reserve + KV cache.
 
-Two rules. Seed 003's: a fixed fraction of memory is reserved, the rest less the weights is KV.
-vLLM's (``gpu_memory_utilization``): the engine may use that share of each GPU's memory; its
-start-up profile subtracts the weights, the activations of the largest pass and memory outside
-PyTorch's allocator, and the rest becomes KV blocks (vllm/v1/worker/gpu_worker.py,
-``determine_available_memory``)."""
+Two rules. The teaching simulator's: a fixed fraction of memory is reserved, the rest less the
+weights is KV. vLLM's (``gpu_memory_utilization``): the engine may use that share of each GPU's
+memory; its start-up profile subtracts the weights, the activations of the largest pass and
+memory outside PyTorch's allocator, and the rest becomes KV blocks
+(vllm/v1/worker/gpu_worker.py, ``determine_available_memory``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,7 +13,8 @@ from .models import Model
 
 GIB = 1024**3
 
-#: Seed 003 reserves 10% of GPU memory for activations, CUDA context and fragmentation.
+#: The teaching simulator reserves 10% of GPU memory for activations, CUDA context and
+#: fragmentation.
 DEFAULT_OVERHEAD_FRACTION = 0.1
 #: Per-GPU memory outside the activation peak that vLLM's profile counts against the KV cache:
 #: the CUDA context, NCCL buffers and captured CUDA graphs, GiB. vLLM's start-up log on an
@@ -69,7 +70,7 @@ def memory_budget(model: Model, gpu_memory_gib: float, gpus: int = 1, weight_bit
     memory is what counts; KV heads split the same way. With ``utilization`` (vLLM's
     ``gpu_memory_utilization``) the reserve is the unused share, the activation peak of a pass
     of ``profile_tokens`` tokens over ``profile_seqs`` sequences and the engine's reserve, on
-    every GPU; otherwise it is ``overhead_fraction`` of memory (seed 003)."""
+    every GPU; otherwise it is ``overhead_fraction`` of memory (the teaching simulator's rule)."""
     total = gpu_memory_gib * gpus
     weights = model.weight_bytes(weight_bits) / GIB
     if utilization is None:

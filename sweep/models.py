@@ -1,5 +1,5 @@
-"""Model catalog: the five configurations of seed 003, with the architecture a roofline needs,
-and a loader for a local Hugging Face ``config.json`` (no network)."""
+"""Model catalog: the five configurations of the teaching simulator, with the architecture a
+roofline needs, and a loader for a local Hugging Face ``config.json`` (no network)."""
 from __future__ import annotations
 
 import json
@@ -28,7 +28,8 @@ class Model:
     source: str = field(default="", compare=False)
 
     def kv_bytes_per_token(self, kv_bits: int = 16) -> float:
-        """Keys and values of every layer: layers x KV heads x head dim x 2 x bytes (seed 003)."""
+        """Keys and values of every layer: layers x KV heads x head dim x 2 x bytes (as the
+        teaching simulator has it)."""
         return 2.0 * self.layers * self.kv_heads * self.head_dim * kv_bits / 8.0
 
     def weight_bytes(self, weight_bits: int) -> float:
@@ -63,8 +64,9 @@ CATALOG: dict[str, Model] = {
               source="mistralai/Mistral-7B-v0.1 config.json (vocab 32000); 7,241,732,096 "
                      "parameters (v0.3 widens the vocab to 32768: 7.25e9)"),
         Model("GPT-4-est", 1.8e12, 2.8e11, 120, 12288, 96, 96, 128, 49152, 100277, 8192,
-              source="seed 003's estimate (120 layers, 96 KV heads, 1.8T parameters); ~280B "
-                     "active per token (2 of 16 experts) and 12288 hidden are public estimates"),
+              source="the teaching simulator's estimate (120 layers, 96 KV heads, 1.8T "
+                     "parameters); ~280B active per token (2 of 16 experts) and 12288 hidden are "
+                     "public estimates"),
     )
 }
 

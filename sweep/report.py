@@ -2,7 +2,7 @@
 
 A brief is a list of limits (``sweep.config.Limit``: ``key``, ``min``, ``max``), each on a metric
 (``p95_ttft_s``, ``cost_per_mtok``, ...) or on a lever column (``weight_bits`` with min 8: a
-quality floor). The report follows the story of seed 001 ("Serve a Model"): which designs pass,
+quality floor). The report follows the story of the "Serve a Model" brief: which designs pass,
 cheapest first; what the starting server misses; and the failing designs grouped by what they
 miss, in words ("fails on queueing", "fails on time per token", "over the cost ceiling",
 "below the quality floor").
@@ -104,7 +104,7 @@ def meets_brief(agg: pd.DataFrame, brief) -> pd.Series:
 
 
 def miss_label(lim, side: str = "max", unstable: str = "") -> str:
-    """Words for missing one limit, in the spirit of seed 001.
+    """Words for missing one limit, in the spirit of the "Serve a Model" brief.
 
     TTFT -> "fails on queueing" (+ ``unstable``, e.g. "(queue still growing)"); ITL/TPOT ->
     "fails on time per token"; cost -> "over the cost ceiling"; a lever column -> "below the

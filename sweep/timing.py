@@ -1,6 +1,6 @@
 """Pass timing: how long one engine pass takes, from what it does.
 
-Roofline (seed 001): ``max(FLOPs / (eff_c * peak * tp), weight bytes / (eff_b * bandwidth *
+Roofline (the brief's): ``max(FLOPs / (eff_c * peak * tp), weight bytes / (eff_b * bandwidth *
 tp) + KV bytes / (eff_kv * bandwidth * tp)) + decode attention FLOPs / (eff_att * peak16 * tp)
 + all-reduce time + fixed overhead + per-sequence host time``, the peak at the activations'
 precision and a mixture of experts reading only the experts its tokens route to. Decode
@@ -153,7 +153,7 @@ def pass_time(p: TimingParams, prefill_tokens, prefill_pairs, decode_seqs, decod
 def ops_per_byte(model: Model, tokens: int, context_read: int = 0, weight_bits: int = 16,
                  kv_bits: int = 16) -> float:
     """Arithmetic intensity (FLOPs per byte moved) of a pass processing ``tokens`` tokens.
-    Seed 003's analysis ignores attention and KV traffic: pass ``context_read=0``."""
+    The teaching simulator's analysis ignores attention and KV traffic: pass ``context_read=0``."""
     p = timing_params(model, _UNIT_GPU, weight_bits=weight_bits, kv_bits=kv_bits,
                       compute_efficiency=1.0, bandwidth_efficiency=1.0, overhead_ms=0.0)
     pairs = 0 if context_read == 0 else tokens * context_read

@@ -24,7 +24,7 @@ HERE = Path(__file__).parent
 CONFIGS = HERE / "configs"
 REPO = HERE.parent
 
-SEED_001 = '''\
+BRIEF_TOML = '''\
 name = "serve_a_model"
 [hardware]
 gpu = "H100-SXM"              # catalog names include H100-SXM, H200, A100-80GB
@@ -51,7 +51,7 @@ max_batch = 256
 seeds = 16
 [brief]
 p95_ttft_s = { max = 0.5 }
-p95_itl_ms = { max = 15 }      # seed 001's time per output token: every gap between tokens
+p95_itl_ms = { max = 15 }      # the brief's time per output token: every gap between tokens
 cost_per_mtok = { max = 0.20 }
 weight_bits = { min = 8 }
 '''
@@ -65,21 +65,21 @@ arrival_rate = 4.0
 duration_s = 10.0
 '''
 
-AXES_001 = ["batching", "kv_cache", "gpus", "weight_bits", "draft_tokens"]
+BRIEF_AXES = ["batching", "kv_cache", "gpus", "weight_bits", "draft_tokens"]
 
 
 def lever_tuple(p):
-    return tuple(p.columns[a] for a in AXES_001)
+    return tuple(p.columns[a] for a in BRIEF_AXES)
 
 
-# --- the seed 001 brief ------------------------------------------------------------------------
+# --- the 'Serve a Model' brief ----------------------------------------------------------------
 
-def test_seed_001_brief_parses():
-    s = parse_study(SEED_001)
+def test_brief_parses():
+    s = parse_study(BRIEF_TOML)
     assert isinstance(s, Study)
-    assert s.name == "serve_a_model" and s.path is None and s.text == SEED_001
+    assert s.name == "serve_a_model" and s.path is None and s.text == BRIEF_TOML
     assert len(s.points) == 72 and s.skipped == []
-    assert s.axes == AXES_001
+    assert s.axes == BRIEF_AXES
     assert s.seeds == list(range(16))
     assert s.brief == [Limit("p95_ttft_s", None, 0.5), Limit("p95_itl_ms", None, 15.0),
                        Limit("cost_per_mtok", None, 0.20), Limit("weight_bits", 8.0, None)]
@@ -92,8 +92,8 @@ def test_seed_001_brief_parses():
     assert len({lever_tuple(p) for p in s.points}) == 72
 
 
-def test_seed_001_points_are_validated_designs_and_workloads():
-    s = parse_study(SEED_001)
+def test_brief_points_are_validated_designs_and_workloads():
+    s = parse_study(BRIEF_TOML)
     p = s.points[0]
     assert isinstance(p.design, Design) and isinstance(p.workload, Workload)
     assert p.design == Design(gpu="H100-SXM", model="Llama-3-8B", batching="static",
@@ -110,7 +110,7 @@ def test_seed_001_points_are_validated_designs_and_workloads():
 
 
 def test_every_point_has_every_column_in_order():
-    s = parse_study(SEED_001)
+    s = parse_study(BRIEF_TOML)
     for p in s.points:
         assert list(p.columns) == COLUMNS
     c = s.points[0].columns
@@ -188,7 +188,7 @@ def test_lengths_axis_of_mixed_kinds():
 # --- exclude, memory skips, overrides ----------------------------------------------------------
 
 def test_exclude_drops_the_matching_points():
-    text = SEED_001 + '''
+    text = BRIEF_TOML + '''
 [[exclude]]
 batching = "static"
 kv_cache = "paged"
@@ -204,7 +204,7 @@ weight_bits = [8, 4]
         assert not (c["batching"] == "static" and c["kv_cache"] == "paged")
         assert not (c["gpus"] == 2 and c["weight_bits"] in (8, 4))
     assert any(p.columns["gpus"] == 2 for p in s.points)  # 16-bit on two GPUs stays
-    assert s.axes == AXES_001 and s.skipped == []
+    assert s.axes == BRIEF_AXES and s.skipped == []
 
 
 def test_designs_that_do_not_fit_are_skipped_with_a_reason():
@@ -229,13 +229,13 @@ weight_bits = 16
 
 
 def test_seeds_and_max_designs_overrides():
-    assert parse_study(SEED_001, seeds=3).seeds == [0, 1, 2]
+    assert parse_study(BRIEF_TOML, seeds=3).seeds == [0, 1, 2]
     assert parse_study(MINIMAL + "[run]\nseeds = [7, 3, 11]\n").seeds == [7, 3, 11]
     with pytest.raises(ConfigError, match="run.seeds"):
-        parse_study(SEED_001, seeds=0)
-    assert parse_study(SEED_001, max_designs=72).max_designs == 72
+        parse_study(BRIEF_TOML, seeds=0)
+    assert parse_study(BRIEF_TOML, max_designs=72).max_designs == 72
     with pytest.raises(ConfigError, match=r"asks for 72 points.*max_designs = 71"):
-        parse_study(SEED_001, max_designs=71)
+        parse_study(BRIEF_TOML, max_designs=71)
     s = parse_study(MINIMAL + "[run]\nchunk_size = 64\nper_request = true\nmax_designs = 5\n")
     assert (s.chunk_size, s.per_request, s.max_designs) == (64, True, 5)
 
@@ -344,7 +344,7 @@ def test_unexpected_exceptions_become_config_errors(monkeypatch):
 
     monkeypatch.setattr(Design, "validate", boom)
     with pytest.raises(ConfigError) as info:
-        parse_study(SEED_001, path="x.toml")
+        parse_study(BRIEF_TOML, path="x.toml")
     assert str(info.value).startswith("x.toml: ") and "\n" not in str(info.value)
     assert "RuntimeError" in str(info.value)
 
@@ -354,7 +354,7 @@ def test_mangled_files_never_escape_as_other_exceptions():
     junk = ['"', "[", "]", "{", "}", "=", ",", "\n", "nan", "-", ".", "1e999", "[[exclude]]",
             "\u2028", "\x00", "\\", "true", "'''"]
     for _ in range(120):
-        chars = list(SEED_001)
+        chars = list(BRIEF_TOML)
         for _ in range(rng.randint(1, 4)):
             i = rng.randrange(len(chars))
             if rng.random() < 0.5:

@@ -1,8 +1,9 @@
-"""Physics of the simulator checked against the seeds, datasheets and public configs.
+"""Physics of the simulator checked against the teaching simulator, the brief, datasheets and
+public configs.
 
-Fast: plain numpy arithmetic, no JAX compilation. Seed 003 is a numpy teaching simulator
+Fast: plain numpy arithmetic, no JAX compilation. The teaching simulator is a numpy program
 (MODEL_CONFIGS, kv_cache_memory, memory_budget, STEP 1 and STEP 6); its formulas are re-stated
-here from the seed's text so that the expected numbers do not come from the code under test.
+here from its text so that the expected numbers do not come from the code under test.
 """
 from __future__ import annotations
 
@@ -26,10 +27,10 @@ from sweep.workload import Workload
 DATA = Path(__file__).parent / "data"
 
 # --------------------------------------------------------------------------------------------
-# Seed 003, verbatim numbers.
+# The teaching simulator, verbatim numbers.
 # --------------------------------------------------------------------------------------------
 
-SEED003_MODEL_CONFIGS = {
+TEACHING_SIM_MODEL_CONFIGS = {
     "Llama-3-8B": dict(num_layers=32, num_kv_heads=8, head_dim=128, model_params_b=8),
     "Llama-3-70B": dict(num_layers=80, num_kv_heads=8, head_dim=128, model_params_b=70),
     "Llama-3-405B": dict(num_layers=126, num_kv_heads=8, head_dim=128, model_params_b=405),
@@ -38,24 +39,25 @@ SEED003_MODEL_CONFIGS = {
 }
 
 
-def seed_kv_per_token(cfg, dtype_bytes=2):
-    """Seed 003's kv_cache_memory per_token."""
+def teaching_sim_kv_per_token(cfg, dtype_bytes=2):
+    """The teaching simulator's kv_cache_memory per_token."""
     return 2 * cfg["num_layers"] * cfg["num_kv_heads"] * cfg["head_dim"] * dtype_bytes
 
 
-def seed_memory_budget(cfg, gpu_memory_gb):
-    """Seed 003's memory_budget, re-stated (None = 'Model does not fit in GPU memory')."""
+def teaching_sim_memory_budget(cfg, gpu_memory_gb):
+    """The teaching simulator's memory_budget, re-stated (None = 'Model does not fit in GPU
+    memory')."""
     model_gb = cfg["model_params_b"] * 1e9 * 2 / 1024**3
     avail = gpu_memory_gb - model_gb - gpu_memory_gb * 0.1
     if avail <= 0:
         return None
-    max_tokens = int(avail * 1024**3 / seed_kv_per_token(cfg))
+    max_tokens = int(avail * 1024**3 / teaching_sim_kv_per_token(cfg))
     return round(avail, 1), max_tokens // 2048, max_tokens // 4096
 
 
-#: Seed 003's "Memory budget for Llama 3 70B" table: (GPU, count) -> (KV GiB, users@2K, users@4K),
-#: None where the seed prints DOES NOT FIT.
-SEED003_70B_TABLE = [
+#: The teaching simulator's "Memory budget for Llama 3 70B" table: (GPU, count) -> (KV GiB,
+#: users@2K, users@4K), None where it prints DOES NOT FIT.
+TEACHING_SIM_70B_TABLE = [
     ("A100-80GB", 1, None),
     ("A100-80GB", 2, (13.6, 21, 10)),
     ("A100-80GB", 4, (157.6, 252, 126)),
@@ -63,20 +65,21 @@ SEED003_70B_TABLE = [
 ]
 
 # --------------------------------------------------------------------------------------------
-# 1. Seed 003's memory-budget table for Llama 3 70B.
+# 1. The teaching simulator's memory-budget table for Llama 3 70B.
 # --------------------------------------------------------------------------------------------
 
 
-def _seed_70b():
+def _teaching_sim_70b():
     return dataclasses.replace(get_model("Llama-3-70B"), params=70e9, active_params=70e9)
 
 
-@pytest.mark.parametrize("gpu,n,expected", SEED003_70B_TABLE)
-def test_seed003_70b_budget_table_exact(gpu, n, expected):
+@pytest.mark.parametrize("gpu,n,expected", TEACHING_SIM_70B_TABLE)
+def test_teaching_sim_70b_budget_table_exact(gpu, n, expected):
     assert get_gpu(gpu).memory_gib == 80
-    # The table is the seed's own function's output; our restatement must agree with it first.
-    assert seed_memory_budget(SEED003_MODEL_CONFIGS["Llama-3-70B"], 80 * n) == expected
-    b = memory_budget(_seed_70b(), get_gpu(gpu).memory_gib, n)
+    # The table is the teaching simulator's own function's output; our restatement must agree
+    # with it first.
+    assert teaching_sim_memory_budget(TEACHING_SIM_MODEL_CONFIGS["Llama-3-70B"], 80 * n) == expected
+    b = memory_budget(_teaching_sim_70b(), get_gpu(gpu).memory_gib, n)
     assert b.gpus == n
     assert b.total_gib == 80 * n
     assert b.overhead_gib == pytest.approx(8.0 * n)
@@ -94,7 +97,7 @@ def test_seed003_70b_budget_table_exact(gpu, n, expected):
         assert b.kv_gib_per_gpu == pytest.approx(b.kv_gib / n)
 
 
-@pytest.mark.parametrize("gpu,n,expected", SEED003_70B_TABLE)
+@pytest.mark.parametrize("gpu,n,expected", TEACHING_SIM_70B_TABLE)
 def test_70b_budget_with_real_parameter_count(gpu, n, expected):
     model = get_model("Llama-3-70B")
     assert model.params == pytest.approx(70.55e9, rel=1e-3)
@@ -121,33 +124,33 @@ def test_budget_quantisation_shrinks_weights_and_kv_bits_double_tokens():
 
 
 # --------------------------------------------------------------------------------------------
-# 2. Seed 003 STEP 1: per-token KV sizes and KV GiB at 4K / 32K / 128K.
+# 2. The teaching simulator's STEP 1: per-token KV sizes and KV GiB at 4K / 32K / 128K.
 # --------------------------------------------------------------------------------------------
 
-#: KiB per token as seed 003 prints them (per_token_kb).
-SEED003_KV_KIB = {"Llama-3-8B": 128.0, "Llama-3-70B": 320.0, "Llama-3-405B": 504.0,
-                  "Mistral-7B": 128.0, "GPT-4-est": 5760.0}
+#: KiB per token as the teaching simulator prints them (per_token_kb).
+TEACHING_SIM_KV_KIB = {"Llama-3-8B": 128.0, "Llama-3-70B": 320.0, "Llama-3-405B": 504.0,
+                       "Mistral-7B": 128.0, "GPT-4-est": 5760.0}
 
 
-@pytest.mark.parametrize("name", sorted(SEED003_MODEL_CONFIGS))
-def test_seed003_kv_per_token(name):
-    cfg = SEED003_MODEL_CONFIGS[name]
-    expected = seed_kv_per_token(cfg)
-    assert expected / 1024 == SEED003_KV_KIB[name]
+@pytest.mark.parametrize("name", sorted(TEACHING_SIM_MODEL_CONFIGS))
+def test_teaching_sim_kv_per_token(name):
+    cfg = TEACHING_SIM_MODEL_CONFIGS[name]
+    expected = teaching_sim_kv_per_token(cfg)
+    assert expected / 1024 == TEACHING_SIM_KV_KIB[name]
     m = get_model(name)
     assert m.kv_bytes_per_token() == expected
     assert m.kv_bytes_per_token(16) == expected
     assert m.kv_bytes_per_token(8) == expected / 2
 
 
-@pytest.mark.parametrize("name", sorted(SEED003_MODEL_CONFIGS))
+@pytest.mark.parametrize("name", sorted(TEACHING_SIM_MODEL_CONFIGS))
 @pytest.mark.parametrize("seq_len", [4096, 32768, 131072])
-def test_seed003_kv_gib_at_context(name, seq_len):
-    cfg = SEED003_MODEL_CONFIGS[name]
-    expected_gib = seed_kv_per_token(cfg) * seq_len / 1024**3
+def test_teaching_sim_kv_gib_at_context(name, seq_len):
+    cfg = TEACHING_SIM_MODEL_CONFIGS[name]
+    expected_gib = teaching_sim_kv_per_token(cfg) * seq_len / 1024**3
     got = get_model(name).kv_bytes_per_token() * seq_len / GIB
     assert got == pytest.approx(expected_gib, rel=1e-12)
-    # The seed's headline values, to the printed two decimals.
+    # The teaching simulator's headline values, to the printed two decimals.
     printed = {("Llama-3-70B", 4096): 1.25, ("Llama-3-70B", 32768): 10.0,
                ("Llama-3-70B", 131072): 40.0, ("Llama-3-8B", 131072): 16.0,
                ("GPT-4-est", 131072): 720.0}
@@ -156,12 +159,12 @@ def test_seed003_kv_gib_at_context(name, seq_len):
 
 
 # --------------------------------------------------------------------------------------------
-# 3. Seed 003 STEP 6: ops:byte.
+# 3. The teaching simulator's STEP 6: ops:byte.
 # --------------------------------------------------------------------------------------------
 
-SEED003_A100_CROSSOVER = 312 / 2.0  # the seed's a100_tflops / a100_bandwidth_tbs = 156
-#: (scenario, ops:byte = tokens per pass, the seed's classification)
-SEED003_SCENARIOS = [
+TEACHING_SIM_A100_CROSSOVER = 312 / 2.0  # the simulator's a100_tflops / a100_bandwidth_tbs = 156
+#: (scenario, ops:byte = tokens per pass, the teaching simulator's classification)
+TEACHING_SIM_SCENARIOS = [
     ("prefill 4096", 4096, "Compute"),
     ("decode b=1", 1, "Memory"),
     ("decode b=8", 8, "Memory"),
@@ -173,10 +176,10 @@ SEED003_SCENARIOS = [
 DENSE = ["Llama-3-8B", "Llama-3-70B", "Llama-3-405B", "Mistral-7B"]
 
 
-def test_a100_crossover_matches_seed003():
-    assert SEED003_A100_CROSSOVER == 156
+def test_a100_crossover_matches_teaching_sim():
+    assert TEACHING_SIM_A100_CROSSOVER == 156
     ours = timing.crossover_ops_per_byte(get_gpu("A100-80GB"))
-    assert ours == pytest.approx(SEED003_A100_CROSSOVER, rel=0.03)
+    assert ours == pytest.approx(TEACHING_SIM_A100_CROSSOVER, rel=0.03)
     assert ours == pytest.approx(312.0 / 2.039, rel=1e-9)
 
 
@@ -188,18 +191,18 @@ def test_crossover_is_peak_over_bandwidth_and_rises_with_low_precision(gpu):
 
 
 @pytest.mark.parametrize("name", DENSE)
-@pytest.mark.parametrize("scenario,tokens,bound", SEED003_SCENARIOS,
-                         ids=[s[0] for s in SEED003_SCENARIOS])
-def test_seed003_ops_per_byte_classification(name, scenario, tokens, bound):
+@pytest.mark.parametrize("scenario,tokens,bound", TEACHING_SIM_SCENARIOS,
+                         ids=[s[0] for s in TEACHING_SIM_SCENARIOS])
+def test_teaching_sim_ops_per_byte_classification(name, scenario, tokens, bound):
     m = get_model(name)
     opb = timing.ops_per_byte(m, tokens)
     if scenario.startswith("decode"):
-        # Seed 003's dense-model rule of thumb: ops:byte of a decode pass ~ batch size.
+        # The teaching simulator's dense-model rule of thumb: decode ops:byte ~ batch size.
         assert opb == pytest.approx(tokens, rel=0.02)
     crossover = timing.crossover_ops_per_byte(get_gpu("A100-80GB"))
     assert ("Compute" if opb >= crossover else "Memory") == bound
-    # Same verdict against the seed's own crossover.
-    assert ("Compute" if opb >= SEED003_A100_CROSSOVER else "Memory") == bound
+    # Same verdict against the teaching simulator's own crossover.
+    assert ("Compute" if opb >= TEACHING_SIM_A100_CROSSOVER else "Memory") == bound
 
 
 @pytest.mark.parametrize("tokens", [1, 32, 512])
@@ -252,7 +255,7 @@ def test_prefill_flops_include_attention_pairs():
 # --------------------------------------------------------------------------------------------
 
 
-#: Seed 001's roofline (the H100's own defaults are fitted on real vLLM runs).
+#: The brief's roofline (the H100's own defaults are fitted on real vLLM runs).
 BRIEF = dict(compute_efficiency=0.6, bandwidth_efficiency=0.8, overhead_ms=0.2)
 
 
@@ -400,7 +403,7 @@ def test_gpu_entry_is_sane(name):
         assert g.interconnect_gbs > 0
 
 
-def test_h100_price_is_seed001():
+def test_h100_price_matches_the_brief():
     assert get_gpu("H100-SXM").price_per_gpu_hour == 2.0
 
 
@@ -412,14 +415,14 @@ def test_gpu_datasheet_figures(name, bw, bf16):
     assert g.tflops_16bit == pytest.approx(bf16, rel=1e-3)
 
 
-@pytest.mark.parametrize("name", sorted(SEED003_MODEL_CONFIGS))
-def test_model_catalog_matches_seed003(name):
-    cfg = SEED003_MODEL_CONFIGS[name]
+@pytest.mark.parametrize("name", sorted(TEACHING_SIM_MODEL_CONFIGS))
+def test_model_catalog_matches_teaching_sim(name):
+    cfg = TEACHING_SIM_MODEL_CONFIGS[name]
     m = get_model(name)
     assert m.name == name
     assert (m.layers, m.kv_heads, m.head_dim) == (cfg["num_layers"], cfg["num_kv_heads"],
                                                   cfg["head_dim"])
-    # Seed 003's rounded billions; the catalog has the exact counts.
+    # The teaching simulator's rounded billions; the catalog has the exact counts.
     assert m.params == pytest.approx(cfg["model_params_b"] * 1e9, rel=0.04)
     assert 0 < m.active_params <= m.params
     assert m.source.strip()
@@ -427,8 +430,8 @@ def test_model_catalog_matches_seed003(name):
     assert m.max_context >= 8192
 
 
-def test_model_catalog_holds_seed003s_five():
-    assert set(SEED003_MODEL_CONFIGS) <= set(MODEL_CATALOG)
+def test_model_catalog_holds_teaching_sims_five():
+    assert set(TEACHING_SIM_MODEL_CONFIGS) <= set(MODEL_CATALOG)
 
 
 #: Dense catalog models and whether their input and output embeddings are tied.

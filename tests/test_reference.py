@@ -16,7 +16,7 @@ from sweep.reference import simulate_reference, summarize_reference
 from sweep.workload import Lengths, Requests, Workload, sample
 
 RTOL = 1e-13
-#: Seed 001's roofline and no time outside the passes: the rules alone, in round numbers.
+#: The brief's roofline and no time outside the passes: the rules alone, in round numbers.
 BRIEF = dict(compute_efficiency=0.6, bandwidth_efficiency=0.8, overhead_ms=0.2,
              request_overhead_ms=0.0, request_lag_passes=0.0)
 

@@ -1,4 +1,4 @@
-"""The verdict and text report on a synthetic aggregate shaped like seed 001's story."""
+"""The verdict and text report on a synthetic aggregate shaped like the brief's story."""
 
 import numpy as np
 import pandas as pd
@@ -50,7 +50,7 @@ def keys(limits):
     return [lim.key for lim in limits]
 
 
-def test_verdict_follows_seed001():
+def test_verdict_follows_the_brief():
     v = verdict(story_agg(), BRIEF)
     assert v.passing["design"].tolist() == [4, 3]  # the 8-bit designs, cheapest first
     assert v.passing["p_pass"].tolist() == [0.9375, 1.0]

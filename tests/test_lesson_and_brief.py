@@ -1,14 +1,14 @@
-"""The seed documents' stories hold: seed 000 (batching strategies on a laptop) and seed 001
-(the "Serve a Model" brief)."""
+"""The source documents' stories hold: the batching lesson (batching strategies on a laptop)
+and the "Serve a Model" brief."""
 import pytest
 
 from sweep.api import simulate
 from sweep.design import Design
 from sweep.workload import Lengths, Workload
 
-# ---------------------------------------------------------------- seed 000: batching strategies
+# ------------------------------------------------------------- the lesson: batching strategies
 #: The lesson's workload (200 requests at 4/s, at most 8 at once) on its laptop, through our
-#: linear fit for that laptop (docs/model.md, "Seed 000").
+#: linear fit for that laptop (docs/model.md, "The batching lesson").
 LESSON = Workload(arrival_rate=4.0, duration_s=None, num_requests=200, drain_s=None,
                   prompt_tokens=Lengths("exponential", 128.0),
                   output_tokens=Lengths("lognormal", 92.0, sigma=1.0))
@@ -24,7 +24,7 @@ def lesson():
     return res.metrics.groupby("batching")[["tokens_per_s", "p50_ttft_s", "unstable"]].mean()
 
 
-def test_seed000_order(lesson):
+def test_lesson_order(lesson):
     tps, ttft = lesson["tokens_per_s"], lesson["p50_ttft_s"]
     assert tps["continuous"] > tps["static"] > tps["one_at_a_time"]
     assert ttft["continuous"] < ttft["static"] < ttft["one_at_a_time"]
@@ -34,14 +34,14 @@ def test_seed000_order(lesson):
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_seed000_figures_within_tolerance(lesson, strategy):
+def test_lesson_figures_within_tolerance(lesson, strategy):
     """Throughput within 10% of the lesson's figures; median TTFT within 30%."""
     tps, ttft = LESSON_FIGURES[strategy]
     assert lesson.loc[strategy, "tokens_per_s"] == pytest.approx(tps, rel=0.10)
     assert lesson.loc[strategy, "p50_ttft_s"] == pytest.approx(ttft, rel=0.30)
 
 
-# ------------------------------------------------------------------- seed 001: serve a model
+# ------------------------------------------------------------------ the brief: "Serve a Model"
 BRIEF = Workload()  # 16 req/s for 60 s, exponential 1024/256 tokens, 60 s drain
 # H100, Llama-3-8B, 1 GPU, 16-bit, with the brief's roofline (not the H100's fitted defaults).
 START = Design(batching="static", kv_cache="contiguous", compute_efficiency=0.6,
@@ -73,26 +73,26 @@ def passes(row):
     return all(row[k] <= v for k, v in LIMITS.items())
 
 
-def test_seed001_starting_server_fails_on_queueing(brief):
+def test_brief_starting_server_fails_on_queueing(brief):
     start = brief.loc["start"]
     assert 20 < start["p95_ttft_s"] < 150  # tens of seconds (the brief: 73.9 s)
     assert start["unstable"] == 1.0
 
 
-def test_seed001_continuous_paged_fixes_ttft_and_cost_not_itl(brief):
+def test_brief_continuous_paged_fixes_ttft_and_cost_not_itl(brief):
     cb = brief.loc["cb_paged"]
     assert cb["p95_ttft_s"] <= 0.5 and cb["cost_per_mtok"] <= 0.20
     assert cb["p95_itl_ms"] > 15.0
     assert brief.loc["bf16_spec", "p95_itl_ms"] > 15.0  # speculation alone is not enough
 
 
-def test_seed001_two_gpus_fix_itl_over_the_ceiling(brief):
+def test_brief_two_gpus_fix_itl_over_the_ceiling(brief):
     two = brief.loc["two_gpus"]
     assert two["p95_itl_ms"] <= 15.0 and two["p95_ttft_s"] <= 0.5
     assert two["cost_per_mtok"] > 0.20
 
 
-def test_seed001_int8_with_speculation_passes_and_int4_is_cheapest(brief):
+def test_brief_int8_with_speculation_passes_and_int4_is_cheapest(brief):
     for name in ("int8_spec2", "int8_spec4"):
         assert passes(brief.loc[name]), name
     # Weight-only 8-bit computes at the 16-bit peak: without a draft its prefill stalls keep
