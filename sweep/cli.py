@@ -458,7 +458,6 @@ def _cmd_frontier(args) -> int:
 
 def _capacity_frontier(args) -> int:
     """Max rate against $/hour (or the objectives given) of the designs that carry load."""
-    from .config import Limit
     from .frontier import frontier, plot_frontier
     from .results import load_capacity
 
@@ -470,7 +469,7 @@ def _capacity_frontier(args) -> int:
     out = Path(args.out) if args.out else Path(args.results)
     out.mkdir(parents=True, exist_ok=True)
     front.to_parquet(out / "frontier.parquet", index=False)
-    paths = plot_frontier(carrying, x, y, [Limit("max_rate", min=0.0)], out / "frontier.png",
+    paths = plot_frontier(carrying, x, y, [], out / "frontier.png",
                           out / "frontier.svg",
                           title=f"{meta.get('name')}: capacity of the {len(carrying)} designs "
                                 "that carry load")

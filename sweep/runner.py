@@ -9,6 +9,7 @@ finished rows chunk by chunk (the CLI saves each as a part, so a killed run can 
 """
 from __future__ import annotations
 
+import atexit
 import math
 import os
 import sys
@@ -371,7 +372,7 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
             tally.report(progress)
             yield Chunk(metrics, requests, seats, seconds)
     finally:
-        compiler.close()  # no compilation left running once the caller is done
+        compiler.close()  # no compilation starts once the caller is done
 
 
 class Tally:
@@ -455,6 +456,17 @@ def _warm(shape: tuple[int, int, int], seats: int, k_max: int, devices, max_step
         summarize_batch(o_d, r_d, p_d, compile_only=True)
 
 
+_COMPILING: set[threading.Thread] = set()
+
+
+@atexit.register
+def _let_compilations_finish() -> None:
+    """A daemon thread still compiling when the interpreter finalises aborts the process:
+    wait for them at exit (they start no new job once their run is done)."""
+    for thread in list(_COMPILING):
+        thread.join()
+
+
 class _Compiler:
     """Calls ``(tier, fn)`` jobs in order on a daemon thread (compilation releases the GIL, so
     it overlaps the caller's simulations); ``wait(tier)`` returns once that tier's job is done
@@ -466,25 +478,27 @@ class _Compiler:
         self.closed = False
         self.thread = threading.Thread(target=self._run, args=(jobs,), daemon=True)
         self.thread.start()
+        _COMPILING.add(self.thread)
 
     def _run(self, jobs):
-        for tier, fn in jobs:
-            if self.closed:
-                return
-            try:
-                fn()
-            except BaseException as exc:  # handed to the caller by wait()
-                self.error = exc
-                for event in self.ready.values():
-                    event.set()
-                return
-            self.ready[tier].set()
+        try:
+            for tier, fn in jobs:
+                if self.closed:
+                    return
+                try:
+                    fn()
+                except BaseException as exc:  # handed to the caller by wait()
+                    self.error = exc
+                    for event in self.ready.values():
+                        event.set()
+                    return
+                self.ready[tier].set()
+        finally:
+            _COMPILING.discard(threading.current_thread())
 
     def close(self):
-        """Start no further job, and wait for the one compiling (a thread still compiling when
-        the interpreter exits aborts it)."""
+        """Start no further job (the one compiling finishes on its own)."""
         self.closed = True
-        self.thread.join()
 
     def wait(self, tier: int):
         if tier in self.ready:

@@ -44,7 +44,7 @@ output_tokens = { dist = "fixed", mean = 4 }
 [levers]
 batching = "one_at_a_time"
 [run]
-seeds = 4
+seeds = 3
 [brief]
 mean_ttft_s = { max = 0.02 }
 [capacity]
@@ -92,7 +92,7 @@ name = "Llama-3-8B"
 [workload]
 arrival = "poisson"
 arrival_rate = 16.0
-duration_s = 20.0
+num_requests = 320  # a fixed count: one request-slot shape at every rate searched
 drain_s = 30.0
 prompt_tokens = { dist = "exponential", mean = 1024 }
 output_tokens = { dist = "exponential", mean = 256 }
@@ -103,7 +103,7 @@ max_batch = 256
 acceptance = 0.7
 draft_cost = 0.1
 [run]
-seeds = 3
+seeds = 2
 [brief]
 p95_ttft_s = { max = 0.5 }
 p95_itl_ms = { max = 15 }
@@ -196,7 +196,7 @@ gpu = "H100-SXM"
 [model]
 name = "Llama-3.2-1B"
 [workload]
-num_requests = 60
+num_requests = 40
 prompt_tokens = { dist = "exponential", mean = 200 }
 output_tokens = { dist = "exponential", mean = 40 }
 [levers]
