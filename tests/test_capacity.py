@@ -24,16 +24,19 @@ def _search(study):
 
 # --- against queueing theory -------------------------------------------------------------------
 
-MD1 = """name = "md1"
-[hardware]
-gpu = "H100-SXM"
-compute_efficiency = 0.6
+#: The brief's roofline alone: no host time outside the passes, decode attention inside it.
+ROOFLINE = """compute_efficiency = 0.6
 bandwidth_efficiency = 0.8
 overhead_ms = 0.2
 request_overhead_ms = 0.0
 request_lag_passes = 0.0
 decode_attention_efficiency = 0.0
-[model]
+"""
+
+MD1 = """name = "md1"
+[hardware]
+gpu = "H100-SXM"
+""" + ROOFLINE + """[model]
 name = "Llama-3.2-1B"
 [workload]
 arrival = "poisson"
@@ -81,13 +84,7 @@ BRIEF = """name = "story"
 [hardware]
 gpu = "H100-SXM"
 price_per_gpu_hour = 2.0
-compute_efficiency = 0.6
-bandwidth_efficiency = 0.8
-overhead_ms = 0.2
-request_overhead_ms = 0.0
-request_lag_passes = 0.0
-decode_attention_efficiency = 0.0
-[model]
+""" + ROOFLINE + """[model]
 name = "Llama-3-8B"
 [workload]
 arrival = "poisson"
