@@ -228,6 +228,7 @@ def search(study: Study, runner: Runner, limits: list[Limit]) -> list[Search]:
     # is spared the rest, overloaded simulations the costliest of all), then the range.
     screen = {id(s): [s.rate_min, s.rate_max] for s in out if not s.done}
     cands = {id(s): [s.rate_min] for s in out if not s.done}
+    screened: dict[int, list[float]] = {k: [] for k in cands}
     for _ in range(MAX_ROUNDS):
         jobs = [(index[k], 0, out[index[k]].point, float(r)) for k, rs in cands.items()
                 for r in rs]
@@ -237,8 +238,8 @@ def search(study: Study, runner: Runner, limits: list[Limit]) -> list[Search]:
         nxt = {}
         for k, rs in cands.items():
             s = out[index[k]]
-            tested = sorted(r for (i, f, r, sd) in runner.rows
-                            if i == index[k] and f == 0 and sd == first[0])
+            screened[k] += rs
+            tested = sorted(screened[k])
             fails = [r for r in tested if not ok(s, r, first)]
             hi = min(fails) if fails else math.inf
             passes = [r for r in tested if r < hi and ok(s, r, first)]
@@ -309,10 +310,14 @@ def search(study: Study, runner: Runner, limits: list[Limit]) -> list[Search]:
     return out
 
 
-def _means(runner: Runner, i: int, rate: float, seeds: list[int]) -> dict:
-    rows = runner.rows_done(i, rate, seeds)
-    return {k: float(np.mean([float(r[k]) for r in rows])) for k in
-            ("tokens_per_s", "completed", "preemptions", "goodput_rps", "utilization")}
+def _mean(rows: list[dict], key: str) -> float:
+    return float(np.mean([float(r[key]) for r in rows]))
+
+
+def _tokens_per_request(rows: list[dict]) -> float:
+    """Tokens a request generates, on average over the runs."""
+    return float(np.mean([float(r["tokens_per_s"]) * float(r["sim_time_s"])
+                          / max(float(r["requests"]), 1.0) for r in rows]))
 
 
 def _binding(rows: list[dict], limits: list[Limit]) -> str:
@@ -352,15 +357,13 @@ def table(study: Study, runner: Runner, found: list[Search], limits: list[Limit]
             continue
         rec.update(rate_min=s.rate_min, rate_max=s.rate_max)
         if s.low > 0:
-            m = _means(runner, i, s.low, seeds)
             rows = runner.rows_done(i, s.low, seeds)
-            generated = np.mean([float(r["tokens_per_s"]) * float(r["sim_time_s"])
-                                 / max(float(r["requests"]), 1.0) for r in rows])
-            tps = s.low * generated  # sustained: requests/s x tokens per request
+            tps = s.low * _tokens_per_request(rows)  # sustained: requests/s x tokens each
             cost = usd_per_hour / (tps * 3600.0) * 1e6 if tps > 0 else math.inf
             rec.update(tokens_per_s_at_max=tps, cost_per_mtok_at_max=cost)
             values = {"cost_per_mtok": cost, "tokens_per_s": tps,
-                      "goodput_rps": m["goodput_rps"], "utilization": m["utilization"]}
+                      "goodput_rps": _mean(rows, "goodput_rps"),
+                      "utilization": _mean(rows, "utilization")}
             missed = [lim for lim in at_max if not lim.ok(values[lim.key])]
             if missed:
                 lim = missed[0]
@@ -431,14 +434,12 @@ def fleets(study: Study, cap: pd.DataFrame, found: list[Search], runner: Runner,
             rows = runner.rows_at(design, float(target), seeds, fleet=n)
             share = np.mean([not failures(r, limits) for r in rows])
             usd = n * float(cap.loc[cap["design"] == design, "usd_per_hour"].iloc[0])
-            generated = np.mean([float(r["tokens_per_s"]) * float(r["sim_time_s"])
-                                 / max(float(r["requests"]), 1.0) for r in rows])
-            cost = usd / (target * generated * 3600.0) * 1e6
+            cost = usd / (target * _tokens_per_request(rows) * 3600.0) * 1e6
             confirmed = bool(share >= study.capacity["confidence"] - 1e-9
                              and all(lim.ok(cost) for lim in cost_lim))
             rec = dict(design=design, replicas=n, confirmed=confirmed, p_pass=float(share),
                        fleet_usd_per_hour=usd, cost_per_mtok=cost,
-                       p95_ttft_s=float(np.mean([float(r["p95_ttft_s"]) for r in rows])),
+                       p95_ttft_s=_mean(rows, "p95_ttft_s"),
                        note="" if confirmed else "misses the brief at the target" + (
                            "; one more replica tried" if extra == 0 else ""))
             recs.append(rec)
