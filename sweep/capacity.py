@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from .config import Limit, Point, Study
+from .metrics import METRICS
 from .timing import pass_time
 
 #: Metrics that more load improves: checked at capacity, not during the search.
@@ -67,7 +68,7 @@ class Search:
 
 def check(study: Study, target_rate: float | None) -> None:
     """Refuse what the search cannot answer, before anything is written."""
-    metric = [lim for lim in study.brief if _is_metric(lim.key)]
+    metric = [lim for lim in study.brief if lim.key in METRICS]
     if not study.brief and not study.slo:
         raise CapacityError("brief: a capacity search needs a [brief] with at least one metric "
                             "limit; allowed: limits such as p95_ttft_s = { max = 0.5 }")
@@ -82,10 +83,16 @@ def check(study: Study, target_rate: float | None) -> None:
                             "positive number of requests/s")
 
 
-def _is_metric(key: str) -> bool:
-    from .metrics import METRICS
+def _missed_lever(study: Study, point: Point) -> Limit | None:
+    """The first of the brief's lever limits the design misses (no load changes those)."""
+    return next((lim for lim in study.brief if lim.key not in METRICS
+                 and not lim.ok(point.columns.get(lim.key))), None)
 
-    return key in METRICS
+
+def load_limits(study: Study) -> list[Limit]:
+    """The brief's limits that more load can only break: checked at every rate searched."""
+    return [lim for lim in study.brief if lim.key in METRICS
+            and lim.key not in IMPROVES_WITH_LOAD]
 
 
 def designs(study: Study) -> list[Point]:
@@ -145,8 +152,6 @@ class Runner:
 
     def __init__(self, study: Study, run: Callable[[Study, tuple[int, int]], pd.DataFrame],
                  saved: pd.DataFrame | None = None, on_round: Callable | None = None):
-        from .metrics import METRICS
-
         self.study, self.run, self.on_round = study, run, on_round
         self.nominal = 0  # simulations every batch's call shapes are planned for
         self.columns = ["design", "fleet", "arrival_rate", "seed", *METRICS]
@@ -207,8 +212,7 @@ def search(study: Study, runner: Runner, limits: list[Limit]) -> list[Search]:
     seeds, first = list(study.seeds), [study.seeds[0]]
     out = []
     for p in designs(study):
-        if not all(lim.ok(p.columns.get(lim.key)) for lim in study.brief
-                   if not _is_metric(lim.key)):
+        if _missed_lever(study, p) is not None:
             out.append(Search(p, math.nan, math.nan, done=True))
             continue
         guide = roofline_rate(p)
@@ -349,8 +353,7 @@ def table(study: Study, runner: Runner, found: list[Search], limits: list[Limit]
                    censored=False, binding="", why="", tokens_per_s_at_max=math.nan,
                    cost_per_mtok_at_max=math.nan, usd_per_hour=usd_per_hour)
         if math.isnan(s.rate_min):  # a lever limit
-            lim = next(lim for lim in study.brief if not _is_metric(lim.key)
-                       and not lim.ok(s.point.columns.get(lim.key)))
+            lim = _missed_lever(study, s.point)
             rec.update(max_rate=0.0, max_rate_low=0.0, max_rate_high=0.0, binding=lim.key,
                        why=f"excluded by the brief: {_limit_text(lim)}")
             recs.append(rec)

@@ -356,8 +356,7 @@ def _cmd_capacity(args) -> int:
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     identity = {"config_text": study.text, "seeds": study.seeds, "target_rate": target}
     saved = _capacity_out(out, args, identity)
-    limits = [lim for lim in study.brief
-              if capacity._is_metric(lim.key) and lim.key not in capacity.IMPROVES_WITH_LOAD]
+    limits = capacity.load_limits(study)
     progress = None if args.quiet else default_progress()
     rounds = [0 if saved is None else int(saved["round"].max()) + 1 if len(saved) else 0]
 

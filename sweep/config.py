@@ -95,7 +95,7 @@ TOP_LEVEL = ("name", "hardware", "model", "workload", "levers", "run", "brief", 
              "measured", "capacity")
 #: The brief's per-request limits (``{ max = x }``): what a request must meet to count in
 #: ``slo_attainment`` and ``goodput_rps``; not limits on a column.
-REQUEST_LIMITS = {"request_ttft_s": "slo_ttft_s", "request_tpot_ms": "slo_tpot_s"}
+REQUEST_LIMITS = ("request_ttft_s", "request_tpot_ms")
 #: ``[capacity]``: what ``sweep capacity`` searches (docs/capacity.md); defaults.
 CAPACITY_DEFAULTS = {"confidence": 0.9, "tolerance": 0.02, "rate_min": None, "rate_max": None,
                      "target_rate": None, "fleets": 3}

@@ -458,7 +458,10 @@ def summarize_reference(res: RefResult, req: Requests, params: EngineParams) -> 
 
     # Censored at t_stop: TTFT and end-to-end latency count t_stop - a_i (literally; not clipped).
     long = done & (output > 1)
-    tpot_ms = ((res.finish - res.first_token) / (output - 1).clip(min=1) * 1e3)[long]
+    # Every request's TPOT (0 where it has none to miss: the per-request limit's view).
+    tpot_all_ms = np.where(long, (res.finish - res.first_token) / (output - 1).clip(min=1) * 1e3,
+                           0.0)
+    tpot_ms = tpot_all_ms[long]
     mean_tpot_ms = float(np.mean(tpot_ms)) if tpot_ms.size else math.nan
     # Outside the passes: the request overhead, and the lag of so many mean TPOTs.
     outside = float(params.request_overhead_s) + float(params.request_lag_passes) * (
@@ -468,8 +471,6 @@ def summarize_reference(res: RefResult, req: Requests, params: EngineParams) -> 
     end = np.where(np.isfinite(res.finish), res.finish, t_stop)
     e2e = (end - arrival)[real] + outside
     itl_ms = res.itl_gaps * 1e3
-    tpot_all_ms = np.where(long, (res.finish - res.first_token) / (output - 1).clip(min=1) * 1e3,
-                           0.0)
     attained = int(np.count_nonzero(
         done[real] & (ttft <= float(params.slo_ttft_s))
         & (tpot_all_ms[real] <= float(params.slo_tpot_s) * 1e3)))

@@ -15,8 +15,7 @@ from sweep.workload import Requests
 
 
 def _search(study):
-    limits = [lim for lim in study.brief if capacity._is_metric(lim.key)
-              and lim.key not in capacity.IMPROVES_WITH_LOAD]
+    limits = capacity.load_limits(study)
     runner = capacity.Runner(study, lambda sub, shape: run_study(sub, shape_for=shape).runs)
     found = capacity.search(study, runner, limits)
     return capacity.table(study, runner, found, limits), found, runner, limits
