@@ -25,8 +25,8 @@ BRIEF = Path(__file__).resolve().parents[1] / "configs" / "serve_a_model.toml"
 
 def worker(index: int, count: int, seeds: int, barrier: Path) -> None:
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[index]})  # before JAX starts
-    from sweep.config import load_study
-    from sweep.runner import run_study
+    from sweep.execution.runner import run_study
+    from sweep.study.config import load_study
 
     study = load_study(BRIEF, seeds=seeds)
     study = dataclasses.replace(study, seeds=study.seeds[index::count])
@@ -63,8 +63,8 @@ def main() -> None:
           f"{wall:.2f} s (slowest worker; workers {', '.join(r[2] for r in rows)} s, CPU "
           f"{sum(float(r[3]) for r in rows):.1f} s): {sims / wall:,.1f} simulations/s")
 
-    from sweep.config import load_study
-    from sweep.runner import run_study
+    from sweep.execution.runner import run_study
+    from sweep.study.config import load_study
 
     study = load_study(BRIEF, seeds=args.seeds)
     run_study(study)

@@ -21,11 +21,11 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from sweep import executables
-from sweep.config import load_study
-from sweep.reference import simulate_reference
-from sweep.runner import run_study
-from sweep.workload import sample
+from sweep.engine.reference import simulate_reference
+from sweep.execution import executables
+from sweep.execution.runner import run_study
+from sweep.study.config import load_study
+from sweep.study.workload import sample
 
 BRIEF = Path(__file__).resolve().parents[1] / "configs" / "serve_a_model.toml"
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from sweep.frontier import frontier, plot_frontier
-from sweep.report import render, verdict
-from sweep.results import load_results
+from sweep.analysis.frontier import frontier, plot_frontier
+from sweep.analysis.report import render, verdict
+from sweep.analysis.results import load_results
 
 
 def main(results_dir: str, out_dir: str | None = None) -> dict:

@@ -5,8 +5,8 @@ Run: python examples/quickstart.py
 import pandas as pd
 
 from sweep.api import simulate
-from sweep.design import Design
-from sweep.workload import Workload
+from sweep.study.design import Design
+from sweep.study.workload import Workload
 
 START = Design(batching="static", kv_cache="contiguous")  # the brief's starting server
 DESIGNS = {

@@ -21,12 +21,12 @@ import jax
 # Simulated time runs in float64: a float32 clock loses sub-millisecond resolution after minutes.
 jax.config.update("jax_enable_x64", True)
 
-__version__ = "0.1.0"
+from sweep.version import __version__  # noqa: E402,F401
 
 __all__ = ["Design", "Workload", "simulate", "run", "load_results", "frontier", "verdict"]
 
 # The function, not its module, under this name (a module of the same name is imported anyway).
-from .frontier import frontier  # noqa: E402
+from sweep.analysis.frontier import frontier  # noqa: E402
 
 
 def run(config, out=None, seeds: int | None = None, resume: bool = False, force: bool = False,
@@ -37,9 +37,9 @@ def run(config, out=None, seeds: int | None = None, resume: bool = False, force:
     import contextlib
     import io
 
-    from .cli import main
-    from .config import load_study
-    from .results import load_results as _load
+    from sweep.analysis.results import load_results as _load
+    from sweep.cli import main
+    from sweep.study.config import load_study
 
     study = load_study(config, seeds=seeds)
     folder = out or f"results/{study.name}"
@@ -57,18 +57,18 @@ def run(config, out=None, seeds: int | None = None, resume: bool = False, force:
 
 def __getattr__(name):  # the heavier modules load on first use
     if name == "Design":
-        from .design import Design
+        from sweep.study.design import Design
         return Design
     if name == "Workload":
-        from .workload import Workload
+        from sweep.study.workload import Workload
         return Workload
     if name == "simulate":
-        from .api import simulate
+        from sweep.api import simulate
         return simulate
     if name == "load_results":
-        from .results import load_results
+        from sweep.analysis.results import load_results
         return load_results
     if name == "verdict":
-        from .report import verdict
+        from sweep.analysis.report import verdict
         return verdict
     raise AttributeError(f"module 'sweep' has no attribute {name!r}")

@@ -8,11 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from . import executables, topology
-from .design import Design, EngineParams
-from .engine import EngineOutput, simulate_batch
-from .metrics import METRICS, summarize
-from .workload import Requests, Workload, sample
+from sweep.analysis.metrics import METRICS, summarize
+from sweep.engine import EngineOutput, simulate_batch
+from sweep.execution import executables, topology
+from sweep.study.design import Design, EngineParams
+from sweep.study.workload import Requests, Workload, sample
 
 
 @dataclass

@@ -156,14 +156,15 @@ class Truncated(Exception):
 
 
 def _cmd_run(args) -> int:
-    from . import executables
-    from .cluster import barrier, initialize, resolve
-    from .config import load_study
-    from .results import PARTS, next_part, read_parts, write_part
-    from .runner import default_progress, iter_chunks, plan_chunks
-    from .workers import check as check_processes, default_processes
-
     import jax
+
+    from sweep.analysis.results import PARTS, next_part, read_parts, write_part
+    from sweep.execution import executables
+    from sweep.execution.cluster import barrier, initialize, resolve
+    from sweep.execution.runner import default_progress, iter_chunks, plan_chunks
+    from sweep.execution.workers import check as check_processes
+    from sweep.execution.workers import default_processes
+    from sweep.study.config import load_study
 
     # Compiled executables persist across runs (the same shapes recompile in ~10 s each
     # otherwise). Not JAX's persistent cache as well: what it loads cannot be written again.
@@ -241,7 +242,7 @@ class _Stop:
 
 
 def _device() -> str:
-    from .runner import device_description
+    from sweep.execution.runner import device_description
 
     return device_description()
 
@@ -266,7 +267,7 @@ def _manifest(study, per_request: bool, started: str) -> dict:
 def _check_out(out: Path, args, manifest: dict) -> dict | None:
     """Refuse an output folder the run may not use; the manifest to start with, or None when
     resuming a matching partial run."""
-    from .results import MANIFEST, PARTS, read_manifest
+    from sweep.analysis.results import MANIFEST, PARTS, read_manifest
 
     if args.force and out.is_dir() and any(out.iterdir()) and not (
             (out / "runs.parquet").exists() or (out / PARTS / MANIFEST).exists()):
@@ -287,8 +288,8 @@ def _check_out(out: Path, args, manifest: dict) -> dict | None:
 
 def _prepare_out(out: Path, force: bool, manifest: dict | None, study, per_request: bool,
                  started: str) -> None:
-    from .results import start_parts
-    from .runner import grid_table
+    from sweep.analysis.results import start_parts
+    from sweep.execution.runner import grid_table
 
     if manifest is None:
         return
@@ -312,10 +313,10 @@ def _refuse_truncated(runs, out: Path) -> None:
 def _finish(out: Path, partial, strict: bool, wall: float | None = None) -> int:
     """Join every process's parts into the final tables and print the verdict, with this
     command's wall time (``wall``; a merge states the engine calls' time instead)."""
-    from .config import Limit
-    from .report import render, verdict
-    from .results import write_results
-    from .runner import aggregate, requests_table, runs_table
+    from sweep.analysis.report import render, verdict
+    from sweep.analysis.results import write_results
+    from sweep.execution.runner import aggregate, requests_table, runs_table
+    from sweep.study.config import Limit
 
     meta = dict(partial.manifest["meta"])
     runs = _checked(runs_table, partial.grid, partial.metrics, meta["seeds"])
@@ -341,11 +342,12 @@ def _finish(out: Path, partial, strict: bool, wall: float | None = None) -> int:
 def _cmd_capacity(args) -> int:
     import jax
 
-    from . import capacity, executables
-    from .config import load_study
-    from .report import render_capacity
-    from .results import CAPACITY_PARTS, write_capacity_part, write_results
-    from .runner import default_progress, run_study
+    from sweep.analysis import capacity
+    from sweep.analysis.report import render_capacity
+    from sweep.analysis.results import CAPACITY_PARTS, write_capacity_part, write_results
+    from sweep.execution import executables
+    from sweep.execution.runner import default_progress, run_study
+    from sweep.study.config import load_study
 
     cache = os.environ.get("SERVESWEEP_CACHE", Path.home() / ".cache" / "servesweep")
     executables.use(Path(cache) / "executables")
@@ -396,7 +398,7 @@ def _cmd_capacity(args) -> int:
 def _capacity_out(out: Path, args, identity: dict):
     """Refuse a folder the search may not use; the saved rows of a resumed search (None when
     starting afresh)."""
-    from .results import CAPACITY_PARTS, read_capacity_parts, start_capacity_parts
+    from sweep.analysis.results import CAPACITY_PARTS, read_capacity_parts, start_capacity_parts
 
     ours = (out / "capacity.parquet").exists() or (out / CAPACITY_PARTS).is_dir()
     if args.force and out.is_dir() and any(out.iterdir()) and not ours:
@@ -427,14 +429,14 @@ def _capacity_out(out: Path, args, identity: dict):
 
 
 def _cmd_merge(args) -> int:
-    from .results import read_parts
+    from sweep.analysis.results import read_parts
 
     return _finish(Path(args.results), _checked(read_parts, args.results), args.strict)
 
 
 def _cmd_frontier(args) -> int:
-    from .frontier import frontier, plot_frontier
-    from .results import load_results
+    from sweep.analysis.frontier import frontier, plot_frontier
+    from sweep.analysis.results import load_results
 
     if (Path(args.results) / "capacity.parquet").exists():
         return _capacity_frontier(args)
@@ -457,8 +459,8 @@ def _cmd_frontier(args) -> int:
 
 def _capacity_frontier(args) -> int:
     """Max rate against $/hour (or the objectives given) of the designs that carry load."""
-    from .frontier import frontier, plot_frontier
-    from .results import load_capacity
+    from sweep.analysis.frontier import frontier, plot_frontier
+    from sweep.analysis.results import load_capacity
 
     cap, _, meta = _checked(load_capacity, args.results)
     x, y = args.x or "usd_per_hour", args.y or "-max_rate"
@@ -480,8 +482,8 @@ def _capacity_frontier(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    from .report import render, render_capacity, verdict
-    from .results import load_capacity, load_results
+    from sweep.analysis.report import render, render_capacity, verdict
+    from sweep.analysis.results import load_capacity, load_results
 
     if (Path(args.results) / "capacity.parquet").exists():
         cap, fleet, meta = _checked(load_capacity, args.results)
@@ -493,8 +495,8 @@ def _cmd_report(args) -> int:
 
 
 def _cmd_calibrate(args) -> int:
-    from .calibrate import FACTORS, fit, profile_text, read_measurements, roofline
-    from .models import get_model, load_hf_config
+    from sweep.analysis.calibrate import FACTORS, fit, profile_text, read_measurements, roofline
+    from sweep.physics.models import get_model, load_hf_config
 
     meas = Path(args.measurements)
     if meas.is_dir() or meas.suffix == ".toml":
@@ -527,8 +529,9 @@ def _cmd_calibrate(args) -> int:
 
 def _calibrate_serving(args, meas: Path) -> int:
     """``sweep calibrate CASES``: the factors that best replay measured serving runs."""
-    from .calibrate import SERVING_KEYS, fit_serving, serving_profile_text, serving_table
-    from .validate import load_cases
+    from sweep.analysis.calibrate import (SERVING_KEYS, fit_serving, serving_profile_text,
+                                          serving_table)
+    from sweep.analysis.validate import load_cases
 
     if not 0 < args.duration < float("inf"):
         raise UsageError(f"--duration: {args.duration}; allowed: seconds > 0")
@@ -560,10 +563,10 @@ def _calibrate_serving(args, meas: Path) -> int:
 
 
 def _cmd_validate(args) -> int:
-    from . import executables
-    from .runner import default_progress
-    from .validate import (DEFAULT_OUT, check_out, compare, load_cases, metadata, overloaded,
-                           plan, render, simulate, write)
+    from sweep.analysis.validate import (DEFAULT_OUT, check_out, compare, load_cases, metadata,
+                                         overloaded, plan, render, simulate, write)
+    from sweep.execution import executables
+    from sweep.execution.runner import default_progress
 
     cache = os.environ.get("SERVESWEEP_CACHE", Path.home() / ".cache" / "servesweep")
     executables.use(Path(cache) / "executables")

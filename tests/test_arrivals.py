@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from sweep.api import stack
-from sweep.config import ConfigError, parse_study
-from sweep.workload import Workload, sample_args, sample_batch, sample_n
+from sweep.study.config import ConfigError, parse_study
+from sweep.study.workload import Workload, sample_args, sample_batch, sample_n
 
 #: Every sampler call here has this many slots and a batch of SEEDS: one compilation each (the
 #: same slot count as tests/test_queueing.py's).

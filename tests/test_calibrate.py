@@ -5,11 +5,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sweep.calibrate import fit, load_profile, read_measurements, roofline
+from sweep.analysis.calibrate import fit, read_measurements, roofline
 from sweep.cli import main
-from sweep.config import ConfigError, load_study, parse_study
-from sweep.models import get_model
-from sweep.timing import pass_time
+from sweep.physics.models import get_model
+from sweep.physics.profile import load_profile
+from sweep.physics.timing import pass_time
+from sweep.study.config import ConfigError, load_study, parse_study
 
 CAL = Path(__file__).parents[1] / "configs" / "calibration"
 PASSES = CAL / "h100_llama3_8b_passes.csv"
@@ -182,7 +183,7 @@ TRUE = dict(compute_efficiency=0.9, bandwidth_efficiency=0.85, overhead_ms=1.5,
 @pytest.fixture(scope="module")
 def serving_cases(tmp_path_factory):
     """Two cases (two model sizes: two decode speeds) measured by the simulation under TRUE."""
-    from sweep.runner import run_study
+    from sweep.execution.runner import run_study
 
     hw = "\n".join(f"{k} = {v!r}" for k, v in TRUE.items())
     folder = tmp_path_factory.mktemp("serving")
@@ -203,7 +204,7 @@ def serving_case(serving_cases):
 
 
 def test_a_serving_fit_recovers_the_factors_that_made_the_measurements(serving_cases):
-    from sweep.calibrate import fit_serving, serving_table
+    from sweep.analysis.calibrate import fit_serving, serving_table
 
     grid = {"compute_efficiency": (0.6, 0.9), "bandwidth_efficiency": (0.85,),
             "overhead_ms": (0.5, 1.5), "seq_overhead_us": (0.0,)}

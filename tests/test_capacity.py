@@ -6,12 +6,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sweep import capacity
+from sweep.analysis import capacity
 from sweep.cli import main
-from sweep.config import Point, parse_study
-from sweep.reference import simulate_reference
-from sweep.runner import run_study
-from sweep.workload import Requests
+from sweep.engine.reference import simulate_reference
+from sweep.execution.runner import run_study
+from sweep.study.config import Point, parse_study
+from sweep.study.workload import Requests
 
 
 def _search(study):
@@ -231,10 +231,10 @@ def test_sweep_capacity_writes_tables_reports_plots_and_resumes(tmp_path, capsys
     assert (out / "frontier.png").exists()
 
     # Interrupted after two rounds, then resumed: the same tables as the uninterrupted run.
-    import sweep.runner
+    import sweep.execution.runner
 
     calls = [0]
-    real = sweep.runner.run_study
+    real = sweep.execution.runner.run_study
 
     def flaky(*a, **k):
         calls[0] += 1
@@ -243,7 +243,7 @@ def test_sweep_capacity_writes_tables_reports_plots_and_resumes(tmp_path, capsys
         return real(*a, **k)
 
     again = tmp_path / "again"
-    monkeypatch.setattr(sweep.runner, "run_study", flaky)
+    monkeypatch.setattr(sweep.execution.runner, "run_study", flaky)
     assert main(["capacity", str(cfg), "--out", str(again), "--target-rate", "50",
                  "--quiet"]) == 130
     assert not (again / "capacity.parquet").exists()

@@ -8,10 +8,10 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from sweep.analysis.metrics import METRICS
 from sweep.api import simulate
 from sweep.cli import main
-from sweep.config import load_study
-from sweep.metrics import METRICS
+from sweep.study.config import load_study
 
 SMALL = """
 name = "small"
@@ -177,7 +177,7 @@ def test_example_tour_runs_on_the_results(small, tmp_path):
 def test_narrow_first_try_reruns_overflowing_simulations(small, monkeypatch):
     """Runs first tried with fewer seats than max_batch equal the engine with every seat: the
     ones the narrow seat array held back are detected and rerun."""
-    from sweep import runner
+    from sweep.execution import runner
 
     cfg, out = small
     monkeypatch.setattr(runner, "SMALL_SEATS", 2)

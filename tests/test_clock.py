@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from sweep.api import run_batch, stack
-from sweep.design import Design
-from sweep.engine import _ceil_div
-from sweep.numerics import running_sum
-from sweep.timing import pass_time
-from sweep.workload import Requests
+from sweep.engine.core import _ceil_div
+from sweep.physics.numerics import running_sum
+from sweep.physics.timing import pass_time
+from sweep.study.design import Design
+from sweep.study.workload import Requests
 
 LATE = 7200.0  # a request arriving two hours into a run
 

@@ -1,4 +1,4 @@
-"""sweep.config: TOML sweep definitions -> a validated Study, and one-line refusals of bad ones.
+"""sweep.study.config: TOML sweep definitions -> a validated Study, and one-line refusals of bad ones.
 
 Fast: nothing here simulates or compiles anything.
 """
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from sweep.config import COLUMNS, ConfigError, Limit, Study, load_study, parse_study
-from sweep.design import Design
-from sweep.hardware import get_gpu
-from sweep.models import Model
-from sweep.workload import Lengths, Workload
+from sweep.physics.hardware import get_gpu
+from sweep.physics.models import Model
+from sweep.study.config import COLUMNS, ConfigError, Limit, Study, load_study, parse_study
+from sweep.study.design import Design
+from sweep.study.workload import Lengths, Workload
 
 HERE = Path(__file__).parent
 CONFIGS = HERE / "configs"
@@ -377,7 +377,7 @@ def run_module(*args):
 
 def test_check_command_prints_one_line_per_config():
     bad, good = CONFIGS / "bad_nan.toml", CONFIGS / "good_config_json.toml"
-    r = run_module("sweep.config", str(bad), str(good))
+    r = run_module("sweep.study.config", str(bad), str(good))
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines() == [r.stderr.strip()]

@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from sweep.analysis.results import load_results
 from sweep.cli import main
-from sweep.cluster import Cluster, resolve
-from sweep.results import load_results
+from sweep.execution.cluster import Cluster, resolve
 
 REPO = Path(__file__).parents[1]
 STUDY = """

@@ -13,10 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sweep import engine, executables
+from sweep import engine
 from sweep.api import simulate
-from sweep.design import Design
-from sweep.workload import Lengths, Workload
+from sweep.execution import executables
+from sweep.study.design import Design
+from sweep.study.workload import Lengths, Workload
 
 lowered = []
 
@@ -126,7 +127,7 @@ SCRIPT = """
 import sys
 import jax
 import jax.numpy as jnp
-from sweep import executables
+from sweep.execution import executables
 jax.config.update("jax_compilation_cache_dir", sys.argv[1] + "/xla")
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 executables.use(sys.argv[1] + "/executables")
@@ -157,7 +158,7 @@ import os, sys
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=3"
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
-from sweep import executables
+from sweep.execution import executables
 executables.use(sys.argv[1])
 d = jax.devices()
 fn = jax.jit(lambda x: 2 * x + jnp.cumsum(x))

@@ -4,9 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sweep.frontier import _pareto_blocked, frontier, pareto_mask, plot_frontier
-
-from sweep.config import Limit
+from sweep.analysis.frontier import _pareto_blocked, frontier, pareto_mask, plot_frontier
+from sweep.study.config import Limit
 
 
 def brute(v):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sweep.cli import main
-from sweep.config import ConfigError, Study, parse_study
+from sweep.study.config import ConfigError, Study, parse_study
 
 BASE = {
     "name": "fuzz",

@@ -3,8 +3,8 @@ and the "Serve a Model" brief."""
 import pytest
 
 from sweep.api import simulate
-from sweep.design import Design
-from sweep.workload import Lengths, Workload
+from sweep.study.design import Design
+from sweep.study.workload import Lengths, Workload
 
 # ------------------------------------------------------------- the lesson: batching strategies
 #: The lesson's workload (200 requests at 4/s, at most 8 at once) on its laptop, through our

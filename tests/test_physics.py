@@ -15,14 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sweep import timing
-from sweep.design import Design
-from sweep.hardware import CATALOG as GPU_CATALOG
-from sweep.hardware import get_gpu
-from sweep.memory import GIB, memory_budget
-from sweep.models import CATALOG as MODEL_CATALOG
-from sweep.models import get_model, load_hf_config
-from sweep.workload import Workload
+from sweep.physics import timing
+from sweep.physics.hardware import CATALOG as GPU_CATALOG
+from sweep.physics.hardware import get_gpu
+from sweep.physics.memory import GIB, memory_budget
+from sweep.physics.models import CATALOG as MODEL_CATALOG
+from sweep.physics.models import get_model, load_hf_config
+from sweep.study.design import Design
+from sweep.study.workload import Workload
 
 DATA = Path(__file__).parent / "data"
 

@@ -3,11 +3,11 @@ either off (or chunking with a budget above every prompt) changes nothing, bit f
 import numpy as np
 import pytest
 
-from sweep import timing
 from sweep.api import run_batch, stack
-from sweep.design import Design
-from sweep.reference import simulate_reference, summarize_reference
-from sweep.workload import Lengths, Workload, sample_n
+from sweep.engine.reference import simulate_reference, summarize_reference
+from sweep.physics import timing
+from sweep.study.design import Design
+from sweep.study.workload import Lengths, Workload, sample_n
 
 SEATS, N = 8, 40
 CONTEXT = 2048

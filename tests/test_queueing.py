@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 
 from sweep.api import simulate
-from sweep.design import Design
-from sweep.timing import pass_time
-from sweep.workload import Lengths, Workload
+from sweep.physics.timing import pass_time
+from sweep.study.design import Design
+from sweep.study.workload import Lengths, Workload
 
 SEEDS = 24
 RATE = 6.0  # requests/s; with ~0.1 s of service, utilisation ~0.6

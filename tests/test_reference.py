@@ -1,4 +1,4 @@
-"""Hand-checkable scenarios for the event-driven twin (sweep/reference.py).
+"""Hand-checkable scenarios for the event-driven twin (sweep/engine/reference.py).
 
 Every expected time is rebuilt here from ``timing.pass_time`` by listing the passes that
 docs/model.md prescribes, and accumulating the clock the same way (t = t + duration).
@@ -10,10 +10,10 @@ import math
 import numpy as np
 import pytest
 
-from sweep import rng, timing
-from sweep.design import Design as _Design
-from sweep.reference import simulate_reference, summarize_reference
-from sweep.workload import Lengths, Requests, Workload, sample
+from sweep.engine.reference import simulate_reference, summarize_reference
+from sweep.physics import rng, timing
+from sweep.study.design import Design as _Design
+from sweep.study.workload import Lengths, Requests, Workload, sample
 
 RTOL = 1e-13
 #: The brief's roofline and no time outside the passes: the rules alone, in round numbers.

@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from sweep.analysis.results import ResultsError, load_results
 from sweep.cli import main
-from sweep.results import ResultsError, load_results
 
 REPO = Path(__file__).parents[1]
 STUDY = """
@@ -230,7 +230,7 @@ def test_an_output_folder_that_cannot_be_created_is_one_line(reference, tmp_path
 def test_leftovers_of_a_kill_are_ignored(reference, tmp_path):
     """A kill between a chunk's two files leaves a requests part without its runs part, and a
     kill mid-write a temporary file: neither reaches the tables, and the temporary goes."""
-    from sweep.results import next_part
+    from sweep.analysis.results import next_part
 
     _, whole = reference
     out = tmp_path / "copy"

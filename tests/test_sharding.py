@@ -9,11 +9,11 @@ import jax
 import pandas as pd
 import pytest
 
-from sweep import executables, runner
-from sweep.config import parse_study
-from sweep.runner import run_study
-from sweep import workers as local_workers
-from sweep.workers import check as check_processes
+from sweep.execution import executables, runner
+from sweep.execution import workers as local_workers
+from sweep.execution.runner import run_study
+from sweep.execution.workers import check as check_processes
+from sweep.study.config import parse_study
 
 REPO = Path(__file__).parents[1]
 STUDY = """
@@ -35,8 +35,8 @@ seeds = 3
 SCRIPT = """
 import sys
 import jax
-from sweep.config import parse_study
-from sweep.runner import run_study
+from sweep.study.config import parse_study
+from sweep.execution.runner import run_study
 assert len(jax.local_devices()) == 4, jax.local_devices()
 res = run_study(parse_study(sys.stdin.read()), chunk_size=2, per_request=True)
 res.runs.to_pickle(sys.argv[1] + "/runs.pkl")

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from sweep.cli import main
-from sweep.config import load_study
+from sweep.study.config import load_study
 
 CONFIGS = Path(__file__).parents[1] / "configs"
 SEEDS = {"bursty": 2, "trace_replay": 3, "uncertainty": 3, "calibrated": 6, "replicas": 2,

@@ -1,20 +1,20 @@
 """Replicas behind a router and disaggregated prefill/decode pools: the engine's
-composition (sweep/topology.py) and the event-driven twin's agree request by request, and
+composition (sweep/execution/topology.py) and the event-driven twin's agree request by request, and
 switching either off changes nothing."""
 import math
 
 import numpy as np
 import pytest
 
-from sweep import topology
+from sweep.analysis.metrics import summarize
 from sweep.api import stack
-from sweep.config import ConfigError, parse_study
-from sweep.design import Design
 from sweep.engine import ITL_LOG_WIDTH, simulate_batch
-from sweep.metrics import summarize
-from sweep.reference import (simulate_disaggregated_reference, simulate_replicas_reference,
-                             summarize_reference)
-from sweep.workload import Lengths, Workload, sample_n
+from sweep.engine.reference import (simulate_disaggregated_reference, simulate_replicas_reference,
+                                    summarize_reference)
+from sweep.execution import topology
+from sweep.study.config import ConfigError, parse_study
+from sweep.study.design import Design
+from sweep.study.workload import Lengths, Workload, sample_n
 from tests.test_twin_agreement import CONTEXT, K_MAX, N_DESIGNS, N_REQ, SEATS, _random_design
 
 N_CASES = 12
@@ -217,7 +217,7 @@ def test_config_columns_of_pools_and_replicas():
 
 
 def test_rows_do_not_depend_on_the_chunking():
-    from sweep.runner import run_study
+    from sweep.execution.runner import run_study
     small = MINIMAL.replace("num_requests = 10", "num_requests = 24\narrival_rate = 60.0")
     study = parse_study(small + 'max_batch = 4\nreplicas = [1, 3]\nrouter = "least_outstanding"\n'
                         "[run]\nseeds = 2\n")

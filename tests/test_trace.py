@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sweep.config import ConfigError, parse_study
-from sweep.trace import load_trace
-from sweep.workload import Workload, sample_n
+from sweep.study.config import ConfigError, parse_study
+from sweep.study.trace import load_trace
+from sweep.study.workload import Workload, sample_n
 
 REPO = Path(__file__).parents[1]
 AZURE = REPO / "configs" / "traces" / "azure_sample.csv"
@@ -82,7 +82,7 @@ def write_config(tmp_path, workload: str) -> Path:
 
 
 def test_config_columns_axis_and_relative_path(tmp_path, monkeypatch):
-    from sweep.config import load_study
+    from sweep.study.config import load_study
 
     monkeypatch.chdir(REPO)  # paths are relative to the config file, not the current folder
     cfg = write_config(tmp_path, 'trace = "azure.csv"\ntrace_time_scale = [1.0, 0.25]\n'
@@ -111,7 +111,7 @@ def test_config_columns_axis_and_relative_path(tmp_path, monkeypatch):
     (f'trace = "{DATA / "trace_negative_tokens.csv"}"\n', "column prompt_tokens: row 1 is '-3'"),
 ])
 def test_bad_traces_are_refused_in_one_line(tmp_path, workload, needle):
-    from sweep.config import load_study
+    from sweep.study.config import load_study
 
     with pytest.raises(ConfigError) as info:
         load_study(write_config(tmp_path, workload))

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 from sweep.api import run_batch, stack
-from sweep.design import Design
 from sweep.engine import ITL_LOG_WIDTH, simulate_batch
-from sweep.models import Model
-from sweep.reference import simulate_reference, summarize_reference
-from sweep.timing import TimingParams
-from sweep.trace import Trace
-from sweep.workload import Lengths, Workload, sample_n
+from sweep.engine.reference import simulate_reference, summarize_reference
+from sweep.physics.models import Model
+from sweep.physics.timing import TimingParams
+from sweep.study.design import Design
+from sweep.study.trace import Trace
+from sweep.study.workload import Lengths, Workload, sample_n
 
 N_DESIGNS = 64
 SEATS = 12

@@ -4,10 +4,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sweep.config import ConfigError, Limit, parse_study
-from sweep.hardware import get_gpu
-from sweep.runner import aggregate, run_study
-from sweep.uncertainty import Uncertain, draws
+from sweep.execution.runner import aggregate, run_study
+from sweep.physics.hardware import get_gpu
+from sweep.study.config import ConfigError, Limit, parse_study
+from sweep.study.uncertainty import Uncertain, draws
 
 H100 = get_gpu("H100-SXM")
 # Shapes of tests/test_cli.py's small study (40 requests, 8 seats, k <= 2, 33-64 simulations):

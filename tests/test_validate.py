@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sweep.analysis.validate import COLUMNS, Case, compare, load_cases, overloaded, render
 from sweep.cli import main
-from sweep.config import ConfigError, parse_study
-from sweep.validate import COLUMNS, Case, compare, load_cases, overloaded, render
+from sweep.study.config import ConfigError, parse_study
 
 ROOT = Path(__file__).resolve().parents[1]
 

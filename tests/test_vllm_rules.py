@@ -5,14 +5,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sweep import timing
-from sweep.config import ConfigError, load_study, parse_study
-from sweep.design import Design
-from sweep.hardware import get_gpu
-from sweep.memory import GIB
-from sweep.models import load_hf_config
-from sweep.reference import simulate_reference, summarize_reference
-from sweep.workload import Requests
+from sweep.engine.reference import simulate_reference, summarize_reference
+from sweep.physics import timing
+from sweep.physics.hardware import get_gpu
+from sweep.physics.memory import GIB
+from sweep.physics.models import load_hf_config
+from sweep.study.config import ConfigError, load_study, parse_study
+from sweep.study.design import Design
+from sweep.study.workload import Requests
 
 MODELS = Path(__file__).parents[1] / "validation" / "data" / "vllm-h100" / "models"
 
@@ -266,7 +266,7 @@ def test_the_defaults_serve_a_measured_heavy_stage_as_vllm_did():
     and the median latency within 10% of the measured."""
     import dataclasses
 
-    from sweep.runner import run_study
+    from sweep.execution.runner import run_study
 
     fit = Path(__file__).parents[1] / "validation" / "fit"
     study = load_study(fit / "codellama-34b-tp2-general-stage1.toml", seeds=1)

@@ -3,7 +3,7 @@ the H100 (docs/validation.md says how, and why).
 
     python validation/fit.py [--duration S] [--seeds N]
 
-1. The H100's: ``sweep calibrate validation/fit`` does the same (``sweep.calibrate``'s serving
+1. The H100's: ``sweep calibrate validation/fit`` does the same (``sweep.analysis.calibrate``'s serving
    fit): every fit case (``validation/fit/*.toml``: the ``general`` runs, both stages, of the
    three models) is simulated over ``SERVING_GRID`` (compute and bandwidth efficiency, the
    per-pass and the per-sequence overhead, decode attention's efficiency), one vectorised sweep per case on the first
@@ -16,7 +16,7 @@ the H100 (docs/validation.md says how, and why).
    steps of batches up to 16 (compute capped at the H100 search's 90%; decode attention
    scaled like compute). Its host-side terms are the H100's.
 
-It prints the fitted numbers; ``sweep/hardware.py`` carries them. Nothing of the holdout cases
+It prints the fitted numbers; ``sweep/physics/hardware.py`` carries them. Nothing of the holdout cases
 is read.
 """
 from __future__ import annotations
@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sweep.calibrate import SERVING_GRID, SERVING_KEYS, fit_serving, serving_table
-from sweep.hardware import get_gpu
-from sweep.validate import load_cases
+from sweep.analysis.calibrate import SERVING_GRID, SERVING_KEYS, fit_serving, serving_table
+from sweep.analysis.validate import load_cases
+from sweep.physics.hardware import get_gpu
 
 HERE = Path(__file__).parent
 

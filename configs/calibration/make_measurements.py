@@ -1,6 +1,6 @@
 """Writes h100_llama3_8b_passes.csv: synthetic pass-time measurements for ``sweep calibrate``.
 
-Times come from the roofline (``sweep.timing.pass_time``) for Llama-3-8B on one H100-SXM at
+Times come from the roofline (``sweep.physics.timing.pass_time``) for Llama-3-8B on one H100-SXM at
 16 bits with known factors, compute efficiency 0.55, bandwidth efficiency 0.75 and 0.35 ms per
 pass, times 2% Gaussian measurement noise: the fit should recover them. 80 passes: prefills of
 64-4096 tokens (compute-bound) with a few decoding sequences alongside, and decode passes of
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from sweep.hardware import get_gpu
-from sweep.models import get_model
-from sweep.timing import pass_time, timing_params
+from sweep.physics.hardware import get_gpu
+from sweep.physics.models import get_model
+from sweep.physics.timing import pass_time, timing_params
 
 TRUE = dict(compute_efficiency=0.55, bandwidth_efficiency=0.75, overhead_ms=0.35)
 ROWS = 80

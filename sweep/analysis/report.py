@@ -1,6 +1,6 @@
 """The verdict of a sweep against a brief, and a plain-text report of it.
 
-A brief is a list of limits (``sweep.config.Limit``: ``key``, ``min``, ``max``), each on a metric
+A brief is a list of limits (``sweep.study.config.Limit``: ``key``, ``min``, ``max``), each on a metric
 (``p95_ttft_s``, ``cost_per_mtok``, ...) or on a lever column (``weight_bits`` with min 8: a
 quality floor). The report follows the story of the "Serve a Model" brief: which designs pass,
 cheapest first; what the starting server misses; and the failing designs grouped by what they
@@ -14,7 +14,7 @@ alongside, not folded in: a design can meet the brief on its means with ``p_pass
 the reader should see that. Truncated simulations (``truncated`` mean > 0) are kept in every
 list but flagged there and warned about: their metrics are not to be trusted.
 
-Note: ``passes`` in ``sweep.metrics.METRICS`` is the engine's pass count, not a verdict; this
+Note: ``passes`` in ``sweep.analysis.metrics.METRICS`` is the engine's pass count, not a verdict; this
 module never reads a ``passes`` column and calls its verdict ``meets_brief``.
 """
 from __future__ import annotations
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .config import Limit
-from .metrics import METRICS
+from sweep.analysis.metrics import METRICS
+from sweep.study.config import Limit
 
 #: Suffixes of the per-metric statistics in an aggregate.
 STAT_SUFFIXES = ("_std", "_ci_low", "_ci_high")

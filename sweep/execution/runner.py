@@ -27,14 +27,14 @@ import numpy as np
 import pandas as pd
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from . import topology
-from .api import stack, summarize_batch
-from .config import Study
-from .engine import (DEFAULT_LOOKAHEAD, DEFAULT_STATIC_LOOKAHEAD, ITL_BINS, simulate_batch,
-                     uses_extensions)
-from .metrics import METRICS
-from .uncertainty import draws
-from .workload import Workload, sample_args, sample_batch, sample_batch_shape
+from sweep.analysis.metrics import METRICS
+from sweep.api import stack, summarize_batch
+from sweep.engine import (DEFAULT_LOOKAHEAD, DEFAULT_STATIC_LOOKAHEAD, ITL_BINS, simulate_batch,
+                          uses_extensions)
+from sweep.execution import topology
+from sweep.study.config import Study
+from sweep.study.uncertainty import draws
+from sweep.study.workload import Workload, sample_args, sample_batch, sample_batch_shape
 
 #: Simulations in flight at once (vmapped lanes, shared by the calls in flight) unless the study
 #: or the user says otherwise: an accelerator wants as many as memory allows. On a CPU a few
@@ -226,7 +226,7 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
     least that many request slots (padding costs little), so that a caller with batches of
     varying size, such as a capacity search, compiles each shape once."""
     if processes > 1:
-        from .workers import in_processes
+        from sweep.execution.workers import in_processes
 
         if devices is not None:
             raise ValueError(f"processes: {processes}; allowed: 1 with devices given")

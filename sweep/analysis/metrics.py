@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from .design import EngineParams
-from .engine import ITL_LO_S, ITL_LOG_WIDTH, EngineOutput
-from .numerics import fixed_sum
-from .workload import Requests
+from sweep.engine import ITL_LO_S, ITL_LOG_WIDTH, EngineOutput
+from sweep.physics.numerics import fixed_sum
+from sweep.study.design import EngineParams
+from sweep.study.workload import Requests
 
 #: Every summary metric, in output order: name -> dtype ("f8" float64, "i8" int64, "b" bool).
 METRICS = {

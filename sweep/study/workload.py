@@ -15,9 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import executables
-from .numerics import running_sum
-from .trace import Trace
+from sweep.execution import executables
+from sweep.physics.numerics import running_sum
+from sweep.study.trace import Trace
 
 #: Arrival processes a config may name; "trace" is set by ``[workload] trace`` instead.
 ARRIVALS = ("poisson", "constant", "gamma")

@@ -17,9 +17,9 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from .design import Design, EngineParams
-from .engine import ITL_BINS, ITL_LO_S, ITL_LOG_WIDTH, EngineOutput
-from .workload import Requests
+from sweep.engine import ITL_BINS, ITL_LO_S, ITL_LOG_WIDTH, EngineOutput
+from sweep.study.design import Design, EngineParams
+from sweep.study.workload import Requests
 
 
 class Plan(NamedTuple):

@@ -170,7 +170,7 @@ def plot_frontier(agg: pd.DataFrame, x: str, y: str, brief=(), path_png="frontie
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from .report import meets_brief
+    from sweep.analysis.report import meets_brief
 
     xname, xsign = _parse_objective(x)
     yname, ysign = _parse_objective(y)

@@ -24,8 +24,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import __version__
-from .config import Limit
+from sweep.study.config import Limit
+from sweep.version import __version__
 
 SCHEMA_VERSION = 1
 META_KEY = b"servesweep"

@@ -2,7 +2,7 @@
 
 It is written for clarity, not speed, and follows docs/model.md's "One step" literally, one
 numbered rule at a time, so that it can be compared request by request against the vectorised
-``lax.scan`` engine (``sweep/engine.py``). Both call the same ``timing.pass_time`` (here with
+``lax.scan`` engine (``sweep/engine/``). Both call the same ``timing.pass_time`` (here with
 ``xp=np`` on float64 scalars) and the same ``rng.uniform_bits`` draws.
 
 Work per step is proportional to the occupied seats (plus one ``pass_time`` call and, under
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import rng, timing
-from .design import EngineParams
-from .workload import Requests
+from sweep.physics import rng, timing
+from sweep.study.design import EngineParams
+from sweep.study.workload import Requests
 
 
 def _ceil_div(a: int, b: int) -> int:

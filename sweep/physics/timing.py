@@ -19,8 +19,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .hardware import GPU
-from .models import Model
+from sweep.physics.hardware import GPU
+from sweep.physics.models import Model
 
 
 class TimingParams(NamedTuple):

@@ -57,8 +57,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from .config import ConfigError, Study, load_study
-from .metrics import METRICS
+from sweep.analysis.metrics import METRICS
+from sweep.study.config import ConfigError, Study, load_study
 
 DEFAULT_OUT = Path("results") / "validation"
 FILES = ("validation.parquet", "validation.png", "validation.svg")
@@ -170,7 +170,7 @@ def check_out(out: Path) -> None:
 
 def plan(cases: list[Case]) -> list[tuple[Study, list[int]]]:
     """The studies to run, their chunking checked before anything runs."""
-    from .runner import plan_chunks
+    from sweep.execution.runner import plan_chunks
 
     runs = batches(cases)
     for study, _ in runs:
@@ -184,7 +184,7 @@ def simulate(cases: list[Case], runs=None,
              progress: Callable[[int, int, int, int, float], None] | None = None
              ) -> list[pd.DataFrame]:
     """Every case's rows of the runs table (one per seed), in case order."""
-    from .runner import run_study
+    from sweep.execution.runner import run_study
 
     out: list[pd.DataFrame | None] = [None] * len(cases)
     for study, members in runs if runs is not None else plan(cases):
@@ -339,7 +339,7 @@ def plot(table: pd.DataFrame, path_png, path_svg=None) -> tuple[str, ...]:
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
-    from .results import _write_file
+    from sweep.analysis.results import _write_file
 
     num = table[~table["metric"].isin(FLAGS)]
     ok = num[(num["measured"] > 0) & (num["predicted"] > 0)
@@ -402,8 +402,8 @@ def plot(table: pd.DataFrame, path_png, path_svg=None) -> tuple[str, ...]:
 
 def write(out: Path, table: pd.DataFrame, meta: dict) -> tuple[str, ...]:
     """The report files in ``out`` (created if missing), each written atomically."""
-    from . import __version__
-    from .results import _write_table
+    from sweep.analysis.results import _write_table
+    from sweep.version import __version__
 
     out.mkdir(parents=True, exist_ok=True)
     _write_table(out / FILES[0], table, {"package": f"servesweep {__version__}",
@@ -428,7 +428,7 @@ def validate(paths, out: str | Path | None = None, seeds: int | None = None,
 
 def metadata(cases: list[Case]) -> dict:
     """What the report's Parquet metadata records besides the table."""
-    from .runner import device_description
+    from sweep.execution.runner import device_description
 
     return {"cases": [{"case": c.name, "file": str(c.path), "group": c.group,
                        "seeds": c.study.seeds} for c in cases],

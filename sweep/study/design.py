@@ -8,11 +8,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .hardware import GPU, get_gpu
-from .memory import DEFAULT_OVERHEAD_FRACTION, DEFAULT_PROFILE_TOKENS, memory_budget
-from .models import Model, get_model
-from .rng import acceptance_thresholds
-from .timing import TimingParams, timing_params
+from sweep.physics.hardware import GPU, get_gpu
+from sweep.physics.memory import DEFAULT_OVERHEAD_FRACTION, DEFAULT_PROFILE_TOKENS, memory_budget
+from sweep.physics.models import Model, get_model
+from sweep.physics.rng import acceptance_thresholds
+from sweep.physics.timing import TimingParams, timing_params
 
 BATCHING = ("one_at_a_time", "static", "continuous")
 KV_CACHE = ("contiguous", "paged")
@@ -254,11 +254,11 @@ class Design:
 
     def params(self) -> "EngineParams":
         """One server's engine arrays (validated first); a design with replicas or
-        disaggregated pools runs as several servers: ``sweep.topology.plan``."""
+        disaggregated pools runs as several servers: ``sweep.execution.topology.plan``."""
         self.validate()
         if self.replicas != 1 or self.disaggregated:
             raise ValueError("design: replicas and prefill/decode pools are several servers; "
-                             "allowed: sweep.topology.plan(design)")
+                             "allowed: sweep.execution.topology.plan(design)")
         gpu = self.gpu_spec
         price = gpu.price_per_gpu_hour if self.price_per_gpu_hour is None else self.price_per_gpu_hour
         return EngineParams(
@@ -304,7 +304,7 @@ class EngineParams(NamedTuple):
     accept_thresholds: np.ndarray  # int32[MAX_DRAFT_TOKENS]: round(acceptance**j x 2**24), 0 past k
     block_bytes: np.ndarray  # float64: bytes per KV block (for peak KV memory)
     gpus: np.ndarray  # float64
-    transferred: np.ndarray  # bool: requests arrive prefilled (a decode pool: sweep/topology.py)
+    transferred: np.ndarray  # bool: requests arrive prefilled (a decode pool: sweep/execution/topology.py)
     price_per_gpu_s: np.ndarray  # float64, $ per GPU-second
     prefix_cache: np.ndarray  # bool: reuse cached shared prefixes
     prefill_chunk: np.ndarray  # int32: prefill tokens per pass at most, 0 = unlimited

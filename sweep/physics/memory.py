@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .models import Model
+from sweep.physics.models import Model
 
 GIB = 1024**3
 

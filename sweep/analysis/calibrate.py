@@ -37,15 +37,14 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .design import GPUS, KV_BITS, WEIGHT_BITS
-from .hardware import CATALOG, GPU, get_gpu
-from .timing import pass_time, pass_work, timing_params
+from sweep.physics.hardware import CATALOG, GPU, get_gpu
+from sweep.physics.timing import pass_time, pass_work, timing_params
+from sweep.study.design import GPUS, KV_BITS, WEIGHT_BITS
 
 PASS_COLUMNS = ("prefill_tokens", "decode_seqs", "context_tokens", "seconds")
 REQUEST_COLUMNS = ("prompt_tokens", "output_tokens", "ttft_s", "e2e_s")
@@ -53,16 +52,7 @@ SPLITWISE_COLUMNS = ("hardware", "tensor_parallel", "prompt_size", "batch_size",
                      "prompt_time", "token_time")
 #: Splitwise's hardware names for catalog GPUs.
 SPLITWISE_GPUS = {"H100-SXM": "h100-80gb", "A100-80GB": "a100-80gb"}
-PROFILE_KEYS = ("gpu", "compute_efficiency", "bandwidth_efficiency", "overhead_ms")
-#: Keys a profile may add (a fit to serving runs writes them).
-PROFILE_EXTRA = ("decode_attention_efficiency", "seq_overhead_us", "request_overhead_ms",
-                 "request_lag_passes")
 FACTORS = ("compute_efficiency", "bandwidth_efficiency", "overhead_ms")
-#: Each factor's range (lowest, highest, lowest excluded): Design.validate's.
-_RANGES = {"compute_efficiency": (0.0, 1.0, True), "bandwidth_efficiency": (0.0, 1.0, True),
-           "decode_attention_efficiency": (0.0, 1.0, False),
-           "overhead_ms": (0.0, 1e4, False), "seq_overhead_us": (0.0, 1e6, False),
-           "request_overhead_ms": (0.0, 1e6, False), "request_lag_passes": (0.0, 100.0, False)}
 MAX_ITERATIONS = 100
 MAX_DECODE_PASSES = 10_000_000  # request rows expand to this many passes at most
 
@@ -351,35 +341,6 @@ def profile_text(f: Fit, gpu: str, model: str, gpus: int, weight_bits: int, kv_b
     ])
 
 
-def load_profile(path: str | Path) -> dict:
-    """A profile's ``[hardware]`` keys, checked; every refusal is one ``ValueError`` line."""
-    path = Path(path)
-    try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ValueError(f"{path}: cannot read ({type(exc).__name__}: "
-                         f"{' '.join(str(exc).split())[:120]}); allowed: a profile written by "
-                         "'sweep calibrate'") from None
-    hw = doc.get("hardware")
-    if not isinstance(hw, dict) or not set(PROFILE_KEYS) <= set(hw) <= set(
-            PROFILE_KEYS + PROFILE_EXTRA):
-        raise ValueError(f"{path}: [hardware] must hold {', '.join(PROFILE_KEYS)} and at most "
-                         f"{', '.join(PROFILE_EXTRA)}; allowed: a profile written by "
-                         "'sweep calibrate'")
-    if hw["gpu"] not in CATALOG:
-        raise ValueError(f"{path}: gpu {hw['gpu']!r} is not in the catalog; allowed: "
-                         f"{', '.join(CATALOG)}")
-    for k, (lo, hi, lo_open) in _RANGES.items():
-        if k not in hw:
-            continue
-        v = hw[k]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
-                (v > lo if lo_open else v >= lo) and v <= hi):
-            raise ValueError(f"{path}: {k} = {v!r} is out of range; allowed: "
-                             f"{'(' if lo_open else '['}{lo:g}, {hi:g}]")
-    return {k: (v if k == "gpu" else float(v)) for k, v in hw.items()}
-
-
 # --- serving runs ---------------------------------------------------------------------------
 #: What a fit to measured serving runs searches: the pass-time factors on a grid (the host's
 #: per-sequence cost and decode attention's own efficiency included; at 1.0 decode attention
@@ -423,7 +384,7 @@ def serving_table(studies, duration: float = 120.0, grid=SERVING_GRID, progress=
     """Per case and grid point: the predicted metrics (mean over seeds) beside the measured."""
     import pandas as pd
 
-    from .runner import run_study
+    from sweep.execution.runner import run_study
 
     rows = []
     for study in studies:

@@ -6,7 +6,7 @@ Every check happens here, before anything is simulated, and every refusal is one
 product of the axes (the first axis in file order varies slowest), less the ``[[exclude]]``
 matches, less the designs that do not fit in memory (listed in ``Study.skipped``).
 
-``python -m sweep.config FILE...`` checks configs without running them.
+``python -m sweep.study.config FILE...`` checks configs without running them.
 """
 from __future__ import annotations
 
@@ -19,15 +19,16 @@ import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from .calibrate import load_profile
-from .design import ACTIVATION_BITS, BATCHING, GPUS, KV_BITS, KV_CACHE, WEIGHT_BITS, Design
-from .hardware import CATALOG as GPU_CATALOG
-from .metrics import METRICS
-from .models import CATALOG as MODEL_CATALOG
-from .models import load_hf_config
-from .trace import load_trace
-from .uncertainty import FACTORS, USES, Uncertain
-from .workload import ARRIVALS, Lengths, Workload
+from sweep.analysis.metrics import METRICS
+from sweep.physics.hardware import CATALOG as GPU_CATALOG
+from sweep.physics.models import CATALOG as MODEL_CATALOG
+from sweep.physics.models import load_hf_config
+from sweep.physics.profile import load_profile
+from sweep.study.design import (ACTIVATION_BITS, BATCHING, GPUS, KV_BITS, KV_CACHE, WEIGHT_BITS,
+                                Design)
+from sweep.study.trace import load_trace
+from sweep.study.uncertainty import FACTORS, USES, Uncertain
+from sweep.study.workload import ARRIVALS, Lengths, Workload
 
 #: Grid columns, in the order every ``Point.columns`` (and the results' Parquet) has them.
 COLUMNS: list[str] = [
@@ -1038,10 +1039,10 @@ def load_study(path, seeds: int | None = None, max_designs: int | None = None) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m sweep.config FILE...``: check configs; one line each; exit 2 on any error."""
+    """``python -m sweep.study.config FILE...``: check configs; one line each; exit 2 on any error."""
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
-        print("usage: python -m sweep.config CONFIG.toml...", file=sys.stderr)
+        print("usage: python -m sweep.study.config CONFIG.toml...", file=sys.stderr)
         return 2
     status = 0
     for p in argv:

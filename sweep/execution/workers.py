@@ -8,7 +8,7 @@ in the runtime. The brief's steady state ran 1.35-1.93x faster as two pinned pro
 compile the tiers in turn and load each other's executables (``executables``); each still
 starts its own Python and JAX, so a small study gains nothing.
 
-A worker is ``python -m sweep.workers FD``: it reads its job (a pickle) on stdin, writes its
+A worker is ``python -m sweep.execution.workers FD``: it reads its job (a pickle) on stdin, writes its
 chunks (pickles, then None or the error) on file descriptor FD, and stops starting calls once
 anything (a byte, or the end of the stream) arrives on stdin.
 """
@@ -21,7 +21,6 @@ import subprocess
 import sys
 from multiprocessing.connection import wait
 from typing import Iterator
-
 
 #: Simulations (of this machine's share) from which ``sweep run`` splits a CPU run over one
 #: worker per core unless told (``--processes``). Measured on 2 cores with executables kept,
@@ -57,8 +56,8 @@ def in_processes(study, processes: int, *, share: tuple[int, int], skip, progres
     every ``processes``-th simulation of ``share``; their chunks are yielded as they come."""
     import jax
 
-    from . import executables
-    from .runner import Tally, share_of
+    from sweep.execution import executables
+    from sweep.execution.runner import Tally, share_of
 
     check(processes)
     cores = sorted(os.sched_getaffinity(0))
@@ -69,7 +68,7 @@ def in_processes(study, processes: int, *, share: tuple[int, int], skip, progres
     try:
         for i in range(processes):
             r, w = os.pipe()
-            proc = subprocess.Popen([sys.executable, "-m", "sweep.workers", str(w)],
+            proc = subprocess.Popen([sys.executable, "-m", "sweep.execution.workers", str(w)],
                                     stdin=subprocess.PIPE, pass_fds=(w,))
             os.close(w)
             procs.append(proc)
@@ -114,8 +113,8 @@ def _main(fd: int) -> None:
     os.sched_setaffinity(0, {core})  # before JAX starts its runtime and sizes its thread pool
     import jax
 
-    from . import executables
-    from .runner import iter_chunks
+    from sweep.execution import executables
+    from sweep.execution.runner import iter_chunks
 
     xla_cache, executables_dir = cache
     if xla_cache:

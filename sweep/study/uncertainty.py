@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from .rng import UNIFORM_BITS, uniform_bits
+from sweep.physics.rng import UNIFORM_BITS, uniform_bits
 
 #: Factors that may be uncertain: key -> (config section, lowest, highest, lowest excluded).
 #: The ranges are Design.validate's.

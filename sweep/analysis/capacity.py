@@ -29,9 +29,9 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from .config import Limit, Point, Study
-from .metrics import METRICS
-from .timing import pass_time
+from sweep.analysis.metrics import METRICS
+from sweep.physics.timing import pass_time
+from sweep.study.config import Limit, Point, Study
 
 #: Metrics that more load improves: checked at capacity, not during the search.
 IMPROVES_WITH_LOAD = ("cost_per_mtok", "tokens_per_s", "goodput_rps", "utilization")

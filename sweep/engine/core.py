@@ -1,5 +1,5 @@
 """The fixed-step serving engine: a pure ``step``, ``lax.scan`` over steps, ``vmap`` over a batch
-of designs x workloads x seeds. The rules are docs/model.md's; sweep/reference.py is the same
+of designs x workloads x seeds. The rules are docs/model.md's; sweep/engine/reference.py is the same
 rules as a plain event loop, one pass at a time.
 
 A step is one general pass (admission, readmission or preemption, prefill and decode: the rules
@@ -28,12 +28,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import executables
-from .design import EngineParams
-from .numerics import fixed_sum, running_sum
-from .rng import uniform_bits
-from .timing import pass_time
-from .workload import MAX_PREFIXES, Requests
+from sweep.execution import executables
+from sweep.physics.numerics import fixed_sum, running_sum
+from sweep.physics.rng import uniform_bits
+from sweep.physics.timing import pass_time
+from sweep.study.design import EngineParams
+from sweep.study.workload import MAX_PREFIXES, Requests
 
 #: Inter-token gaps go into a log-spaced histogram: bin 0 holds the zero gaps of multi-token
 #: (speculative) emissions, bins 1..ITL_BINS-1 span [ITL_LO_S, ITL_HI_S) (out-of-range gaps are

@@ -1,0 +1,1 @@
+"""From rows to answers: metrics, Parquet results, frontiers, reports, capacity, calibration and validation."""

@@ -1,0 +1,47 @@
+"""Hardware profiles: the ``[hardware]`` keys ``sweep calibrate`` writes and a config names with
+``[hardware] profile``, read and checked."""
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from sweep.physics.hardware import CATALOG
+
+PROFILE_KEYS = ("gpu", "compute_efficiency", "bandwidth_efficiency", "overhead_ms")
+#: Keys a profile may add (a fit to serving runs writes them).
+PROFILE_EXTRA = ("decode_attention_efficiency", "seq_overhead_us", "request_overhead_ms",
+                 "request_lag_passes")
+#: Each factor's range (lowest, highest, lowest excluded): Design.validate's.
+RANGES = {"compute_efficiency": (0.0, 1.0, True), "bandwidth_efficiency": (0.0, 1.0, True),
+          "decode_attention_efficiency": (0.0, 1.0, False),
+          "overhead_ms": (0.0, 1e4, False), "seq_overhead_us": (0.0, 1e6, False),
+          "request_overhead_ms": (0.0, 1e6, False), "request_lag_passes": (0.0, 100.0, False)}
+
+
+def load_profile(path: str | Path) -> dict:
+    """A profile's ``[hardware]`` keys, checked; every refusal is one ``ValueError`` line."""
+    path = Path(path)
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read ({type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())[:120]}); allowed: a profile written by "
+                         "'sweep calibrate'") from None
+    hw = doc.get("hardware")
+    if not isinstance(hw, dict) or not set(PROFILE_KEYS) <= set(hw) <= set(
+            PROFILE_KEYS + PROFILE_EXTRA):
+        raise ValueError(f"{path}: [hardware] must hold {', '.join(PROFILE_KEYS)} and at most "
+                         f"{', '.join(PROFILE_EXTRA)}; allowed: a profile written by "
+                         "'sweep calibrate'")
+    if hw["gpu"] not in CATALOG:
+        raise ValueError(f"{path}: gpu {hw['gpu']!r} is not in the catalog; allowed: "
+                         f"{', '.join(CATALOG)}")
+    for k, (lo, hi, lo_open) in RANGES.items():
+        if k not in hw:
+            continue
+        v = hw[k]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
+                (v > lo if lo_open else v >= lo) and v <= hi):
+            raise ValueError(f"{path}: {k} = {v!r} is out of range; allowed: "
+                             f"{'(' if lo_open else '['}{lo:g}, {hi:g}]")
+    return {k: (v if k == "gpu" else float(v)) for k, v in hw.items()}
