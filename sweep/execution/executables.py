@@ -121,8 +121,9 @@ def _environment() -> str:
     global _setting
     if _setting is None:
         code = hashlib.sha256()
-        for path in sorted(Path(__file__).parent.rglob("*.py")):
-            code.update(path.name.encode() + b"\0" + path.read_bytes())
+        package = Path(__file__).parents[1]  # every module of sweep: any may shape a trace
+        for path in sorted(package.rglob("*.py")):
+            code.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
         _setting = "\n".join([
             code.hexdigest(), jax.__version__, jaxlib.__version__,
             os.environ.get("XLA_FLAGS", ""), _host_cpu(),
