@@ -9,6 +9,7 @@ depends only on the length.
 """
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -53,3 +54,11 @@ def fixed_sum(x, axis: int = -1):
     """The sum along ``axis``, in an order that depends only on its length."""
     return lax.index_in_dim(prefix_sum(x, axis), x.shape[axis % x.ndim] - 1, axis % x.ndim,
                             keepdims=False)
+
+
+def float64():
+    """A context in which this thread's JAX code runs in float64 (simulated time needs it: a
+    float32 clock loses sub-millisecond resolution after minutes). Thread-local, so the caller's
+    own JAX setting is left as it was; every thread that builds or runs engine arrays enters
+    it."""
+    return jax.enable_x64(True)
