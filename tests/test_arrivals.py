@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from sweep.api import stack
+from sweep.execution.batch import stack
 from sweep.study.config import ConfigError, parse_study
 from sweep.study.workload import Workload, sample_args, sample_batch, sample_n
 

@@ -3,8 +3,8 @@ import jax
 import numpy as np
 import pytest
 
-from sweep.api import run_batch, stack
 from sweep.engine.core import _ceil_div
+from sweep.execution.batch import run_batch, stack
 from sweep.physics.numerics import running_sum
 from sweep.physics.timing import pass_time
 from sweep.study.design import Design

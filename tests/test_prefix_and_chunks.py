@@ -3,8 +3,8 @@ either off (or chunking with a budget above every prompt) changes nothing, bit f
 import numpy as np
 import pytest
 
-from sweep.api import run_batch, stack
 from sweep.engine.reference import simulate_reference, summarize_reference
+from sweep.execution.batch import run_batch, stack
 from sweep.physics import timing
 from sweep.study.design import Design
 from sweep.study.workload import Lengths, Workload, sample_n

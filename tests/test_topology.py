@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from sweep.analysis.metrics import summarize
-from sweep.api import stack
 from sweep.engine import ITL_LOG_WIDTH, simulate_batch
 from sweep.engine.reference import (simulate_disaggregated_reference, simulate_replicas_reference,
                                     summarize_reference)
 from sweep.execution import topology
+from sweep.execution.batch import stack
 from sweep.study.config import ConfigError, parse_study
 from sweep.study.design import Design
 from sweep.study.workload import Lengths, Workload, sample_n

@@ -6,9 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sweep.api import run_batch, stack
 from sweep.engine import ITL_LOG_WIDTH, simulate_batch
 from sweep.engine.reference import simulate_reference, summarize_reference
+from sweep.execution.batch import run_batch, stack
 from sweep.physics.models import Model
 from sweep.physics.timing import TimingParams
 from sweep.study.design import Design

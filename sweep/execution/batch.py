@@ -1,0 +1,34 @@
+"""A batch of simulations as stacked arrays: the engine on it, and its metrics."""
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from sweep.analysis.metrics import summarize
+from sweep.engine import EngineOutput, simulate_batch
+from sweep.execution import executables
+from sweep.study.design import EngineParams
+from sweep.study.workload import Requests
+
+
+def stack(trees):
+    """Stack a list of identical pytrees along a new leading axis."""
+    return jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *trees)
+
+
+_summarize_batch = jax.jit(jax.vmap(summarize))
+
+
+def summarize_batch(out: EngineOutput, reqs: Requests, system, compile_only: bool = False):
+    """The metrics of a batch of simulations (``summarize`` vmapped); ``compile_only``
+    returns the compiled executable without running it."""
+    exe = executables.get("summaries", _summarize_batch, (out, reqs, system), {}, {})
+    return exe if compile_only else exe(out, reqs, system)
+
+
+def run_batch(params: EngineParams, reqs: Requests, seats: int, k_max: int, max_steps=None,
+              lanes: int | None = None):
+    """Engine + metrics for a stacked batch; returns (EngineOutput, dict of metric arrays)."""
+    out = simulate_batch(params, reqs, seats=seats, k_max=k_max, lanes=lanes,
+                         max_steps=max_steps)
+    return out, {k: np.asarray(v) for k, v in summarize_batch(out, reqs, params).items()}
