@@ -1,59 +1,20 @@
-"""Physics of the simulator checked against the teaching simulator, the brief, datasheets and
-public configs.
+"""Physics of the simulator checked against the teaching simulator, the brief and datasheets:
+the memory budget, KV sizes, ops:byte and the pass-time roofline.
 
-Fast: plain numpy arithmetic, no JAX compilation. The teaching simulator is a numpy program
-(MODEL_CONFIGS, kv_cache_memory, memory_budget, STEP 1 and STEP 6); its formulas are re-stated
-here from its text so that the expected numbers do not come from the code under test.
+Fast: plain numpy arithmetic, no JAX compilation.
 """
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from sweep.physics import timing
-from sweep.physics.hardware import CATALOG as GPU_CATALOG
 from sweep.physics.hardware import get_gpu
 from sweep.physics.memory import GIB, memory_budget
-from sweep.physics.models import CATALOG as MODEL_CATALOG
-from sweep.physics.models import get_model, load_hf_config
-from sweep.study.design import Design
-from sweep.study.workload import Workload
-
-DATA = Path(__file__).parent / "data"
-
-# --------------------------------------------------------------------------------------------
-# The teaching simulator, verbatim numbers.
-# --------------------------------------------------------------------------------------------
-
-TEACHING_SIM_MODEL_CONFIGS = {
-    "Llama-3-8B": dict(num_layers=32, num_kv_heads=8, head_dim=128, model_params_b=8),
-    "Llama-3-70B": dict(num_layers=80, num_kv_heads=8, head_dim=128, model_params_b=70),
-    "Llama-3-405B": dict(num_layers=126, num_kv_heads=8, head_dim=128, model_params_b=405),
-    "Mistral-7B": dict(num_layers=32, num_kv_heads=8, head_dim=128, model_params_b=7),
-    "GPT-4-est": dict(num_layers=120, num_kv_heads=96, head_dim=128, model_params_b=1800),
-}
-
-
-def teaching_sim_kv_per_token(cfg, dtype_bytes=2):
-    """The teaching simulator's kv_cache_memory per_token."""
-    return 2 * cfg["num_layers"] * cfg["num_kv_heads"] * cfg["head_dim"] * dtype_bytes
-
-
-def teaching_sim_memory_budget(cfg, gpu_memory_gb):
-    """The teaching simulator's memory_budget, re-stated (None = 'Model does not fit in GPU
-    memory')."""
-    model_gb = cfg["model_params_b"] * 1e9 * 2 / 1024**3
-    avail = gpu_memory_gb - model_gb - gpu_memory_gb * 0.1
-    if avail <= 0:
-        return None
-    max_tokens = int(avail * 1024**3 / teaching_sim_kv_per_token(cfg))
-    return round(avail, 1), max_tokens // 2048, max_tokens // 4096
-
+from sweep.physics.models import get_model
+from tests import teaching_sim
 
 #: The teaching simulator's "Memory budget for Llama 3 70B" table: (GPU, count) -> (KV GiB,
 #: users@2K, users@4K), None where it prints DOES NOT FIT.
@@ -78,7 +39,7 @@ def test_teaching_sim_70b_budget_table_exact(gpu, n, expected):
     assert get_gpu(gpu).memory_gib == 80
     # The table is the teaching simulator's own function's output; our restatement must agree
     # with it first.
-    assert teaching_sim_memory_budget(TEACHING_SIM_MODEL_CONFIGS["Llama-3-70B"], 80 * n) == expected
+    assert teaching_sim.memory_budget(teaching_sim.MODEL_CONFIGS["Llama-3-70B"], 80 * n) == expected
     b = memory_budget(_teaching_sim_70b(), get_gpu(gpu).memory_gib, n)
     assert b.gpus == n
     assert b.total_gib == 80 * n
@@ -132,10 +93,10 @@ TEACHING_SIM_KV_KIB = {"Llama-3-8B": 128.0, "Llama-3-70B": 320.0, "Llama-3-405B"
                        "Mistral-7B": 128.0, "GPT-4-est": 5760.0}
 
 
-@pytest.mark.parametrize("name", sorted(TEACHING_SIM_MODEL_CONFIGS))
+@pytest.mark.parametrize("name", sorted(teaching_sim.MODEL_CONFIGS))
 def test_teaching_sim_kv_per_token(name):
-    cfg = TEACHING_SIM_MODEL_CONFIGS[name]
-    expected = teaching_sim_kv_per_token(cfg)
+    cfg = teaching_sim.MODEL_CONFIGS[name]
+    expected = teaching_sim.kv_per_token(cfg)
     assert expected / 1024 == TEACHING_SIM_KV_KIB[name]
     m = get_model(name)
     assert m.kv_bytes_per_token() == expected
@@ -143,11 +104,11 @@ def test_teaching_sim_kv_per_token(name):
     assert m.kv_bytes_per_token(8) == expected / 2
 
 
-@pytest.mark.parametrize("name", sorted(TEACHING_SIM_MODEL_CONFIGS))
+@pytest.mark.parametrize("name", sorted(teaching_sim.MODEL_CONFIGS))
 @pytest.mark.parametrize("seq_len", [4096, 32768, 131072])
 def test_teaching_sim_kv_gib_at_context(name, seq_len):
-    cfg = TEACHING_SIM_MODEL_CONFIGS[name]
-    expected_gib = teaching_sim_kv_per_token(cfg) * seq_len / 1024**3
+    cfg = teaching_sim.MODEL_CONFIGS[name]
+    expected_gib = teaching_sim.kv_per_token(cfg) * seq_len / 1024**3
     got = get_model(name).kv_bytes_per_token() * seq_len / GIB
     assert got == pytest.approx(expected_gib, rel=1e-12)
     # The teaching simulator's headline values, to the printed two decimals.
@@ -356,296 +317,3 @@ def test_pass_time_vectorises_over_numpy_arrays():
     assert np.all(np.diff(t) > 0)
     for i, s in enumerate(seqs):
         assert t[i] == pytest.approx(float(timing.pass_time(p, 0.0, 0.0, s, s * 1000)))
-
-
-# --------------------------------------------------------------------------------------------
-# 5. Catalog completeness.
-# --------------------------------------------------------------------------------------------
-
-#: Datasheet memory (GB as marketed; the catalog's GiB-class figure).
-GPU_MEMORY = {"H100-SXM": 80, "H200": 141, "A100-80GB": 80, "L40S": 48, "B200": 180,
-              "MI300X": 192}
-
-
-@pytest.mark.parametrize("name", sorted(GPU_MEMORY))
-def test_required_gpus_present(name):
-    g = get_gpu(name)
-    assert g.name == name
-    assert g.memory_gib == GPU_MEMORY[name]
-    assert g.timing == "roofline"
-    assert g.interconnect_gbs > 0 and g.allreduce_latency_us > 0
-
-
-def test_an_apple_laptop_gpu_is_present():
-    apples = [g for g in GPU_CATALOG.values() if "apple" in g.name.lower()]
-    assert apples
-    assert any(g.timing == "linear" and g.linear is not None for g in apples)
-
-
-@pytest.mark.parametrize("name", sorted(GPU_CATALOG))
-def test_gpu_entry_is_sane(name):
-    g = GPU_CATALOG[name]
-    for f in ("memory_gib", "bandwidth_tbs", "tflops_16bit", "tflops_8bit", "tflops_4bit",
-              "price_per_gpu_hour"):
-        v = getattr(g, f)
-        assert isinstance(v, (int, float)) and math.isfinite(v) and v > 0, f
-    assert g.interconnect_gbs >= 0 and g.allreduce_latency_us >= 0
-    assert g.tflops_4bit >= g.tflops_8bit >= g.tflops_16bit
-    assert (g.tflops(16), g.tflops(8), g.tflops(4)) == (g.tflops_16bit, g.tflops_8bit,
-                                                        g.tflops_4bit)
-    assert g.source.strip()
-    assert g.timing in ("roofline", "linear")
-    if g.timing == "linear":
-        assert g.linear is not None and g.linear.source.strip()
-        assert g.linear.fixed_ms > 0 and g.linear.decode_token_ms > 0
-        assert g.linear.prefill_token_ms > 0
-    else:
-        assert g.interconnect_gbs > 0
-
-
-def test_h100_price_matches_the_brief():
-    assert get_gpu("H100-SXM").price_per_gpu_hour == 2.0
-
-
-@pytest.mark.parametrize("name,bw,bf16", [("H100-SXM", 3.35, 989.4), ("A100-80GB", 2.039, 312.0),
-                                          ("H200", 4.8, 989.4), ("MI300X", 5.3, 1307.4)])
-def test_gpu_datasheet_figures(name, bw, bf16):
-    g = get_gpu(name)
-    assert g.bandwidth_tbs == pytest.approx(bw)
-    assert g.tflops_16bit == pytest.approx(bf16, rel=1e-3)
-
-
-@pytest.mark.parametrize("name", sorted(TEACHING_SIM_MODEL_CONFIGS))
-def test_model_catalog_matches_teaching_sim(name):
-    cfg = TEACHING_SIM_MODEL_CONFIGS[name]
-    m = get_model(name)
-    assert m.name == name
-    assert (m.layers, m.kv_heads, m.head_dim) == (cfg["num_layers"], cfg["num_kv_heads"],
-                                                  cfg["head_dim"])
-    # The teaching simulator's rounded billions; the catalog has the exact counts.
-    assert m.params == pytest.approx(cfg["model_params_b"] * 1e9, rel=0.04)
-    assert 0 < m.active_params <= m.params
-    assert m.source.strip()
-    assert m.heads % m.kv_heads == 0
-    assert m.max_context >= 8192
-
-
-def test_model_catalog_holds_teaching_sims_five():
-    assert set(TEACHING_SIM_MODEL_CONFIGS) <= set(MODEL_CATALOG)
-
-
-#: Dense catalog models and whether their input and output embeddings are tied.
-DENSE_TIED = {"Llama-3-8B": False, "Llama-3-70B": False, "Llama-3-405B": False,
-              "Mistral-7B": False, "Llama-3.2-1B": True}
-
-
-@pytest.mark.parametrize("name", sorted(DENSE_TIED))
-def test_dense_catalog_params_match_architecture(name, tmp_path):
-    """The catalog's parameter counts agree with its own architecture fields."""
-    if name not in MODEL_CATALOG:
-        pytest.skip(f"{name} not in the catalog")
-    m = get_model(name)
-    assert m.active_params == m.params
-    cfg = dict(num_hidden_layers=m.layers, hidden_size=m.hidden, num_attention_heads=m.heads,
-               num_key_value_heads=m.kv_heads, head_dim=m.head_dim, intermediate_size=m.ffn,
-               vocab_size=m.vocab, max_position_embeddings=m.max_context,
-               tie_word_embeddings=DENSE_TIED[name])
-    f = tmp_path / "config.json"
-    f.write_text(json.dumps(cfg))
-    loaded = load_hf_config(f, name=name)
-    assert loaded.params == pytest.approx(m.params, rel=0.005)  # catalog rounds to 3-4 digits
-    assert loaded.kv_bytes_per_token() == m.kv_bytes_per_token()
-
-
-# --------------------------------------------------------------------------------------------
-# 6. The Hugging Face loader.
-# --------------------------------------------------------------------------------------------
-
-
-def test_load_llama3_8b_config():
-    m = load_hf_config(DATA / "llama3_8b_config.json", name="llama3-8b")
-    assert m.name == "llama3-8b"
-    assert m.params == pytest.approx(8.03e9, rel=0.005)
-    assert m.params == 8_030_261_248  # the count Hugging Face reports for Meta-Llama-3-8B
-    assert m.active_params == m.params
-    cat = get_model("Llama-3-8B")
-    for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "max_context"):
-        assert getattr(m, f) == getattr(cat, f), f
-    assert m.kv_bytes_per_token() == 128 * 1024
-    # A loaded model is a valid design.
-    Design(model=m, gpu="H100-SXM").validate()
-
-
-def test_load_mixtral_config():
-    m = load_hf_config(DATA / "mixtral_8x7b_config.json")
-    assert m.name  # falls back to something non-empty
-    assert m.params == pytest.approx(46.7e9, rel=0.02)
-    assert m.active_params == pytest.approx(12.9e9, rel=0.02)
-    assert (m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim) == (32, 4096, 32, 8, 128)
-    assert m.max_context == 32768 and m.vocab == 32000
-    # Every expert is read by a batched decode pass; FLOPs follow the 2 active experts.
-    p = timing.timing_params(m, get_gpu("H100-SXM"))
-    assert p.weight_bytes == pytest.approx(2 * m.params)
-    assert p.flops_per_token == pytest.approx(2 * m.active_params)
-
-
-def test_loader_defaults_kv_heads_and_head_dim(tmp_path):
-    cfg = json.loads((DATA / "llama3_8b_config.json").read_text())
-    del cfg["num_key_value_heads"]
-    f = tmp_path / "config.json"
-    f.write_text(json.dumps(cfg))
-    m = load_hf_config(f)
-    assert m.kv_heads == m.heads == 32  # no GQA: multi-head attention
-    assert m.head_dim == 4096 // 32
-    cfg["tie_word_embeddings"] = True
-    f.write_text(json.dumps(cfg))
-    tied = load_hf_config(f)
-    assert m.params - tied.params == 128256 * 4096
-
-
-def _bad_configs():
-    good = json.loads((DATA / "llama3_8b_config.json").read_text())
-    out = {}
-    for field in ("num_hidden_layers", "hidden_size", "num_attention_heads",
-                  "intermediate_size", "vocab_size", "max_position_embeddings"):
-        c = dict(good)
-        del c[field]
-        out[f"missing-{field}"] = (json.dumps(c), field)
-    c = dict(good, num_hidden_layers=0)
-    out["zero-layers"] = (json.dumps(c), "num_hidden_layers")
-    c = dict(good, hidden_size="4096")
-    out["string-hidden"] = (json.dumps(c), "hidden_size")
-    c = dict(good, num_hidden_layers=True)
-    out["bool-layers"] = (json.dumps(c), "num_hidden_layers")
-    c = dict(good, num_key_value_heads="8")
-    out["string-kv-heads"] = (json.dumps(c), "num_key_value_heads")
-    c = dict(good, num_local_experts=-8)
-    out["negative-experts"] = (json.dumps(c), "num_local_experts")
-    out["not-json"] = ('{"hidden_size": 4096,', "")
-    out["empty"] = ("", "")
-    out["list"] = ("[1, 2, 3]", "not a JSON object")
-    out["string"] = ('"config"', "not a JSON object")
-    out["null"] = ("null", "not a JSON object")
-    return out
-
-
-BAD_CONFIGS = _bad_configs()
-
-
-@pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
-def test_malformed_config_raises_value_error(case, tmp_path):
-    text, mention = BAD_CONFIGS[case]
-    f = tmp_path / "config.json"
-    f.write_text(text)
-    with pytest.raises(ValueError, match="model.config_json") as exc:
-        load_hf_config(f)
-    assert mention in str(exc.value)
-
-
-@pytest.mark.parametrize("kind", ["missing", "directory", "binary"])
-def test_unreadable_config_raises_value_error(kind, tmp_path):
-    f = tmp_path / "config.json"
-    if kind == "directory":
-        f.mkdir()
-    elif kind == "binary":
-        f.write_bytes(b"\xff\xfe\x00\x81garbage")
-    with pytest.raises(ValueError, match="model.config_json"):
-        load_hf_config(f)
-
-
-# --------------------------------------------------------------------------------------------
-# 7. Bad inputs: one clear ValueError naming the field and the allowed values.
-# --------------------------------------------------------------------------------------------
-
-
-def test_unknown_gpu():
-    with pytest.raises(ValueError, match=r"hardware\.gpu") as exc:
-        get_gpu("H100")
-    assert "H100-SXM" in str(exc.value) and "A100-80GB" in str(exc.value)
-    with pytest.raises(ValueError, match=r"hardware\.gpu.*H100-SXM"):
-        Design(gpu="TPU-v5").validate()
-
-
-def test_unknown_model():
-    with pytest.raises(ValueError, match=r"model\.name") as exc:
-        get_model("Llama-4")
-    assert "Llama-3-8B" in str(exc.value)
-    with pytest.raises(ValueError, match=r"model\.name"):
-        Design(model="gpt-5").validate()
-
-
-@pytest.mark.parametrize("model,gpu,gpus,bits", [("Llama-3-70B", "A100-80GB", 1, 16),
-                                                 ("Llama-3-405B", "H100-SXM", 8, 16),
-                                                 ("GPT-4-est", "H100-SXM", 8, 4),
-                                                 ("Llama-3-70B", "L40S", 1, 8)])
-def test_model_that_does_not_fit(model, gpu, gpus, bits):
-    with pytest.raises(ValueError, match="does not fit"):
-        Design(model=model, gpu=gpu, gpus=gpus, weight_bits=bits).validate()
-
-
-@pytest.mark.parametrize("model,gpu,gpus,bits", [("Llama-3-70B", "A100-80GB", 2, 16),
-                                                 ("Llama-3-70B", "A100-80GB", 1, 8),
-                                                 ("Llama-3-70B", "H100-SXM", 1, 4),
-                                                 ("Llama-3-8B", "Apple-M3-Max", 1, 16),
-                                                 ("Llama-3-405B", "H200", 8, 16)])
-def test_designs_that_fit_validate(model, gpu, gpus, bits):
-    Design(model=model, gpu=gpu, gpus=gpus, weight_bits=bits).validate()
-
-
-BAD_LEVERS = [
-    (dict(weight_bits=3), r"levers\.weight_bits", "16, 8, 4"),
-    (dict(kv_bits=4), r"levers\.kv_bits", "16, 8"),
-    (dict(gpus=3), r"levers\.gpus", "1, 2, 4, 8"),
-    (dict(gpus=16), r"levers\.gpus", "1, 2, 4, 8"),
-    (dict(draft_tokens=-1), r"levers\.draft_tokens", "[0, 16]"),
-    (dict(draft_tokens=2.5), r"levers\.draft_tokens", "[0, 16]"),
-    (dict(acceptance=1.5), r"levers\.acceptance", "[0.0, 1.0]"),
-    (dict(acceptance=-0.1), r"levers\.acceptance", "[0.0, 1.0]"),
-    (dict(acceptance=float("nan")), r"levers\.acceptance", "[0.0, 1.0]"),
-    (dict(batching="dynamic"), r"levers\.batching", "continuous"),
-    (dict(kv_cache="blocks"), r"levers\.kv_cache", "paged"),
-    (dict(max_batch=0), r"levers\.max_batch", "[1, 4096]"),
-    (dict(compute_efficiency=0.0), r"levers\.compute_efficiency", "(0.0, 1.0]"),
-    (dict(max_seq_len=100_000), r"levers\.max_seq_len", "8192"),
-]
-
-
-@pytest.mark.parametrize("changes,field,allowed", BAD_LEVERS,
-                         ids=[f"{k}={v}" for c, _, _ in BAD_LEVERS for k, v in
-                              list(c.items())[-1:]])
-def test_bad_lever_raises(changes, field, allowed):
-    with pytest.raises(ValueError, match=field) as exc:
-        Design(**changes).validate()
-    assert allowed in str(exc.value)
-    assert repr(list(changes.values())[-1]) in str(exc.value) or "nan" in str(exc.value)
-
-
-@pytest.mark.parametrize("gpus", [2, 4, 8])
-def test_laptop_gpu_has_no_tensor_parallelism(gpus):
-    with pytest.raises(ValueError, match=r"levers\.gpus.*allowed: 1"):
-        Design(gpu="Apple-M3-Max", gpus=gpus).validate()
-
-
-def test_batching_message_lists_every_option():
-    with pytest.raises(ValueError, match=r"levers\.batching") as exc:
-        Design(batching="dynamic").validate()
-    for option in ("one_at_a_time", "static", "continuous"):
-        assert option in str(exc.value)
-
-
-@pytest.mark.parametrize("rate", [0, 0.0, -1.0, -16, float("nan"), float("inf")])
-def test_bad_arrival_rate(rate):
-    with pytest.raises(ValueError, match=r"workload\.arrival_rate"):
-        Workload(arrival_rate=rate).validate()
-
-
-@pytest.mark.parametrize("duration_s,num_requests", [(60.0, 100), (None, None)])
-def test_workload_needs_exactly_one_of_duration_and_count(duration_s, num_requests):
-    with pytest.raises(ValueError, match="exactly one of duration_s or num_requests"):
-        Workload(duration_s=duration_s, num_requests=num_requests).validate()
-
-
-@pytest.mark.parametrize("wl", [Workload(), Workload(duration_s=None, num_requests=500),
-                                Workload(arrival_rate=0.5, duration_s=10.0)])
-def test_good_workloads_validate(wl):
-    wl.validate()
