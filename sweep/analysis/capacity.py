@@ -12,9 +12,9 @@ unresolved design x its candidate rates x seeds) through the runner. Common rand
 the bracket sound: a seed's arrival gaps are the same unit draws divided by the rate, and its
 lengths the same draws, so whether a seed meets the brief is close to monotone in the rate.
 
-1. Screening, on the first seed: the lowest rate, then rates spread geometrically over the
-   bracket, which each round cuts into up to ``SCREEN_SPLITS`` parts until it is narrower than
-   the tolerance.
+1. Screening, on the first seed: the lowest rate, then rates spread geometrically up to the
+   roofline rate (above it only if every rate up to it passes), then the bracket, which each
+   round cuts into up to ``SCREEN_SPLITS`` parts until it is narrower than the tolerance.
 2. Confirmation, on every seed: the screened bracket's two ends and rates 1, 3 and 9
    tolerances below it; where the seeds overturn an end, such steps away from it, then the
    bracket cut again until it is narrow again. A rate runs on a few seeds first: failures there
@@ -38,7 +38,7 @@ IMPROVES_WITH_LOAD = ("cost_per_mtok", "tokens_per_s", "goodput_rps", "utilizati
 #: Default search range, as multiples of a design's roofline rate (``roofline_rate``).
 RATE_MIN_FRACTION = 1 / 8
 RATE_MAX_FACTOR = 2.0
-SCREEN_POINTS = 16  # rates of the first screening round, both ends included
+SCREEN_POINTS = 11  # rates of a screening round up to the roofline, the lowest included
 SCREEN_SPLITS = 12  # parts each later screening round cuts a bracket into, at most
 CONFIRM_SPLITS = 4  # parts a confirmation round cuts a bracket into, at most
 STEPS = (1, 3, 9)  # tolerances a confirmation round steps from an end the seeds overturned
@@ -61,7 +61,7 @@ class Search:
     rate_max: float
     low: float = 0.0
     high: float = math.inf
-    screened: bool = False
+    guide: float = math.nan  # the roofline rate, within the range: where screening stops first
     done: bool = False
     tried: set = dataclasses.field(default_factory=set)  # rates run on every seed
 
@@ -205,11 +205,10 @@ def _parts(lo: float, hi: float, tolerance: float, most: int) -> int:
     return max(2, min(most, need))
 
 
-def search(study: Study, runner: Runner, limits: list[Limit]) -> list[Search]:
-    """Bracket every design's capacity (``[capacity]``: confidence, tolerance, rate range)."""
+def brackets(study: Study) -> list[Search]:
+    """Every design's search range (``[capacity]`` rate_min and rate_max, else from its
+    roofline rate); a design a lever limit excludes is done before it starts."""
     cap = study.capacity
-    tol, conf = cap["tolerance"], cap["confidence"]
-    seeds, first = list(study.seeds), [study.seeds[0]]
     out = []
     for p in designs(study):
         if _missed_lever(study, p) is not None:
@@ -220,98 +219,123 @@ def search(study: Study, runner: Runner, limits: list[Limit]) -> list[Search]:
         hi = cap["rate_max"] or guide * RATE_MAX_FACTOR
         if lo >= hi:  # a given rate_max below the guide's rate_min (or the reverse)
             lo, hi = (hi / 16, hi) if cap["rate_max"] else (lo, lo * 16)
-        out.append(Search(p, lo, hi))
-    index = {id(s): i for i, s in enumerate(out)}
-    runner.nominal = max(runner.nominal, 2 * len(seeds) * sum(not s.done for s in out))
-
-    def ok(s: Search, rate: float, on: list[int]) -> bool:
-        rows = runner.rows_at(index[id(s)], rate, on)
-        return sum(not failures(r, limits) for r in rows) >= conf * len(on) - 1e-9
-
-    # 1. Screening on the first seed: the lowest rate alone first (a design that fails there
-    # is spared the rest, overloaded simulations the costliest of all), then the range.
-    screen = {id(s): [s.rate_min, s.rate_max] for s in out if not s.done}
-    cands = {id(s): [s.rate_min] for s in out if not s.done}
-    screened: dict[int, list[float]] = {k: [] for k in cands}
-    for _ in range(MAX_ROUNDS):
-        jobs = [(index[k], 0, out[index[k]].point, float(r)) for k, rs in cands.items()
-                for r in rs]
-        if not jobs:
-            break
-        runner(jobs, first)
-        nxt = {}
-        for k, rs in cands.items():
-            s = out[index[k]]
-            screened[k] += rs
-            tested = sorted(screened[k])
-            fails = [r for r in tested if not ok(s, r, first)]
-            hi = min(fails) if fails else math.inf
-            passes = [r for r in tested if r < hi and ok(s, r, first)]
-            lo = max(passes) if passes else 0.0
-            screen[k] = [lo, hi]
-            if len(tested) == 1 and lo > 0:
-                nxt[k] = [float(r) for r in np.geomspace(s.rate_min, s.rate_max,
-                                                         SCREEN_POINTS)[1:]]
-            elif lo > 0 and math.isfinite(hi) and hi / lo > 1 + tol:
-                nxt[k] = _geometric(lo, hi, _parts(lo, hi, tol, SCREEN_SPLITS))
-        cands = nxt
-
-    # 2. Confirmation on every seed: the screened ends, then a bracket search. A rate runs on
-    # the first FIRST_SEEDS seeds, then on the rest unless those already decide it: enough
-    # failures fail it whatever the others do, and only a pass needs every seed.
-    need = math.ceil(conf * len(seeds) - 1e-9)
-
-    def decided(i: int, rate: float) -> bool | None:
-        rows = runner.rows_done(i, rate, seeds)
-        passed = sum(not failures(r, limits) for r in rows)
-        if passed >= need:
-            return True
-        return False if len(rows) - passed > len(seeds) - need else None
-
-    todo = {}
-    for s in out:
-        if s.done:
-            continue
-        lo, hi = screen[id(s)]
-        todo[id(s)] = {lo if lo > 0 else s.rate_min, hi if math.isfinite(hi) else s.rate_max}
-        if lo > 0:  # the seeds' quantile sits below the first seed's capacity as often as not
-            todo[id(s)] |= {max(s.rate_min, lo / (1 + tol) ** j) for j in STEPS}
-    for _ in range(MAX_ROUNDS):
-        if not todo:
-            break
-        runner([(index[k], 0, out[index[k]].point, float(r)) for k, rs in todo.items()
-                for r in sorted(rs) if decided(index[k], r) is None], seeds[:FIRST_SEEDS])
-        # Every seed for the highest rate still open below the lowest failure only: if it
-        # passes, the lower ones need not run.
-        top = {}
-        for k, rs in todo.items():
-            failed = min((r for r in rs if decided(index[k], r) is False), default=math.inf)
-            open_ = [r for r in rs if decided(index[k], r) is None and r < failed]
-            if open_:
-                top[k] = max(open_)
-        runner([(index[k], 0, out[index[k]].point, float(r)) for k, r in top.items()], seeds)
-        nxt = {}
-        for k, rs in todo.items():
-            s = out[index[k]]
-            s.tried.update(rs)
-            verdicts = {r: decided(index[k], r) for r in s.tried}
-            s.high = min((r for r, v in verdicts.items() if v is False), default=math.inf)
-            s.low = max((r for r, v in verdicts.items() if v and r < s.high), default=0.0)
-            waiting = {r for r, v in verdicts.items() if v is None and s.low < r < s.high}
-            # The seeds overturn the screen's end: step away from it by growing steps.
-            if waiting:
-                nxt[k] = waiting
-            elif s.low == 0 and s.high > s.rate_min:
-                nxt[k] = {max(s.rate_min, s.high / (1 + tol) ** j) for j in STEPS}
-            elif not math.isfinite(s.high) and s.low < s.rate_max:
-                nxt[k] = {min(s.rate_max, s.low * (1 + tol) ** j) for j in STEPS}
-            elif s.low > 0 and math.isfinite(s.high) and s.high / s.low > 1 + tol:
-                nxt[k] = set(_geometric(s.low, s.high,
-                                        _parts(s.low, s.high, tol, CONFIRM_SPLITS)))
-            else:
-                s.done = True
-        todo = nxt
+        out.append(Search(p, lo, hi, guide=min(max(guide, lo), hi)))
     return out
+
+
+def search(study: Study, runner: Runner, limits: list[Limit]) -> list[Search]:
+    """Bracket every design's capacity (``[capacity]``: confidence, tolerance, rate range)."""
+    out = brackets(study)
+    runner.nominal = max(runner.nominal, 2 * len(study.seeds) * sum(not s.done for s in out))
+    Rounds(study, runner, limits, out).screen().confirm()
+    return out
+
+
+class Rounds:
+    """The search's rounds over the designs still open: each round is one batch through the
+    runner, every design's candidate rates at once."""
+
+    def __init__(self, study: Study, runner: Runner, limits: list[Limit], found: list[Search]):
+        self.runner, self.limits, self.found = runner, limits, found
+        self.tol, self.conf = study.capacity["tolerance"], study.capacity["confidence"]
+        self.seeds = list(study.seeds)
+        self.need = math.ceil(self.conf * len(self.seeds) - 1e-9)  # seeds a passing rate needs
+        self.screened: dict[int, tuple[float, float]] = {}  # design -> first seed's bracket
+
+    def run(self, rates: dict[int, list[float]], seeds: list[int]) -> None:
+        self.runner([(i, 0, self.found[i].point, float(r)) for i, rs in rates.items()
+                     for r in rs], seeds)
+
+    def passes(self, i: int, rate: float, seeds: list[int]) -> bool:
+        rows = self.runner.rows_at(i, rate, seeds)
+        return sum(not failures(r, self.limits) for r in rows) >= self.conf * len(seeds) - 1e-9
+
+    def screen(self) -> "Rounds":
+        """Screening on the first seed: the lowest rate alone first (a design that fails there
+        is spared the rest), then rates spread up to the roofline rate (overloaded simulations
+        are the costliest, and capacity lies below the roofline), above it only where every
+        rate up to it passes, then the bracket cut until it is narrower than the tolerance."""
+        first = self.seeds[:1]
+        cands = {i: [s.rate_min] for i, s in enumerate(self.found) if not s.done}
+        tried: dict[int, list[float]] = {i: [] for i in cands}
+        for _ in range(MAX_ROUNDS):
+            if not cands:
+                break
+            self.run(cands, first)
+            nxt = {}
+            for i, rs in cands.items():
+                s = self.found[i]
+                tried[i] = sorted(tried[i] + rs)
+                hi = min((r for r in tried[i] if not self.passes(i, r, first)), default=math.inf)
+                lo = max((r for r in tried[i] if r < hi and self.passes(i, r, first)),
+                         default=0.0)
+                self.screened[i] = (lo, hi)
+                if lo == 0:
+                    continue
+                if not math.isfinite(hi) and lo < s.rate_max:  # nothing failed yet: go up
+                    top = s.guide if lo < s.guide else s.rate_max
+                    nxt[i] = [float(r) for r in np.geomspace(lo, top, SCREEN_POINTS)[1:]]
+                elif math.isfinite(hi) and hi / lo > 1 + self.tol:
+                    nxt[i] = _geometric(lo, hi, _parts(lo, hi, self.tol, SCREEN_SPLITS))
+            cands = nxt
+        return self
+
+    def decided(self, i: int, rate: float) -> bool | None:
+        """A rate's verdict on every seed, once the seeds run so far decide it: enough failures
+        fail it whatever the others do, and only a pass needs every seed."""
+        rows = self.runner.rows_done(i, rate, self.seeds)
+        passed = sum(not failures(r, self.limits) for r in rows)
+        if passed >= self.need:
+            return True
+        return False if len(rows) - passed > len(self.seeds) - self.need else None
+
+    def confirm(self) -> None:
+        """Confirmation on every seed: the screened ends and rates 1, 3 and 9 tolerances below
+        (the seeds' quantile sits below the first seed's capacity as often as not), then a
+        bracket search."""
+        todo = {}
+        for i, (lo, hi) in self.screened.items():
+            s = self.found[i]
+            todo[i] = {lo if lo > 0 else s.rate_min, hi if math.isfinite(hi) else s.rate_max}
+            if lo > 0:
+                todo[i] |= {max(s.rate_min, lo / (1 + self.tol) ** j) for j in STEPS}
+        for _ in range(MAX_ROUNDS):
+            if not todo:
+                break
+            # A rate runs on the first FIRST_SEEDS seeds, then every seed runs only the highest
+            # rate still open below the lowest failure: if it passes, the lower ones need not.
+            self.run({i: [r for r in sorted(rs) if self.decided(i, r) is None]
+                      for i, rs in todo.items()}, self.seeds[:FIRST_SEEDS])
+            top = {}
+            for i, rs in todo.items():
+                failed = min((r for r in rs if self.decided(i, r) is False), default=math.inf)
+                open_ = [r for r in rs if self.decided(i, r) is None and r < failed]
+                if open_:
+                    top[i] = [max(open_)]
+            self.run(top, self.seeds)
+            todo = {i: nxt for i, rates in todo.items() if (nxt := self.next_rates(i, rates))}
+
+    def next_rates(self, i: int, rates: set[float]) -> set[float]:
+        """The design's bracket after a confirmation round, and the rates of its next one
+        (none: done)."""
+        s = self.found[i]
+        s.tried.update(rates)
+        verdicts = {r: self.decided(i, r) for r in s.tried}
+        s.high = min((r for r, v in verdicts.items() if v is False), default=math.inf)
+        s.low = max((r for r, v in verdicts.items() if v and r < s.high), default=0.0)
+        waiting = {r for r, v in verdicts.items() if v is None and s.low < r < s.high}
+        tol = self.tol
+        if waiting:
+            return waiting
+        # The seeds overturn the screen's end: step away from it by growing steps.
+        if s.low == 0 and s.high > s.rate_min:
+            return {max(s.rate_min, s.high / (1 + tol) ** j) for j in STEPS}
+        if not math.isfinite(s.high) and s.low < s.rate_max:
+            return {min(s.rate_max, s.low * (1 + tol) ** j) for j in STEPS}
+        if s.low > 0 and math.isfinite(s.high) and s.high / s.low > 1 + tol:
+            return set(_geometric(s.low, s.high, _parts(s.low, s.high, tol, CONFIRM_SPLITS)))
+        s.done = True
+        return set()
 
 
 def _mean(rows: list[dict], key: str) -> float:
