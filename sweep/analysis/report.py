@@ -330,42 +330,47 @@ def render(v: Verdict, brief, columns=None, max_passing: int = 50) -> str:
     agg = v.agg if v.agg is not None else pd.concat([v.passing, v.truncated])
     levers = varying(agg, lever_columns(agg) if columns is None else list(columns))
     metrics = _metric_list(brief, agg)
-    lines: list[str] = []
+    lines = (_brief_lines(v, brief, agg) + _baseline_lines(v, brief, levers, metrics)
+             + _passing_lines(v, levers, metrics, max_passing)
+             + _family_lines(v, agg, levers, metrics) + _truncated_lines(v))
+    return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def _brief_lines(v: Verdict, brief, agg: pd.DataFrame) -> list[str]:
     n = len(agg)
     seeds = ""
     if "seeds" in agg.columns and n:
         s = sorted(set(int(x) for x in agg["seeds"]))
         seeds = f", {s[0]} seeds each" if len(s) == 1 else f", {s[0]}-{s[-1]} seeds each"
-    lines.append(f"Sweep verdict: {n} designs{seeds}; {len(v.passing)} meet the brief, "
-                 f"{n - len(v.passing)} do not.")
-    lines.append("A design meets the brief when its mean metrics meet every limit; p_pass is the "
-                 "share of seeds that met every limit.")
-    lines.append("")
-    lines.append(f"Brief ({len(brief)} limits):")
+    lines = [f"Sweep verdict: {n} designs{seeds}; {len(v.passing)} meet the brief, "
+             f"{n - len(v.passing)} do not.",
+             "A design meets the brief when its mean metrics meet every limit; p_pass is the "
+             "share of seeds that met every limit.", "", f"Brief ({len(brief)} limits):"]
     for lim in brief:
         kind = "metric" if is_metric(lim.key) else "lever"
         lines += _wrap(f"{limit_text(lim)}  [{kind}]", "  ", "    ")
     if not brief:
         lines.append("  (no limits)")
-    lines.append("")
+    return lines + [""]
 
+
+def _baseline_lines(v: Verdict, brief, levers, metrics) -> list[str]:
+    """The starting design: its levers, its metrics against the brief, and what it misses."""
     b = v.baseline
-    lines += _wrap(f"Starting design {_num(b['design'])}: {_levers_text(b, levers)}", "", "    ")
+    lines = _wrap(f"Starting design {_num(b['design'])}: {_levers_text(b, levers)}", "", "    ")
     shown = list(dict.fromkeys([lim.key for lim in brief if is_metric(lim.key)] + metrics
                                + ["tokens_per_s", "unstable", "truncated"]
                                + [lim.key for lim in brief]))
-    shown = [k for k in shown if k in b.index]
     base_df = b.to_frame().T
 
     def base_side(lim) -> str:
         return miss_sides(base_df, lim)[0]
 
-    for key in shown:
+    for key in (k for k in shown if k in b.index):
         status = ""
         for lim in brief:
             if lim.key == key:
-                side = base_side(lim)
-                status += f"  {'MISSES' if side else 'meets'} {limit_text(lim)}"
+                status += f"  {'MISSES' if base_side(lim) else 'meets'} {limit_text(lim)}"
         lines += _wrap(f"{key} = {_num(b[key])}{_ci(b, key) if is_metric(key) else ''}{status}",
                        "  ", "    ")
     if v.baseline_misses:
@@ -375,9 +380,11 @@ def render(v: Verdict, brief, columns=None, max_passing: int = 50) -> str:
         lines += _wrap(f"It {words}.", "  ", "    ")
     else:
         lines.append("  It meets the brief.")
-    lines.append("")
+    return lines + [""]
 
-    lines.append(f"Designs that meet the brief ({len(v.passing)}), cheapest first:")
+
+def _passing_lines(v: Verdict, levers, metrics, max_passing: int) -> list[str]:
+    lines = [f"Designs that meet the brief ({len(v.passing)}), cheapest first:"]
     if len(v.passing) == 0:
         lines.append("  none")
     for _, row in v.passing.head(max_passing).iterrows():
@@ -385,10 +392,13 @@ def render(v: Verdict, brief, columns=None, max_passing: int = 50) -> str:
     if len(v.passing) > max_passing:
         lines.append(f"  ... and {len(v.passing) - max_passing} more "
                      "(Verdict.passing has them all)")
-    lines.append("")
+    return lines + [""]
 
-    lines.append(f"Failing designs by what they miss ({len(v.failures)} designs, "
-                 f"{len(v.families)} families):")
+
+def _family_lines(v: Verdict, agg: pd.DataFrame, levers, metrics) -> list[str]:
+    """Each family of failing designs: its label, what it misses, a few examples."""
+    lines = [f"Failing designs by what they miss ({len(v.failures)} designs, "
+             f"{len(v.families)} families):"]
     if not v.families:
         lines.append("  none")
     by_id = agg.set_index("design", drop=False)
@@ -403,14 +413,17 @@ def render(v: Verdict, brief, columns=None, max_passing: int = 50) -> str:
             listed = ", ".join(str(d) for d in rest[:MORE_IDS]) + (", ..." if len(rest) > MORE_IDS
                                                                     else "")
             lines += _wrap(f"... and {len(rest)} more: {listed}", "  ", "      ")
-    if len(v.truncated):
-        tids = [str(int(d)) for d in v.truncated["design"]]
-        ids = ", ".join(tids[:MORE_IDS]) + (", ..." if len(tids) > MORE_IDS else "")
-        lines.append("")
-        lines += _wrap(f"WARNING: truncated simulations (step bound hit before the end) in "
-                       f"{len(v.truncated)} design(s); do not trust their metrics: {ids}",
-                       "", "    ")
-    return "\n".join(line.rstrip() for line in lines) + "\n"
+    return lines
+
+
+def _truncated_lines(v: Verdict) -> list[str]:
+    if not len(v.truncated):
+        return []
+    tids = [str(int(d)) for d in v.truncated["design"]]
+    ids = ", ".join(tids[:MORE_IDS]) + (", ..." if len(tids) > MORE_IDS else "")
+    return [""] + _wrap(f"WARNING: truncated simulations (step bound hit before the end) in "
+                        f"{len(v.truncated)} design(s); do not trust their metrics: {ids}",
+                        "", "    ")
 
 
 # --- capacity -------------------------------------------------------------------------------------
