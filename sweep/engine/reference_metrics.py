@@ -1,0 +1,96 @@
+"""The twin's metrics (docs/model.md "Outputs and metrics"), with exact percentiles where the
+engine reads them from histograms."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from sweep.engine.reference_state import RefResult
+from sweep.study.design import EngineParams
+from sweep.study.workload import Requests
+
+
+def _percentile(x: np.ndarray, q: float, method: str = "linear") -> float:
+    return float(np.percentile(x, q, method=method)) if x.size else math.nan
+
+
+def _safe_div(a: float, b: float) -> float:
+    if b == 0:
+        return math.nan if a == 0 else math.copysign(math.inf, a)
+    return a / b
+
+
+def _spread(name: str, x: np.ndarray, qs: tuple[int, ...]) -> dict:
+    """The mean and the percentiles ``qs`` of ``x``, keyed as the engine's metrics are."""
+    return {f"mean_{name}": float(np.mean(x)) if x.size else math.nan,
+            **{f"p{q}_{name}": _percentile(x, q) for q in qs}}
+
+
+def _unstable(arrival: np.ndarray, first_token: np.ndarray, real: np.ndarray, n: int) -> bool:
+    """Whether the queue grew: requests waiting (arrived, no first token yet) at the arrival of
+    the last request exceed those at the arrival of the middle one by 5% of the requests between
+    them, and one more."""
+    if n == 0:
+        return False
+    got_first = np.where(np.isfinite(first_token), first_token, np.inf)
+
+    def waiting(tau):
+        return int(np.count_nonzero(real & (arrival <= tau) & (got_first > tau)))
+    q_mid, q_last = waiting(arrival[n // 2]), waiting(arrival[n - 1])
+    return bool(q_last > q_mid + 0.05 * (n - 1 - n // 2) + 1)
+
+
+def summarize_reference(res: RefResult, req: Requests, params: EngineParams) -> dict:
+    """The metrics of docs/model.md "Outputs and metrics", with exact percentiles."""
+    arrival = np.asarray(req.arrival, dtype=np.float64).reshape(-1)
+    output = np.asarray(req.output).astype(np.int64).reshape(-1)
+    real = np.isfinite(arrival)
+    n = int(np.count_nonzero(real))
+    t_stop = res.t_stop
+    done = np.isfinite(res.finish) & real
+
+    # Censored at t_stop: TTFT and end-to-end latency count t_stop - a_i (literally; not clipped).
+    long = done & (output > 1)
+    # Every request's TPOT (0 where it has none to miss: the per-request limit's view).
+    tpot_all_ms = np.where(long, (res.finish - res.first_token) / (output - 1).clip(min=1) * 1e3,
+                           0.0)
+    tpot_ms = tpot_all_ms[long]
+    mean_tpot_ms = float(np.mean(tpot_ms)) if tpot_ms.size else math.nan
+    # Outside the passes: the request overhead, and the lag of so many mean TPOTs.
+    outside = float(params.request_overhead_s) + float(params.request_lag_passes) * (
+        mean_tpot_ms * 1e-3 if tpot_ms.size else 0.0)
+    first = np.where(np.isfinite(res.first_token), res.first_token, t_stop)
+    ttft = (first - arrival)[real] + outside
+    end = np.where(np.isfinite(res.finish), res.finish, t_stop)
+    e2e = (end - arrival)[real] + outside
+    itl_ms = res.itl_gaps * 1e3
+    attained = int(np.count_nonzero(
+        done[real] & (ttft <= float(params.slo_ttft_s))
+        & (tpot_all_ms[real] <= float(params.slo_tpot_s) * 1e3)))
+
+    tokens = int(res.tokens)
+    cost = (float(params.gpus) * float(params.price_per_gpu_s) * t_stop / tokens * 1e6
+            if tokens > 0 else math.inf)
+    return {
+        **_spread("ttft_s", ttft, (50, 90, 95, 99)),
+        **_spread("tpot_ms", tpot_ms, (50, 95, 99)),
+        "p95_itl_ms": _percentile(itl_ms, 95, "inverted_cdf"),  # nearest rank, as the engine
+        "p99_itl_ms": _percentile(itl_ms, 99, "inverted_cdf"),
+        **_spread("e2e_s", e2e, (50, 90, 95, 99)),
+        "tokens_per_s": _safe_div(float(tokens), t_stop),
+        "completed": int(np.count_nonzero(done)),
+        "unfinished": int(n - np.count_nonzero(done)),
+        "preemptions": int(res.preemptions),
+        "peak_kv_gb": float(res.peak_blocks * float(params.block_bytes) / 1e9),
+        "max_queue": int(res.max_queue),
+        "cost_per_mtok": cost,
+        "unstable": _unstable(arrival, res.first_token, real, n),
+        "truncated": bool(res.truncated),
+        "mean_in_system": _safe_div(res.area_in_system, t_stop),
+        "prefix_hit_rate": (res.prefix_hits / res.prefix_lookups if res.prefix_lookups
+                            else math.nan),
+        "prefill_tokens_saved": res.prefix_hits * int(np.asarray(req.prefix_tokens)),
+        "slo_attainment": attained / n if n else math.nan,
+        "goodput_rps": _safe_div(float(attained), t_stop),
+    }
