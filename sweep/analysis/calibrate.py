@@ -44,7 +44,7 @@ import numpy as np
 
 from sweep.physics.hardware import CATALOG, GPU, get_gpu
 from sweep.physics.timing import pass_time, pass_work, timing_params
-from sweep.study.design import GPUS, KV_BITS, WEIGHT_BITS
+from sweep.study.fields import GPUS, KV_BITS, WEIGHT_BITS
 
 PASS_COLUMNS = ("prefill_tokens", "decode_seqs", "context_tokens", "seconds")
 REQUEST_COLUMNS = ("prompt_tokens", "output_tokens", "ttft_s", "e2e_s")

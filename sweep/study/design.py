@@ -2,70 +2,64 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
 from sweep.physics.hardware import GPU, get_gpu
-from sweep.physics.memory import DEFAULT_OVERHEAD_FRACTION, DEFAULT_PROFILE_TOKENS, memory_budget
+from sweep.physics.memory import DEFAULT_PROFILE_TOKENS, memory_budget
 from sweep.physics.models import Model, get_model
 from sweep.physics.rng import acceptance_thresholds
 from sweep.physics.timing import TimingParams, timing_params
+from sweep.study.errors import DoesNotFit, FieldError
+from sweep.study.fields import (ACTIVATION_BITS, DEFAULT_KV_LINK_GBPS, DESIGN_FIELDS,
+                                MAX_DRAFT_TOKENS, Range, check, declared)
 
-BATCHING = ("one_at_a_time", "static", "continuous")
-KV_CACHE = ("contiguous", "paged")
-GPUS = (1, 2, 4, 8)
-WEIGHT_BITS = (16, 8, 4)
-ACTIVATION_BITS = (16, 8, 4)
-KV_BITS = (16, 8)
-MAX_DRAFT_TOKENS = 16
-ROUTERS = ("round_robin", "least_outstanding")
-MAX_REPLICAS = 64
-#: Default KV link: one 400 Gb/s NDR InfiniBand port (NVIDIA ConnectX-7 datasheet), as the
-#: inter-node link between a prefill and a decode instance (DistServe, Splitwise).
-DEFAULT_KV_LINK_GBPS = 400.0
+#: Checked value by value; ``gpu`` and ``model`` may be catalog objects and are checked by
+#: resolving them.
+_CHECKED = tuple(f for attr, f in DESIGN_FIELDS.items() if attr not in ("gpu", "model"))
 
 
 @dataclass(frozen=True)
 class Design:
-    """One serving design. ``gpu`` and ``model`` are catalog names (or objects)."""
+    """One serving design. ``gpu`` and ``model`` are catalog names (or objects); what every
+    attribute means, its unit, range and default are declared in ``sweep.study.fields``."""
 
-    gpu: str | GPU = "H100-SXM"
-    model: str | Model = "Llama-3-8B"
-    batching: str = "continuous"
-    max_batch: int = 256  # seats: sequences decoded together at most
-    kv_cache: str = "paged"
-    block_size: int = 16  # tokens per KV block under the paged cache
-    max_seq_len: int | None = None  # contiguous reservation per sequence; None: model's context
-    gpus: int = 1  # tensor-parallel degree of the replica
-    weight_bits: int = 16  # weight storage: bytes read per pass
-    activation_bits: int = 16  # precision the matrix multiplies run in: the compute peak
-    kv_bits: int = 16
-    draft_tokens: int = 0  # speculative draft length k (0 = off)
-    acceptance: float = 0.7  # per-token acceptance probability of a drafted token
-    draft_cost: float = 0.1  # cost per drafted token, as a fraction of a target decode pass
-    compute_efficiency: float | None = None  # None: the GPU's default (hardware.py)
-    bandwidth_efficiency: float | None = None
-    kv_bandwidth_efficiency: float | None = None  # None: the weights' (bandwidth_efficiency)
-    decode_attention_efficiency: float | None = None  # None: the GPU's default
-    overhead_ms: float | None = None
-    seq_overhead_us: float | None = None  # None: the GPU's default (per decoding sequence)
-    request_overhead_ms: float | None = None  # None: the GPU's default (outside the passes)
-    request_lag_passes: float | None = None  # None: the GPU's default
-    memory_overhead_fraction: float = DEFAULT_OVERHEAD_FRACTION
-    gpu_memory_utilization: float | None = None  # vLLM's KV sizing instead (memory.py)
-    kv_blocks: int | None = None  # KV blocks of block_size tokens, as a server log reports
-    price_per_gpu_hour: float | None = None  # None: the catalog's price
-    replicas: int = 1  # identical servers behind a router (docs/model.md "Replicas")
-    router: str = "round_robin"
-    prefill_gpus: int | None = None  # both set: disaggregated prefill and decode pools
-    decode_gpus: int | None = None
-    kv_link_gbps: float = DEFAULT_KV_LINK_GBPS  # prefill -> decode KV transfer, Gb/s
-    prefix_cache: bool = False  # reuse the KV of cached shared prefixes (paged cache only)
-    prefill_chunk_tokens: int = 0  # prefill tokens per pass at most (chunked prefill; 0 = off)
-    max_num_batched_tokens: int = 0  # tokens per pass, decodes first (vLLM's budget; 0 = off)
+    gpu: str | GPU = declared("gpu")
+    model: str | Model = declared("model")
+    batching: str = declared("batching")
+    max_batch: int = declared("max_batch")
+    kv_cache: str = declared("kv_cache")
+    block_size: int = declared("block_size")
+    max_seq_len: int | None = declared("max_seq_len")
+    gpus: int = declared("gpus")
+    weight_bits: int = declared("weight_bits")
+    activation_bits: int = declared("activation_bits")
+    kv_bits: int = declared("kv_bits")
+    draft_tokens: int = declared("draft_tokens")
+    acceptance: float = declared("acceptance")
+    draft_cost: float = declared("draft_cost")
+    compute_efficiency: float | None = declared("compute_efficiency")
+    bandwidth_efficiency: float | None = declared("bandwidth_efficiency")
+    kv_bandwidth_efficiency: float | None = declared("kv_bandwidth_efficiency")
+    decode_attention_efficiency: float | None = declared("decode_attention_efficiency")
+    overhead_ms: float | None = declared("overhead_ms")
+    seq_overhead_us: float | None = declared("seq_overhead_us")
+    request_overhead_ms: float | None = declared("request_overhead_ms")
+    request_lag_passes: float | None = declared("request_lag_passes")
+    memory_overhead_fraction: float = declared("memory_overhead_fraction")
+    gpu_memory_utilization: float | None = declared("gpu_memory_utilization")
+    kv_blocks: int | None = declared("kv_blocks")
+    price_per_gpu_hour: float | None = declared("price_per_gpu_hour")
+    replicas: int = declared("replicas")
+    router: str = declared("router")
+    prefill_gpus: int | None = declared("prefill_gpus")
+    decode_gpus: int | None = declared("decode_gpus")
+    kv_link_gbps: float = declared("kv_link_gbps")
+    prefix_cache: bool = declared("prefix_cache")
+    prefill_chunk_tokens: int = declared("prefill_chunk_tokens")
+    max_num_batched_tokens: int = declared("max_num_batched_tokens")
 
     @property
     def gpu_spec(self) -> GPU:
@@ -108,110 +102,74 @@ class Design:
         return self.context_limit
 
     def validate(self) -> None:
-        def allowed(key, value, options):
-            if value not in options:
-                raise ValueError(f"levers.{key}: {value!r} is not allowed; allowed: "
-                                 f"{', '.join(map(str, options))}")
-
-        def number(key, value, lo, hi, lo_open=False):
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) \
-                and math.isfinite(value) and (value > lo if lo_open else value >= lo) and value <= hi
-            if not ok:
-                raise ValueError(f"levers.{key}: must be a number in {'(' if lo_open else '['}"
-                                 f"{lo}, {hi}], got {value!r}")
-
-        def integer(key, value, lo, hi):
-            if not (isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi):
-                raise ValueError(f"levers.{key}: must be an integer in [{lo}, {hi}], got {value!r}")
-
-        integer("replicas", self.replicas, 1, MAX_REPLICAS)
-        allowed("router", self.router, ROUTERS)
+        """Every value against its declaration (``sweep.study.fields``), then the combinations;
+        a ``FieldError`` names the lever, ``DoesNotFit`` a model too large for its memory."""
+        for f in _CHECKED:
+            check(f, getattr(self, f.attr), "levers")
         if self.disaggregated:
-            for key in ("prefill_gpus", "decode_gpus"):
-                if getattr(self, key) is None:
-                    raise ValueError(f"levers.{key}: missing; allowed: both prefill_gpus and "
-                                     "decode_gpus, or neither")
-                allowed(key, getattr(self, key), GPUS)
-            if self.gpus != 1:
-                raise ValueError("levers.gpus: not used with prefill_gpus and decode_gpus; "
-                                 "allowed: leave gpus unset")
-            if self.replicas != 1:
-                raise ValueError("levers.replicas: must be 1 with prefill_gpus and decode_gpus; "
-                                 "allowed: 1")
-            number("kv_link_gbps", self.kv_link_gbps, 0.0, 1e6, lo_open=True)
-            self._one_server_features()
-            self.pool(self.prefill_gpus).validate()
-            self.pool(self.decode_gpus).validate()
+            self._validate_pools()
             return
         gpu, model = self.gpu_spec, self.model_spec
-        allowed("batching", self.batching, BATCHING)
-        allowed("kv_cache", self.kv_cache, KV_CACHE)
-        allowed("gpus", self.gpus, GPUS)
-        allowed("weight_bits", self.weight_bits, WEIGHT_BITS)
-        allowed("kv_bits", self.kv_bits, KV_BITS)
-        integer("max_batch", self.max_batch, 1, 4096)
-        integer("block_size", self.block_size, 1, 4096)
-        integer("draft_tokens", self.draft_tokens, 0, MAX_DRAFT_TOKENS)
-        number("acceptance", self.acceptance, 0.0, 1.0)
-        number("draft_cost", self.draft_cost, 0.0, 10.0)
-        allowed("activation_bits", self.activation_bits, ACTIVATION_BITS)
-        if self.activation_bits < self.weight_bits:
-            raise ValueError(f"levers.activation_bits: {self.activation_bits}-bit activations with "
-                             f"{self.weight_bits}-bit weights is not a format; allowed: "
-                             f"activation_bits >= weight_bits ({self.weight_bits})")
-        if not gpu.has_activation_bits(self.activation_bits):
-            have = [b for b in ACTIVATION_BITS if gpu.has_activation_bits(b)]
-            raise ValueError(f"levers.activation_bits: {gpu.name} has no "
-                             f"{self.activation_bits}-bit tensor peak; allowed: "
-                             f"{', '.join(map(str, have))}")
-        for key, lo_open, hi in (("compute_efficiency", True, 1.0),
-                                 ("bandwidth_efficiency", True, 1.0),
-                                 ("kv_bandwidth_efficiency", True, 1.0),
-                                 ("decode_attention_efficiency", False, 1.0),
-                                 ("overhead_ms", False, 1e4),
-                                 ("seq_overhead_us", False, 1e6),
-                                 ("request_overhead_ms", False, 1e6),
-                                 ("request_lag_passes", False, 100.0)):
-            if getattr(self, key) is not None:
-                number(key, getattr(self, key), 0.0, hi, lo_open=lo_open)
-        number("memory_overhead_fraction", self.memory_overhead_fraction, 0.0, 0.99)
-        if self.gpu_memory_utilization is not None:
-            number("gpu_memory_utilization", self.gpu_memory_utilization, 0.0, 1.0, lo_open=True)
-        if self.kv_blocks is not None:
-            integer("kv_blocks", self.kv_blocks, 1, 2**31 - 1)
-        integer("prefill_chunk_tokens", self.prefill_chunk_tokens, 0, 2**30)
-        integer("max_num_batched_tokens", self.max_num_batched_tokens, 0, 2**30)
+        self._validate_precision(gpu)
         decode_tokens = self.seats * (self.draft_tokens + 1)
         if 0 < self.max_num_batched_tokens < decode_tokens:
-            raise ValueError(f"levers.max_num_batched_tokens: {self.max_num_batched_tokens} cannot "
-                             f"hold a pass decoding every seat ({self.seats} x "
-                             f"{self.draft_tokens + 1} tokens); allowed: 0 (no budget) or at least "
-                             f"{decode_tokens}")
-        if not isinstance(self.prefix_cache, bool):
-            raise ValueError(f"levers.prefix_cache: must be true or false, got "
-                             f"{self.prefix_cache!r}")
+            raise FieldError("levers.max_num_batched_tokens",
+                             f"{self.max_num_batched_tokens} cannot hold a pass decoding every "
+                             f"seat ({self.seats} x {self.draft_tokens + 1} tokens)",
+                             f"0 (no budget) or at least {decode_tokens}",
+                             self.max_num_batched_tokens)
         if self.prefix_cache and self.kv_cache != "paged":
-            raise ValueError("levers.prefix_cache: shares KV blocks, so it needs kv_cache = "
-                             "\"paged\"; allowed: false with a contiguous cache")
+            raise FieldError("levers.prefix_cache",
+                             "shares KV blocks, so it needs kv_cache = \"paged\"",
+                             "false with a contiguous cache", self.prefix_cache)
         self._one_server_features()
-        if self.max_seq_len is not None:
-            integer("max_seq_len", self.max_seq_len, 2, model.max_context)
-        if self.price_per_gpu_hour is not None:
-            number("price_per_gpu_hour", self.price_per_gpu_hour, 0.0, 1e6)
+        # The longest sequence is the model's to say.
+        check(DESIGN_FIELDS["max_seq_len"]._replace(range=Range(2, model.max_context)),
+              self.max_seq_len, "levers")
         if self.gpus > 1 and gpu.interconnect_gbs <= 0:
-            raise ValueError(f"levers.gpus: {gpu.name} has no tensor-parallel interconnect; "
-                             "allowed: 1")
+            raise FieldError("levers.gpus", f"{gpu.name} has no tensor-parallel interconnect",
+                             "1", self.gpus)
+        self._validate_memory(gpu, model)
+
+    def _validate_pools(self) -> None:
+        """Disaggregated pools: each pool is a one-server design of its own."""
+        for key in ("prefill_gpus", "decode_gpus"):
+            if getattr(self, key) is None:
+                raise FieldError(f"levers.{key}", "missing",
+                                 "both prefill_gpus and decode_gpus, or neither")
+        if self.gpus != 1:
+            raise FieldError("levers.gpus", "not used with prefill_gpus and decode_gpus",
+                             "leave gpus unset", self.gpus)
+        if self.replicas != 1:
+            raise FieldError("levers.replicas", "must be 1 with prefill_gpus and decode_gpus",
+                             "1", self.replicas)
+        self._one_server_features()
+        self.pool(self.prefill_gpus).validate()
+        self.pool(self.decode_gpus).validate()
+
+    def _validate_precision(self, gpu: GPU) -> None:
+        a, w = self.activation_bits, self.weight_bits
+        if a < w:
+            raise FieldError("levers.activation_bits", f"{a}-bit activations with {w}-bit "
+                             "weights is not a format", f"activation_bits >= weight_bits ({w})",
+                             a)
+        if not gpu.has_activation_bits(a):
+            have = [b for b in ACTIVATION_BITS if gpu.has_activation_bits(b)]
+            raise FieldError("levers.activation_bits", f"{gpu.name} has no {a}-bit tensor peak",
+                             ", ".join(map(str, have)), a)
+
+    def _validate_memory(self, gpu: GPU, model: Model) -> None:
         budget = self.budget()
         if not budget.fits and self.kv_blocks is None:
-            raise ValueError(
-                f"design: {model.name} at {self.weight_bits}-bit weights does not fit on "
+            raise DoesNotFit(
+                "design", f"{model.name} at {self.weight_bits}-bit weights does not fit on "
                 f"{self.gpus} x {gpu.name} (weights {budget.weights_gib:.1f} GiB, "
                 f"{budget.total_gib - budget.overhead_gib:.1f} GiB usable); use more gpus or "
                 "fewer weight_bits")
         longest = self.context_limit
         if self.total_blocks() * self.block_tokens < longest:
-            raise ValueError(
-                f"design: the KV cache of {model.name} on {self.gpus} x {gpu.name} holds "
+            raise DoesNotFit(
+                "design", f"the KV cache of {model.name} on {self.gpus} x {gpu.name} holds "
                 f"{self.kv_tokens()} tokens, less than one {longest}-token sequence; use more "
                 "gpus or fewer weight_bits")
 
@@ -249,16 +207,17 @@ class Design:
         if (self.prefix_cache is True or chunking) and (self.replicas != 1 or self.disaggregated):
             key = "prefix_cache" if self.prefix_cache is True else (
                 "prefill_chunk_tokens" if self.prefill_chunk_tokens else "max_num_batched_tokens")
-            raise ValueError(f"levers.{key}: not yet combined with replicas or disaggregated "
-                             "pools; allowed: one server (replicas = 1, no prefill_gpus)")
+            raise FieldError(f"levers.{key}", "not yet combined with replicas or "
+                             "disaggregated pools", "one server (replicas = 1, no prefill_gpus)",
+                             getattr(self, key))
 
     def params(self) -> "EngineParams":
         """One server's engine arrays (validated first); a design with replicas or
         disaggregated pools runs as several servers: ``sweep.execution.topology.plan``."""
         self.validate()
         if self.replicas != 1 or self.disaggregated:
-            raise ValueError("design: replicas and prefill/decode pools are several servers; "
-                             "allowed: sweep.execution.topology.plan(design)")
+            raise FieldError("design", "replicas and prefill/decode pools are several servers",
+                             "sweep.execution.topology.plan(design)")
         gpu = self.gpu_spec
         price = gpu.price_per_gpu_hour if self.price_per_gpu_hour is None else self.price_per_gpu_hour
         return EngineParams(
@@ -289,6 +248,7 @@ class Design:
         )
 
     def replace(self, **changes) -> "Design":
+        """``dataclasses.replace``, as a method for the many callers that change a few levers."""
         return dataclasses.replace(self, **changes)
 
 

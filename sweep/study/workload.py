@@ -17,43 +17,15 @@ import numpy as np
 
 from sweep.execution import executables
 from sweep.physics.numerics import running_sum
+from sweep.study.errors import FieldError
+from sweep.study.fields import ARRIVALS, WORKLOAD_FIELDS, check, declared
+from sweep.study.lengths import DISTS, Lengths
 from sweep.study.trace import Trace
 
-#: Arrival processes a config may name; "trace" is set by ``[workload] trace`` instead.
-ARRIVALS = ("poisson", "constant", "gamma")
 _KINDS = ARRIVALS + ("trace",)
 POISSON, CONSTANT, GAMMA, TRACE = range(4)
-MAX_ARRIVAL_CV = 10.0
 #: Distinct shared prefixes a workload may have: the engine keeps one cache slot per prefix.
-MAX_PREFIXES = 128
-DISTS = ("fixed", "exponential", "uniform", "lognormal")
-
-
-@dataclass(frozen=True)
-class Lengths:
-    """A token-length distribution. ``exponential``/``lognormal`` take ``mean`` (lognormal also
-    ``sigma``, the log-space standard deviation); ``uniform`` takes integer ``low``..``high``
-    inclusive; ``fixed`` takes ``mean`` as the value. Samples are rounded and clipped to
-    [1, context limit]."""
-
-    dist: str = "exponential"
-    mean: float = 256.0
-    low: int = 1
-    high: int = 1
-    sigma: float = 1.0
-
-    def validate(self, key: str) -> None:
-        if self.dist not in DISTS:
-            raise ValueError(f"{key}.dist: unknown distribution {self.dist!r}; allowed: "
-                             f"{', '.join(DISTS)}")
-        if self.dist == "uniform":
-            if not (1 <= self.low <= self.high):
-                raise ValueError(f"{key}: uniform needs integers 1 <= low <= high, got "
-                                 f"low={self.low}, high={self.high}")
-        elif not (math.isfinite(self.mean) and self.mean >= 1):
-            raise ValueError(f"{key}.mean: must be a finite number >= 1, got {self.mean}")
-        if self.dist == "lognormal" and not (math.isfinite(self.sigma) and 0 < self.sigma <= 5):
-            raise ValueError(f"{key}.sigma: must be in (0, 5], got {self.sigma}")
+MAX_PREFIXES = WORKLOAD_FIELDS["prefix_count"].range.hi
 
 
 @dataclass(frozen=True)
@@ -72,76 +44,45 @@ class Workload:
     plus the sampled length (clipped to the context like any prompt). A request whose clipped
     prompt is not longer than the prefix uses none."""
 
-    arrival_rate: float = 16.0
-    duration_s: float | None = 60.0
-    num_requests: int | None = None
-    drain_s: float | None = 60.0
-    arrival: str = "poisson"
-    prompt_tokens: Lengths = Lengths("exponential", 1024.0)
-    output_tokens: Lengths = Lengths("exponential", 256.0)
-    arrival_cv: float = 1.0
-    trace: Trace | None = None
-    trace_time_scale: float = 1.0
-    prefix_count: int = 0
-    prefix_tokens: int = 0
-    prefix_share: float = 0.0
+    arrival_rate: float = declared("arrival_rate")
+    duration_s: float | None = declared("duration_s")
+    num_requests: int | None = declared("num_requests")
+    drain_s: float | None = declared("drain_s")
+    arrival: str = declared("arrival")
+    prompt_tokens: Lengths = declared("prompt_tokens")
+    output_tokens: Lengths = declared("output_tokens")
+    arrival_cv: float = declared("arrival_cv")
+    trace: Trace | None = declared("trace")
+    trace_time_scale: float = declared("trace_time_scale")
+    prefix_count: int = declared("prefix_count")
+    prefix_tokens: int = declared("prefix_tokens")
+    prefix_share: float = declared("prefix_share")
 
     def validate(self) -> None:
-        if self.arrival not in _KINDS:
-            raise ValueError(f"workload.arrival: unknown arrival process {self.arrival!r}; "
-                             f"allowed: {', '.join(ARRIVALS)}")
+        """Every value against its declaration (``sweep.study.fields``), then the combinations;
+        a ``FieldError`` names the key."""
         if (self.arrival == "trace") != (self.trace is not None):
-            raise ValueError("workload.trace: arrival = \"trace\" goes with a trace and only "
-                             "with one; allowed: a trace file, or arrival = "
+            raise FieldError("workload.trace", "arrival = \"trace\" goes with a trace and only "
+                             "with one", "a trace file, or arrival = "
                              f"{', '.join(ARRIVALS)} without one")
-        if not (isinstance(self.arrival_rate, (int, float)) and math.isfinite(self.arrival_rate)
-                and self.arrival_rate > 0):
-            raise ValueError(f"workload.arrival_rate: must be a positive number of requests/s, "
-                             f"got {self.arrival_rate}")
-        if not (isinstance(self.arrival_cv, (int, float)) and math.isfinite(self.arrival_cv)
-                and 0 < self.arrival_cv <= MAX_ARRIVAL_CV):
-            raise ValueError(f"workload.arrival_cv: must be a number in (0, {MAX_ARRIVAL_CV:g}], "
-                             f"got {self.arrival_cv}")
-        if not (isinstance(self.trace_time_scale, (int, float))
-                and math.isfinite(self.trace_time_scale) and self.trace_time_scale > 0):
-            raise ValueError(f"workload.trace_time_scale: must be a positive number, got "
-                             f"{self.trace_time_scale}")
+        for f in WORKLOAD_FIELDS.values():
+            if f.kind == "lengths":
+                getattr(self, f.attr).validate(f"workload.{f.attr}")
+            elif not (f.attr == "arrival" and self.trace is not None):
+                check(f, getattr(self, f.attr), "workload")
         if self.trace is not None:
             if self.duration_s is not None and self.num_requests is not None:
-                raise ValueError("workload: give at most one of duration_s or num_requests "
-                                 "with a trace")
+                raise FieldError("workload", "give at most one of duration_s or num_requests "
+                                             "with a trace")
         elif (self.duration_s is None) == (self.num_requests is None):
-            raise ValueError("workload: give exactly one of duration_s or num_requests")
-        if self.duration_s is not None and not (math.isfinite(self.duration_s)
-                                                and self.duration_s > 0):
-            raise ValueError(f"workload.duration_s: must be positive, got {self.duration_s}")
-        if self.num_requests is not None and not (isinstance(self.num_requests, int)
-                                                  and 1 <= self.num_requests <= 10_000_000):
-            raise ValueError(f"workload.num_requests: must be an integer in [1, 10000000], got "
-                             f"{self.num_requests}")
-        if self.drain_s is not None and not (math.isfinite(self.drain_s) and self.drain_s >= 0):
-            raise ValueError(f"workload.drain_s: must be >= 0 seconds, got {self.drain_s}")
-        if not (isinstance(self.prefix_count, int) and not isinstance(self.prefix_count, bool)
-                and 0 <= self.prefix_count <= MAX_PREFIXES):
-            raise ValueError(f"workload.prefix_count: must be an integer in [0, {MAX_PREFIXES}], "
-                             f"got {self.prefix_count!r}")
-        if not (isinstance(self.prefix_tokens, int) and not isinstance(self.prefix_tokens, bool)
-                and 0 <= self.prefix_tokens <= 10_000_000):
-            raise ValueError(f"workload.prefix_tokens: must be an integer in [0, 10000000], got "
-                             f"{self.prefix_tokens!r}")
-        share = self.prefix_share
-        if not (isinstance(share, (int, float)) and not isinstance(share, bool)
-                and 0 <= share <= 1):
-            raise ValueError(f"workload.prefix_share: must be a number in [0, 1], got "
-                             f"{self.prefix_share!r}")
+            raise FieldError("workload", "give exactly one of duration_s or num_requests")
         if self.prefix_share > 0 and (self.prefix_count < 1 or self.prefix_tokens < 1):
-            raise ValueError("workload.prefix_share: requests share prefixes only with "
-                             "prefix_count >= 1 and prefix_tokens >= 1; allowed: 0 otherwise")
+            raise FieldError("workload.prefix_share", "requests share prefixes only with "
+                             "prefix_count >= 1 and prefix_tokens >= 1", "0 otherwise",
+                             self.prefix_share)
         if self.prefix_share > 0 and self.trace is not None:
-            raise ValueError("workload.prefix_share: a trace's prompts are replayed as they are; "
-                             "allowed: 0 with a trace")
-        self.prompt_tokens.validate("workload.prompt_tokens")
-        self.output_tokens.validate("workload.output_tokens")
+            raise FieldError("workload.prefix_share", "a trace's prompts are replayed as they "
+                             "are", "0 with a trace", self.prefix_share)
 
     @property
     def capacity(self) -> int:

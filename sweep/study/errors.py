@@ -1,0 +1,98 @@
+"""Refusals as data: what was refused (key, value) and why (reason, allowed), rendered as one line.
+
+``FieldError`` is what a declaration (``sweep.study.fields``), a design or a workload refuses;
+``ConfigError`` is a refused config file, with its path and line. Both are ``ValueError``s whose
+``str()`` is one printable line, so the CLI prints them as they are.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import re
+
+_NO_VALUE = object()
+
+
+class FieldError(ValueError):
+    """A refused value: ``str(err)`` is ``key: reason`` plus ``; allowed: ...`` when ``allowed``
+    is given (otherwise the reason says what would do)."""
+
+    def __init__(self, key: str, reason: str, allowed: str | None = None, value=_NO_VALUE):
+        self.key, self.reason, self.allowed, self.value = key, reason, allowed, value
+        tail = "" if allowed is None else f"; allowed: {allowed}"
+        super().__init__(f"{key}: {reason}{tail}")
+
+    @property
+    def parts(self) -> list[str]:
+        """The dotted key as a list (``levers.gpus`` -> ``["levers", "gpus"]``)."""
+        return self.key.split(".")
+
+
+class DoesNotFit(FieldError):
+    """The design's model does not fit in its memory: a grid skips such a design, not refuses it."""
+
+
+class ConfigError(ValueError):
+    """A refused config. ``str(err)`` is one line: ``PATH:LINE: key: what; allowed: ...``."""
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None,
+                 key: str | None = None, reason: str | None = None):
+        super().__init__(one_line(message))
+        self.path, self.line, self.key, self.reason = path, line, key, reason
+
+
+def one_line(s) -> str:
+    """Escape every character that could break a line (newlines, U+2028, controls)."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(s))
+
+
+def clip(s: str, n: int = 60) -> str:
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+_BARE = re.compile(r"[A-Za-z0-9_-]+(?:\[\d+\])?")
+
+
+def key_text(parts) -> str:
+    """A dotted key as a message shows it: odd parts quoted and clipped."""
+    out = []
+    for p in parts:
+        p = str(p)
+        out.append(p if _BARE.fullmatch(p) else '"' + clip(one_line(p), 40) + '"')
+    return ".".join(out)
+
+
+def kind(v) -> str:
+    """What sort of TOML value ``v`` is, with its article."""
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, int):
+        return "an integer"
+    if isinstance(v, float):
+        return "a float"
+    if isinstance(v, str):
+        return "a string"
+    if isinstance(v, dict):
+        return "a table"
+    if isinstance(v, list):
+        return "an array"
+    if isinstance(v, (_dt.datetime, _dt.date, _dt.time)):
+        return "a date/time"
+    return type(v).__name__
+
+
+def show(v) -> str:
+    """A short, one-line rendering of a TOML value for messages."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v) if abs(v) < 10**40 else f"an integer of {len(str(abs(v)))} digits"
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, str):
+        return clip(one_line(repr(v)))
+    return kind(v)
+
+
+def got(v) -> str:
+    """``kind value`` for scalars, the kind alone for tables and arrays."""
+    return f"{kind(v)} {show(v)}" if isinstance(v, (bool, int, float, str)) else kind(v)

@@ -1,0 +1,298 @@
+"""Every config key of ``[hardware]``, ``[model]``, ``[workload]`` and ``[levers]``, declared once.
+
+``FIELDS`` gives each key its type, choices or range, default, unit and help. Everything else is
+derived from it: the ``Design`` and ``Workload`` attributes' defaults (``declared``) and their
+checks of each value alone (``check``), the config parser's keys and choices, the results'
+columns (``COLUMNS``, in the order of ``FIELDS``: keep new keys at the end) and the key tables of
+README.md and docs/config.md (``sweep.study.keytables``). A new lever is a row here, a
+``declared`` attribute of ``Design`` and the physics that reads it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import NamedTuple
+
+from sweep.physics.hardware import CATALOG as GPU_CATALOG
+from sweep.physics.memory import DEFAULT_OVERHEAD_FRACTION
+from sweep.physics.models import CATALOG as MODEL_CATALOG
+from sweep.study.errors import FieldError
+from sweep.study.lengths import LENGTH_KEYS, Lengths
+
+BATCHING = ("one_at_a_time", "static", "continuous")
+KV_CACHE = ("contiguous", "paged")
+GPUS = (1, 2, 4, 8)
+WEIGHT_BITS = (16, 8, 4)
+ACTIVATION_BITS = (16, 8, 4)
+KV_BITS = (16, 8)
+ROUTERS = ("round_robin", "least_outstanding")
+#: Arrival processes a config may name; "trace" is set by ``[workload] trace`` instead.
+ARRIVALS = ("poisson", "constant", "gamma")
+MAX_DRAFT_TOKENS = 16  # the engine's acceptance thresholds are an array of this length
+MAX_REPLICAS = 64
+MAX_ARRIVAL_CV = 10
+MAX_TOKENS_PER_PASS = 2**30  # chunk and pass budgets, tokens: far above any real server's
+MAX_KV_BLOCKS = 2**31 - 1  # the engine counts blocks in int32
+MAX_REQUESTS = 10_000_000  # requests per simulation
+#: Default KV link, Gb/s: one 400 Gb/s NDR InfiniBand port (NVIDIA ConnectX-7 datasheet), as the
+#: inter-node link between a prefill and a decode instance (DistServe, Splitwise).
+DEFAULT_KV_LINK_GBPS = 400.0
+#: The config tables whose keys are declared here; any of their keys may be a sweep axis.
+SECTIONS = ("hardware", "model", "workload", "levers")
+
+
+class Range(NamedTuple):
+    """``lo <= v <= hi`` (``lo < v`` when ``lo_open``), finite; ``says`` words the requirement
+    where the bounds alone would not (``a positive number of requests/s``)."""
+
+    lo: float
+    hi: float
+    lo_open: bool = False
+    says: str = ""
+
+    def holds(self, v, kind: str) -> bool:
+        if isinstance(v, bool):  # (True == 1)
+            return False
+        if kind == "int":
+            return isinstance(v, int) and self.lo <= v <= self.hi
+        return (isinstance(v, (int, float)) and math.isfinite(v)
+                and (v > self.lo if self.lo_open else v >= self.lo) and v <= self.hi)
+
+    def text(self, kind: str) -> str:
+        if self.says:
+            return self.says
+        if kind == "int":
+            return f"an integer in [{self.lo}, {self.hi}]"
+        return f"a number in {'(' if self.lo_open else '['}{self.lo}, {self.hi}]"
+
+
+class Field(NamedTuple):
+    """One config key. Kinds: ``num`` (a finite number, kept as float), ``int``, ``bool``,
+    ``str``, ``path`` (a file read into another key), ``lengths`` (a length table) and
+    ``trace`` (a trace file)."""
+
+    key: str
+    section: str  # the config table that holds it (SECTIONS)
+    kind: str
+    default: object = None  # the Design's or Workload's; None: unset
+    help: str = ""  # what it means (docs/config.md)
+    short: str = ""  # the same in a few words (README.md)
+    unit: str = ""
+    choices: tuple = ()  # every allowed value, where there are few
+    range: Range | None = None  # what a value must be, where there are many
+    unset: bool = False  # a config that omits it leaves it unset (None), whatever the default
+    gpu_default: bool = False  # unset, the GPU's own value is used and shown in its column
+    values: str = ""  # the tables' "values" where kind, choices, range and unit do not say it
+    shown: str = ""  # the tables' "default" where the default does not say it
+
+    @property
+    def attr(self) -> str | None:
+        """The Design or Workload attribute it sets (a path is read into another key's)."""
+        if self.kind == "path":
+            return None
+        return "model" if self.section == "model" else self.key
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Its results columns: a length table's every key, the attribute's otherwise."""
+        if self.kind == "lengths":
+            return tuple(f"{self.key}_{k}" for k in LENGTH_KEYS)
+        return (self.attr,) if self.attr else ()
+
+    @property
+    def may_be_unset(self) -> bool:
+        return self.unset or self.default is None
+
+    @property
+    def config_default(self):
+        """What a config that omits the key gets."""
+        return None if self.unset else self.default
+
+
+def _hw(key, kind="num", default=None, **kw) -> Field:
+    return Field(key, "hardware", kind, default, **kw)
+
+
+def _wl(key, kind="num", default=None, **kw) -> Field:
+    return Field(key, "workload", kind, default, **kw)
+
+
+def _lever(key, kind="int", default=None, **kw) -> Field:
+    return Field(key, "levers", kind, default, **kw)
+
+
+_SHARE = Range(0.0, 1.0, lo_open=True)
+_INF = math.inf
+
+#: Every key, in the order of the results' columns.
+FIELDS: tuple[Field, ...] = (
+    _hw("gpu", "str", "H100-SXM", choices=tuple(GPU_CATALOG),
+        help="the GPU, from the catalog (`sweep/physics/hardware.py`)", short="the GPU"),
+    _hw("price_per_gpu_hour", range=Range(0.0, 1e6), unit="$", gpu_default=True,
+        shown="the catalog's price", help="what one GPU costs per hour",
+        short="price per GPU-hour"),
+    _hw("compute_efficiency", range=_SHARE, gpu_default=True,
+        help="share of peak FLOP/s reached", short="share of peak FLOP/s"),
+    _hw("bandwidth_efficiency", range=_SHARE, gpu_default=True,
+        help="share of peak bandwidth reached reading the weights",
+        short="share of peak bandwidth (weights)"),
+    _hw("kv_bandwidth_efficiency", range=_SHARE, shown="the weights'",
+        help="share of peak bandwidth reached reading the KV cache; unset: "
+             "`bandwidth_efficiency`", short="share of peak bandwidth reading the KV"),
+    _hw("decode_attention_efficiency", range=Range(0.0, 1.0), gpu_default=True,
+        help="share of the 16-bit tensor peak that decode attention reaches; 0 = inside the "
+             "roofline (the GPU's: H100 0.02, A100 0.028, else 0)",
+        short="share of the 16-bit peak decode attention reaches; 0 = inside the roofline"),
+    _hw("overhead_ms", range=Range(0.0, 1e4), unit="ms", gpu_default=True,
+        help="fixed cost per pass", short="fixed cost per pass"),
+    _hw("seq_overhead_us", range=Range(0.0, 1e6), unit="us", gpu_default=True,
+        help="cost per decoding sequence per pass", short="per decoding sequence per pass"),
+    _hw("request_overhead_ms", range=Range(0.0, 1e6), unit="ms", gpu_default=True,
+        help="cost per request, outside the passes", short="per request, outside the passes"),
+    _hw("request_lag_passes", range=Range(0.0, 100.0), unit="TPOTs", gpu_default=True,
+        help="mean TPOTs added to TTFT and latency", short="added to TTFT and latency"),
+    _hw("memory_overhead_fraction", default=DEFAULT_OVERHEAD_FRACTION, range=Range(0.0, 0.99),
+        help="memory held back from the KV cache; not with `gpu_memory_utilization`",
+        short="memory held back from the KV cache"),
+    _hw("gpu_memory_utilization", range=_SHARE,
+        help="vLLM's sizing: the KV cache gets this share of memory less the weights, the "
+             "activation peak and the engine reserve ([model.md](model.md))",
+        short="vLLM's KV sizing instead (not with the above)"),
+    _hw("profile", "path", values="path",
+        help="a profile written by `sweep calibrate` (relative to the config): sets `gpu` and "
+             "the fitted factors, which may then not be given here",
+        short="a `sweep calibrate` profile: sets `gpu` and the fitted factors"),
+    Field("name", "model", "str", "Llama-3-8B", choices=tuple(MODEL_CATALOG), shown="-",
+          help="a catalog model", short="a catalog model"),
+    Field("config_json", "model", "path", values="path", shown="-",
+          help="a local Hugging Face `config.json` (dense or mixture of experts)",
+          short="a Hugging Face `config.json` (dense or mixture of experts)"),
+    _wl("arrival", "str", "poisson", choices=ARRIVALS,
+        help="how requests arrive: `constant` evenly spaced, `gamma` bursty",
+        short="arrival process (gamma: bursty)"),
+    _wl("arrival_rate", default=16.0, unit="requests/s",
+        range=Range(0.0, _INF, lo_open=True, says="a positive number of requests/s"),
+        help="mean arrival rate", short="mean rate"),
+    _wl("duration_s", default=60.0, unset=True, unit="s",
+        range=Range(0.0, _INF, lo_open=True, says="positive"), shown="-",
+        help="arrivals for this long; exactly one of `duration_s` and `num_requests` (a trace: "
+             "at most one, to cut it short)",
+        short="how long; this or `num_requests` (a trace: either, optional)"),
+    _wl("num_requests", "int", range=Range(1, MAX_REQUESTS), shown="-",
+        help="this many requests", short="how many requests"),
+    _wl("drain_s", default=60.0, unset=True, unit="s", range=Range(0.0, _INF, says=">= 0 seconds"),
+        shown="unset: until all are done",
+        help="run on this long after the last arrival, then censor the unserved requests",
+        short="run on this long after the last arrival, then censor"),
+    _wl("prompt_tokens", "lengths", Lengths("exponential", 1024.0), values="length table",
+        shown='`{ dist = "exponential", mean = 1024 }`',
+        help="prompt lengths: `fixed` (`mean`), `exponential` (`mean`), `uniform` (`low`, "
+             "`high`), `lognormal` (`mean`, `sigma`)",
+        short="lengths: `{ dist, mean, low, high, sigma }` or a number (fixed)"),
+    _wl("output_tokens", "lengths", Lengths("exponential", 256.0), values="length table",
+        shown='`{ dist = "exponential", mean = 256 }`',
+        help="output lengths, as `prompt_tokens`", short="as `prompt_tokens`"),
+    _lever("batching", "str", "continuous", choices=BATCHING, help="how requests are batched",
+           short="batching strategy"),
+    _lever("kv_cache", "str", "paged", choices=KV_CACHE, help="KV cache layout",
+           short="KV cache layout"),
+    _lever("gpus", default=1, choices=GPUS,
+           help="tensor-parallel degree; not with `prefill_gpus`/`decode_gpus`",
+           short="tensor-parallel degree"),
+    _lever("weight_bits", default=16, choices=WEIGHT_BITS,
+           help="weight-only quantisation: bytes read per pass", short="weight-only quantisation"),
+    _lever("activation_bits", default=16, choices=ACTIVATION_BITS,
+           help="8 (W8A8) or 4 (FP4) where the GPU has that peak, at least `weight_bits`",
+           short="8: W8A8, 4: FP4, where the GPU has that peak"),
+    _lever("kv_bits", default=16, choices=KV_BITS, help="KV cache precision",
+           short="KV cache precision"),
+    _lever("draft_tokens", default=0, range=Range(0, MAX_DRAFT_TOKENS), shown="0 (off)",
+           help="speculative draft length", short="speculative draft length"),
+    _lever("acceptance", "num", 0.7, range=Range(0.0, 1.0),
+           help="acceptance probability per drafted token", short="per-token acceptance"),
+    _lever("draft_cost", "num", 0.1, range=Range(0.0, 10.0),
+           help="cost per drafted token, as a share of a target decode pass",
+           short="per drafted token, share of a decode pass"),
+    _lever("max_batch", default=256, range=Range(1, 4096), help="seats (sequences in a batch)",
+           short="seats: sequences per batch"),
+    _lever("block_size", default=16, range=Range(1, 4096), unit="tokens",
+           help="tokens per paged KV block", short="per paged KV block"),
+    _lever("max_seq_len", values="integer in [2, the model's context]", unit="tokens",
+           shown="the model's context", help="contiguous reservation per sequence",
+           short="contiguous reservation"),
+    _wl("arrival_cv", default=1.0, range=Range(0, MAX_ARRIVAL_CV, lo_open=True),
+        help="`gamma` only: coefficient of variation of the gaps",
+        short="gamma only: cv of the gaps"),
+    _wl("trace", "trace", values="path to CSV or Parquet",
+        help="replay a trace instead: columns `TIMESTAMP`, `ContextTokens`, `GeneratedTokens` "
+             "(the Azure LLM inference traces) or `arrival_s`, `prompt_tokens`, "
+             "`output_tokens`; not with `arrival`, `arrival_rate`, `arrival_cv` or `*_tokens`",
+        short="replay a trace (Azure LLM trace columns) instead"),
+    _wl("trace_time_scale", default=1.0, range=Range(0.0, _INF, lo_open=True,
+                                                      says="a positive number"),
+        help="with a trace only: multiply its times (0.5 = twice the load)",
+        short="with a trace: multiply its times"),
+    _lever("replicas", default=1, range=Range(1, MAX_REPLICAS),
+           help="identical servers behind a router", short="identical servers behind a router"),
+    _lever("router", "str", "round_robin", choices=ROUTERS,
+           help="request `i` to replica `i mod replicas`, or to the replica with the fewest "
+                "unfinished requests", short="how the router picks a replica"),
+    _lever("prefill_gpus", choices=GPUS,
+           help="both set (and `gpus` unset, `replicas` 1): disaggregated prefill and decode "
+                "pools, the KV moved between them over a link ([model.md](model.md))",
+           short="with `decode_gpus`: disaggregated prefill and decode pools"),
+    _lever("decode_gpus", choices=GPUS, help="the decode pool's GPUs (with `prefill_gpus`)",
+           short="the decode pool's GPUs"),
+    _lever("kv_link_gbps", "num", DEFAULT_KV_LINK_GBPS, range=Range(0.0, 1e6, lo_open=True),
+           unit="Gb/s", help="the pools' KV link", short="the pools' KV link"),
+    _wl("prefix_count", "int", 0, range=Range(0, 128),  # the engine's cache slots for prefixes
+        help="shared prefixes (system prompts)", short="shared prefixes (system prompts)"),
+    _wl("prefix_tokens", "int", 0, range=Range(0, MAX_REQUESTS), unit="tokens",
+        help="each prefix's length, added to a user's sampled prompt", short="each prefix's length"),
+    _wl("prefix_share", default=0.0, range=Range(0, 1), shown="0 (none)",
+        help="share of requests that use a prefix; not with a trace",
+        short="share of requests using one"),
+    _lever("prefix_cache", "bool", False, help="reuse cached prefixes' KV (paged cache only)",
+           short="reuse cached prefixes' KV (paged only)"),
+    _lever("prefill_chunk_tokens", default=0, range=Range(0, MAX_TOKENS_PER_PASS), shown="0 (off)",
+           help="prefill tokens per pass at most (chunked prefill)", short="chunked prefill"),
+    _lever("max_num_batched_tokens", default=0, range=Range(0, MAX_TOKENS_PER_PASS),
+           shown="0 (off)", help="vLLM's token budget per pass, decodes first",
+           short="vLLM's token budget per pass"),
+    _lever("kv_blocks", range=Range(1, MAX_KV_BLOCKS), shown="unset: from memory",
+           help="KV blocks of `block_size` tokens, as a server log reports",
+           short="KV blocks, as a server log reports"),
+)
+
+#: section -> key -> Field, in declaration order.
+KEYS: dict[str, dict[str, Field]] = {s: {f.key: f for f in FIELDS if f.section == s}
+                                     for s in SECTIONS}
+#: attribute -> Field, of the Design (hardware, model, levers) and of the Workload.
+DESIGN_FIELDS = {f.attr: f for f in FIELDS if f.attr and f.section != "workload"}
+WORKLOAD_FIELDS = {f.attr: f for f in FIELDS if f.attr and f.section == "workload"}
+ATTRS = {**DESIGN_FIELDS, **WORKLOAD_FIELDS}
+#: The results' columns of a grid point, in order (pinned: outside readers rely on them).
+COLUMNS: list[str] = [c for f in FIELDS for c in f.columns]
+#: Columns that hold strings (a brief limit on them makes no sense).
+TEXT_COLUMNS = tuple(c for f in FIELDS for c in f.columns
+                     if f.kind in ("str", "trace") or c.endswith("_dist"))
+NUMERIC_COLUMNS = [c for c in COLUMNS if c not in TEXT_COLUMNS]
+
+
+def declared(attr: str) -> dataclasses.Field:
+    """A Design or Workload attribute with its declared default (and declaration, as metadata)."""
+    return dataclasses.field(default=ATTRS[attr].default, metadata={"field": ATTRS[attr]})
+
+
+def check(f: Field, value, scope: str) -> None:
+    """Refuse ``value`` for ``f`` alone with a ``FieldError`` naming ``scope.attr``; the
+    combinations of values are the Design's and the Workload's to check."""
+    if value is None and f.may_be_unset:
+        return
+    key = f"{scope}.{f.attr}"
+    if f.choices and value not in f.choices:
+        raise FieldError(key, f"{value!r} is not allowed", ", ".join(map(str, f.choices)), value)
+    if f.range is not None and not f.range.holds(value, f.kind):
+        raise FieldError(key, f"must be {f.range.text(f.kind)}, got {value!r}", value=value)
+    if f.kind == "bool" and not isinstance(value, bool):
+        raise FieldError(key, f"must be true or false, got {value!r}", value=value)

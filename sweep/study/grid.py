@@ -1,0 +1,239 @@
+"""A config's grid: every combination of its axes, less the ``[[exclude]]`` matches and the
+designs that do not fit in memory, each a validated design, workload and row of columns."""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+from sweep.physics.hardware import CATALOG as GPU_CATALOG
+from sweep.study.design import Design
+from sweep.study.errors import ConfigError, DoesNotFit, FieldError, got, one_line, show
+from sweep.study.fields import (ATTRS, COLUMNS, DESIGN_FIELDS, FIELDS, KEYS, MAX_REQUESTS,
+                                WORKLOAD_FIELDS)
+from sweep.study.lengths import length_columns
+from sweep.study.reader import Reader
+from sweep.study.workload import Workload
+
+#: Columns the GPU fills in when the config leaves them unset.
+_GPU_DEFAULTS = tuple(f.attr for f in FIELDS if f.gpu_default)
+
+
+@dataclass
+class Point:
+    design: Design  # validated
+    workload: Workload  # validated
+    columns: dict  # every column of COLUMNS, in that order
+
+
+def parse_excludes(r: Reader, raw) -> list[dict]:
+    """``[[exclude]]``: column -> the values that drop a point (all of a table's keys match)."""
+    if isinstance(raw, dict) or not isinstance(raw, list):
+        raise r.err(["exclude"], f"must be an array of tables ([[exclude]]), got {got(raw)}")
+    out = []
+    for i, t in enumerate(raw):
+        if not isinstance(t, dict):
+            raise r.err(["exclude"], f"entry {i} must be a table, got {got(t)}", index=i)
+        if not t:
+            raise r.err(["exclude"], "an empty [[exclude]] table would drop every point; "
+                                     f"allowed: column = value(s), columns: "
+                                     f"{', '.join(COLUMNS)}", index=i)
+        entry = {}
+        for col, v in t.items():
+            parts = ["exclude", col]
+            if col not in COLUMNS:
+                raise r.err(parts, f"not a column; allowed: {', '.join(COLUMNS)}", index=i)
+            values = v if isinstance(v, list) else [v]
+            if not values:
+                raise r.err(parts, "empty array; allowed: a value or a list of values", index=i)
+            for x in values:
+                if isinstance(x, bool) or not isinstance(x, (str, int, float)):
+                    raise r.err(parts, f"must be a value or a list of values, got {got(x)}",
+                                index=i)
+                if isinstance(x, float) and not math.isfinite(x):
+                    raise r.err(parts, f"must be finite, got {x}", index=i)
+            entry[col] = values
+        out.append(entry)
+    return out
+
+
+def check_size(r: Reader, keys, max_designs: int) -> None:
+    """Refuse a grid larger than ``max_designs`` before building it."""
+    dims = [(key, len(opts)) for _, key, opts, axis in keys if axis]
+    total = math.prod(n for _, n in dims)
+    if total > max_designs:
+        shape = " x ".join(f"{key} {n}" for key, n in dims)
+        raise r.err(["run", "max_designs"],
+                    f"the grid asks for {total} points ({shape}), more than max_designs = "
+                    f"{max_designs}; allowed: at most {max_designs} (shrink an axis, "
+                    "[[exclude]] cannot help, or raise [run] max_designs or --max-designs)")
+
+
+def build(r: Reader, keys, excludes):
+    """(points, skipped, axes) of the given keys, each ``(section, key, options, is_axis)``
+    with options of ``(columns, design kwargs, workload kwargs)``; refuses a grid left empty
+    and an exclusion that matches nothing."""
+    base = _defaults()
+    axis_keys = []
+    for sec, key, options, axis in keys:
+        if axis:
+            axis_keys.append((sec, key, options))
+        else:
+            _apply(base, options[0])
+    axes = _axes(axis_keys)
+    seen = {col: set() for ex in excludes for col in ex}
+    designs, workloads = {}, {}
+    points, skipped, n_excluded = [], [], 0
+    for combo in itertools.product(*(opts for _, _, opts in axis_keys)):
+        cols, dkw, wkw = point = tuple(dict(x) for x in base)
+        for option in combo:
+            _apply(point, option)
+        _fill(cols, dkw, wkw)
+        for col, s in seen.items():
+            s.add(_hashable(cols[col]))
+        if any(all(cols[col] in vals for col, vals in ex.items()) for ex in excludes):
+            n_excluded += 1
+            continue
+        dkey = tuple(dkw.values())
+        if dkey not in designs:
+            designs[dkey] = _check_design(r, Design(**dkw), cols, axes)
+        design, reason = designs[dkey]
+        if reason is not None:
+            skipped.append((cols, reason))
+            continue
+        wkey = tuple(wkw.values())
+        if wkey not in workloads:
+            workloads[wkey] = _check_workload(r, Workload(**wkw), cols, axes)
+        if wkw["trace"] is not None:
+            cols.update(_trace_columns(workloads[wkey]))
+        points.append(Point(design=design, workload=workloads[wkey], columns=cols))
+    _check_exclusions(r, excludes, seen)
+    if not points:
+        raise _nothing_left(r, skipped, n_excluded)
+    return points, skipped, axes
+
+
+def _defaults() -> tuple[dict, dict, dict]:
+    """A point's columns, Design and Workload keywords where the config gives no key."""
+    cols = dict.fromkeys(COLUMNS)
+    for f in FIELDS:
+        if f.kind == "lengths":
+            cols.update(length_columns(f.key, f.default))
+        elif f.attr:
+            cols[f.attr] = f.config_default
+    return (cols, {a: f.config_default for a, f in DESIGN_FIELDS.items()},
+            {a: f.config_default for a, f in WORKLOAD_FIELDS.items()})
+
+
+def _apply(point, option) -> None:
+    for target, changes in zip(point, option):
+        target.update(changes)
+
+
+def _axes(axis_keys) -> list[str]:
+    """The columns the axes vary, in file order (of a length axis, those that differ)."""
+    axes: list[str] = []
+    for sec, key, options in axis_keys:
+        if KEYS[sec][key].kind == "lengths":
+            varying = [c for c in options[0][0] if len({_hashable(o[0][c]) for o in options}) > 1]
+            axes.extend(c for c in varying if c not in axes)
+        else:
+            col = "model" if sec == "model" else key
+            if col not in axes:
+                axes.append(col)
+    return axes
+
+
+def _fill(cols, dkw, wkw) -> None:
+    """The columns that follow from others: the GPU's defaults, and the keys that apply only
+    with gamma arrivals, a trace or disaggregated pools (missing otherwise)."""
+    gpu = GPU_CATALOG[dkw["gpu"]]
+    for c in _GPU_DEFAULTS:
+        if dkw[c] is None:
+            cols[c] = float(getattr(gpu, c))
+    gamma = wkw["arrival"] == "gamma"
+    if not gamma:
+        wkw["arrival_cv"] = WORKLOAD_FIELDS["arrival_cv"].default
+    cols["arrival_cv"] = float(wkw["arrival_cv"]) if gamma else None
+    cols["trace_time_scale"] = None if wkw["trace"] is None else float(wkw["trace_time_scale"])
+    pools = dkw["prefill_gpus"] is not None or dkw["decode_gpus"] is not None
+    cols["gpus"] = None if pools else dkw["gpus"]  # the pools have their own
+    cols["kv_link_gbps"] = float(dkw["kv_link_gbps"]) if pools else None
+
+
+def _check_exclusions(r: Reader, excludes, seen) -> None:
+    for i, ex in enumerate(excludes):
+        for col, vals in ex.items():
+            for v in vals:
+                if _hashable(v) not in seen[col]:
+                    present = sorted(map(show, seen[col]))
+                    raise r.err(["exclude", col], f"{show(v)} matches no grid point; "
+                                f"allowed: {', '.join(present)}", index=i)
+
+
+def _nothing_left(r: Reader, skipped, n_excluded: int) -> ConfigError:
+    if skipped:
+        return r.err(["levers", "gpus"], f"nothing left to run: no design fits in memory (e.g. "
+                     f"{skipped[0][1]}); allowed: at least one design that fits")
+    return r.err(["exclude"], f"nothing left to run: [[exclude]] drops all {n_excluded} grid "
+                 "points; allowed: exclusions that leave a point", index=0)
+
+
+def _check_design(r: Reader, design: Design, cols, axes):
+    """(design, None), or (design, why it is skipped) for one that does not fit in memory."""
+    try:
+        design.validate()
+    except DoesNotFit as exc:
+        return design, one_line(exc.reason)
+    except FieldError as exc:
+        raise _refusal(r, exc, cols, axes) from None
+    return design, None
+
+
+def _check_workload(r: Reader, wl: Workload, cols, axes) -> Workload:
+    try:
+        wl.validate()
+    except FieldError as exc:
+        raise _refusal(r, exc, cols, axes) from None
+    if wl.trace is not None and wl.capacity < 1:
+        raise r.err(["workload", "duration_s"], f"keeps no request of the trace"
+                    f"{_at(cols, axes)}; allowed: a duration_s at or after its first "
+                    "arrival (time 0)")
+    if wl.duration_s is not None and wl.trace is None:
+        mean = wl.arrival_rate * wl.duration_s
+        if not math.isfinite(mean) or mean > MAX_REQUESTS:
+            raise r.err(["workload", "duration_s"],
+                        f"arrival_rate x duration_s asks for about {mean:.3g} requests"
+                        f"{_at(cols, axes)}; allowed: at most {MAX_REQUESTS} per simulation")
+    return wl
+
+
+def _refusal(r: Reader, exc: FieldError, cols, axes) -> ConfigError:
+    """A Design or Workload refusal at its key's line, naming the grid point."""
+    parts = exc.parts
+    if len(parts) > 1 and parts[1] in ATTRS:
+        parts[0] = ATTRS[parts[1]].section  # Design calls every field a lever
+    allowed = "" if exc.allowed is None else f"; allowed: {exc.allowed}"
+    return r.err(parts, exc.reason + _at(cols, axes) + allowed)
+
+
+def _at(cols, axes) -> str:
+    if not axes:
+        return ""
+    return " (at " + ", ".join(f"{a}={show(cols[a])}" for a in axes) + ")"
+
+
+def _trace_columns(wl: Workload) -> dict:
+    """What a replayed trace amounts to: its mean rate and lengths (before context clipping)."""
+    n = wl.capacity
+    t = wl.trace
+    return {"arrival_rate": t.mean_rate(wl.trace_time_scale, n),
+            "prompt_tokens_dist": "trace", "output_tokens_dist": "trace",
+            "prompt_tokens_mean": float(t.prompt[:n].mean()),
+            "output_tokens_mean": float(t.output[:n].mean()),
+            **{f"{x}_tokens_{k}": None for x in ("prompt", "output")
+               for k in ("low", "high", "sigma")}}
+
+
+def _hashable(v):
+    return v if not isinstance(v, list) else tuple(v)
