@@ -4,8 +4,8 @@
 derived from it: the ``Design`` and ``Workload`` attributes' defaults (``declared``) and their
 checks of each value alone (``check``), the config parser's keys and choices, the results'
 columns (``COLUMNS``, in the order of ``FIELDS``: keep new keys at the end) and the key tables of
-README.md and docs/config.md (``sweep.study.keytables``). A new lever is a row here, a
-``declared`` attribute of ``Design`` and the physics that reads it.
+README.md and docs/config.md (``python -m sweep.study.keytables --write``). A new lever is a
+row here, a ``declared`` attribute of ``Design`` and the physics that reads it.
 """
 from __future__ import annotations
 
@@ -129,20 +129,20 @@ FIELDS: tuple[Field, ...] = (
     _hw("gpu", "str", "H100-SXM", choices=tuple(GPU_CATALOG),
         help="the GPU, from the catalog (`sweep/physics/hardware.py`)", short="the GPU"),
     _hw("price_per_gpu_hour", range=Range(0.0, 1e6), unit="$", gpu_default=True,
-        shown="the catalog's price", help="what one GPU costs per hour",
+        shown="the catalog's", help="what one GPU costs per hour",
         short="price per GPU-hour"),
     _hw("compute_efficiency", range=_SHARE, gpu_default=True,
         help="share of peak FLOP/s reached", short="share of peak FLOP/s"),
     _hw("bandwidth_efficiency", range=_SHARE, gpu_default=True,
         help="share of peak bandwidth reached reading the weights",
-        short="share of peak bandwidth (weights)"),
+        short="share of peak bandwidth, weights"),
     _hw("kv_bandwidth_efficiency", range=_SHARE, shown="the weights'",
         help="share of peak bandwidth reached reading the KV cache; unset: "
-             "`bandwidth_efficiency`", short="share of peak bandwidth reading the KV"),
+             "`bandwidth_efficiency`", short="share of peak bandwidth, KV cache"),
     _hw("decode_attention_efficiency", range=Range(0.0, 1.0), gpu_default=True,
         help="share of the 16-bit tensor peak that decode attention reaches; 0 = inside the "
              "roofline (the GPU's: H100 0.02, A100 0.028, else 0)",
-        short="share of the 16-bit peak decode attention reaches; 0 = inside the roofline"),
+        short="decode attention's share of the 16-bit peak"),
     _hw("overhead_ms", range=Range(0.0, 1e4), unit="ms", gpu_default=True,
         help="fixed cost per pass", short="fixed cost per pass"),
     _hw("seq_overhead_us", range=Range(0.0, 1e6), unit="us", gpu_default=True,
@@ -157,16 +157,16 @@ FIELDS: tuple[Field, ...] = (
     _hw("gpu_memory_utilization", range=_SHARE,
         help="vLLM's sizing: the KV cache gets this share of memory less the weights, the "
              "activation peak and the engine reserve ([model.md](model.md))",
-        short="vLLM's KV sizing instead (not with the above)"),
+        short="vLLM's KV sizing (not with the above)"),
     _hw("profile", "path", values="path",
         help="a profile written by `sweep calibrate` (relative to the config): sets `gpu` and "
              "the fitted factors, which may then not be given here",
-        short="a `sweep calibrate` profile: sets `gpu` and the fitted factors"),
+        short="a `sweep calibrate` profile: `gpu` and fitted factors"),
     Field("name", "model", "str", "Llama-3-8B", choices=tuple(MODEL_CATALOG), shown="-",
           help="a catalog model", short="a catalog model"),
     Field("config_json", "model", "path", values="path", shown="-",
           help="a local Hugging Face `config.json` (dense or mixture of experts)",
-          short="a Hugging Face `config.json` (dense or mixture of experts)"),
+          short="a Hugging Face `config.json` (dense or MoE)"),
     _wl("arrival", "str", "poisson", choices=ARRIVALS,
         help="how requests arrive: `constant` evenly spaced, `gamma` bursty",
         short="arrival process (gamma: bursty)"),
@@ -177,20 +177,18 @@ FIELDS: tuple[Field, ...] = (
         range=Range(0.0, _INF, lo_open=True, says="positive"), shown="-",
         help="arrivals for this long; exactly one of `duration_s` and `num_requests` (a trace: "
              "at most one, to cut it short)",
-        short="how long; this or `num_requests` (a trace: either, optional)"),
-    _wl("num_requests", "int", range=Range(1, MAX_REQUESTS), shown="-",
-        help="this many requests", short="how many requests"),
+        short="how long; this or `num_requests`"),
+    _wl("num_requests", "int", range=Range(1, MAX_REQUESTS), unit="requests", shown="-",
+        help="this many requests", short="how many"),
     _wl("drain_s", default=60.0, unset=True, unit="s", range=Range(0.0, _INF, says=">= 0 seconds"),
-        shown="unset: until all are done",
+        shown="unset: until done",
         help="run on this long after the last arrival, then censor the unserved requests",
         short="run on this long after the last arrival, then censor"),
     _wl("prompt_tokens", "lengths", Lengths("exponential", 1024.0), values="length table",
-        shown='`{ dist = "exponential", mean = 1024 }`',
         help="prompt lengths: `fixed` (`mean`), `exponential` (`mean`), `uniform` (`low`, "
              "`high`), `lognormal` (`mean`, `sigma`)",
-        short="lengths: `{ dist, mean, low, high, sigma }` or a number (fixed)"),
+        short="fixed, exponential, uniform or lognormal lengths"),
     _wl("output_tokens", "lengths", Lengths("exponential", 256.0), values="length table",
-        shown='`{ dist = "exponential", mean = 256 }`',
         help="output lengths, as `prompt_tokens`", short="as `prompt_tokens`"),
     _lever("batching", "str", "continuous", choices=BATCHING, help="how requests are batched",
            short="batching strategy"),
@@ -206,15 +204,16 @@ FIELDS: tuple[Field, ...] = (
            short="8: W8A8, 4: FP4, where the GPU has that peak"),
     _lever("kv_bits", default=16, choices=KV_BITS, help="KV cache precision",
            short="KV cache precision"),
-    _lever("draft_tokens", default=0, range=Range(0, MAX_DRAFT_TOKENS), shown="0 (off)",
+    _lever("draft_tokens", default=0, range=Range(0, MAX_DRAFT_TOKENS), unit="tokens",
+           shown="0 (off)",
            help="speculative draft length", short="speculative draft length"),
     _lever("acceptance", "num", 0.7, range=Range(0.0, 1.0),
            help="acceptance probability per drafted token", short="per-token acceptance"),
     _lever("draft_cost", "num", 0.1, range=Range(0.0, 10.0),
            help="cost per drafted token, as a share of a target decode pass",
-           short="per drafted token, share of a decode pass"),
-    _lever("max_batch", default=256, range=Range(1, 4096), help="seats (sequences in a batch)",
-           short="seats: sequences per batch"),
+           short="per drafted token, share of a pass"),
+    _lever("max_batch", default=256, range=Range(1, 4096), unit="seats",
+           help="sequences decoded together at most", short="sequences per batch"),
     _lever("block_size", default=16, range=Range(1, 4096), unit="tokens",
            help="tokens per paged KV block", short="per paged KV block"),
     _lever("max_seq_len", values="integer in [2, the model's context]", unit="tokens",
@@ -227,7 +226,7 @@ FIELDS: tuple[Field, ...] = (
         help="replay a trace instead: columns `TIMESTAMP`, `ContextTokens`, `GeneratedTokens` "
              "(the Azure LLM inference traces) or `arrival_s`, `prompt_tokens`, "
              "`output_tokens`; not with `arrival`, `arrival_rate`, `arrival_cv` or `*_tokens`",
-        short="replay a trace (Azure LLM trace columns) instead"),
+        short="replay a trace (Azure LLM trace columns)"),
     _wl("trace_time_scale", default=1.0, range=Range(0.0, _INF, lo_open=True,
                                                       says="a positive number"),
         help="with a trace only: multiply its times (0.5 = twice the load)",
@@ -236,11 +235,11 @@ FIELDS: tuple[Field, ...] = (
            help="identical servers behind a router", short="identical servers behind a router"),
     _lever("router", "str", "round_robin", choices=ROUTERS,
            help="request `i` to replica `i mod replicas`, or to the replica with the fewest "
-                "unfinished requests", short="how the router picks a replica"),
+                "unfinished requests", short="how a replica is picked"),
     _lever("prefill_gpus", choices=GPUS,
            help="both set (and `gpus` unset, `replicas` 1): disaggregated prefill and decode "
                 "pools, the KV moved between them over a link ([model.md](model.md))",
-           short="with `decode_gpus`: disaggregated prefill and decode pools"),
+           short="with `decode_gpus`: disaggregated pools"),
     _lever("decode_gpus", choices=GPUS, help="the decode pool's GPUs (with `prefill_gpus`)",
            short="the decode pool's GPUs"),
     _lever("kv_link_gbps", "num", DEFAULT_KV_LINK_GBPS, range=Range(0.0, 1e6, lo_open=True),
@@ -254,14 +253,15 @@ FIELDS: tuple[Field, ...] = (
         short="share of requests using one"),
     _lever("prefix_cache", "bool", False, help="reuse cached prefixes' KV (paged cache only)",
            short="reuse cached prefixes' KV (paged only)"),
-    _lever("prefill_chunk_tokens", default=0, range=Range(0, MAX_TOKENS_PER_PASS), shown="0 (off)",
+    _lever("prefill_chunk_tokens", default=0, range=Range(0, MAX_TOKENS_PER_PASS), unit="tokens",
+           shown="0 (off)",
            help="prefill tokens per pass at most (chunked prefill)", short="chunked prefill"),
     _lever("max_num_batched_tokens", default=0, range=Range(0, MAX_TOKENS_PER_PASS),
-           shown="0 (off)", help="vLLM's token budget per pass, decodes first",
+           unit="tokens", shown="0 (off)", help="vLLM's token budget per pass, decodes first",
            short="vLLM's token budget per pass"),
-    _lever("kv_blocks", range=Range(1, MAX_KV_BLOCKS), shown="unset: from memory",
+    _lever("kv_blocks", range=Range(1, MAX_KV_BLOCKS), unit="blocks", shown="from memory",
            help="KV blocks of `block_size` tokens, as a server log reports",
-           short="KV blocks, as a server log reports"),
+           short="as a server log reports"),
 )
 
 #: section -> key -> Field, in declaration order.

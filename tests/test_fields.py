@@ -1,0 +1,95 @@
+"""sweep.study.fields: one declaration per config key, and what is derived from it (the Design's
+and Workload's attributes, the results' columns, the README and docs tables). Fast."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from sweep.study import keytables
+from sweep.study.design import Design
+from sweep.study.errors import DoesNotFit, FieldError
+from sweep.study.fields import (COLUMNS, DESIGN_FIELDS, FIELDS, KEYS, TEXT_COLUMNS,
+                                WORKLOAD_FIELDS)
+from sweep.study.uncertainty import FACTORS
+from sweep.study.workload import Workload
+
+#: The results' grid columns: outside readers rely on these names and this order.
+PINNED_COLUMNS = [
+    "gpu", "price_per_gpu_hour", "compute_efficiency", "bandwidth_efficiency",
+    "kv_bandwidth_efficiency", "decode_attention_efficiency", "overhead_ms", "seq_overhead_us",
+    "request_overhead_ms", "request_lag_passes", "memory_overhead_fraction",
+    "gpu_memory_utilization", "model",
+    "arrival", "arrival_rate", "duration_s", "num_requests", "drain_s",
+    "prompt_tokens_dist", "prompt_tokens_mean", "prompt_tokens_low", "prompt_tokens_high",
+    "prompt_tokens_sigma",
+    "output_tokens_dist", "output_tokens_mean", "output_tokens_low", "output_tokens_high",
+    "output_tokens_sigma",
+    "batching", "kv_cache", "gpus", "weight_bits", "activation_bits", "kv_bits", "draft_tokens",
+    "acceptance", "draft_cost", "max_batch", "block_size", "max_seq_len",
+    "arrival_cv", "trace", "trace_time_scale",
+    "replicas", "router", "prefill_gpus", "decode_gpus", "kv_link_gbps",
+    "prefix_count", "prefix_tokens", "prefix_share", "prefix_cache", "prefill_chunk_tokens",
+    "max_num_batched_tokens", "kv_blocks",
+]
+
+
+def test_columns_are_pinned():
+    assert COLUMNS == PINNED_COLUMNS
+    assert set(TEXT_COLUMNS) == {"gpu", "model", "arrival", "prompt_tokens_dist",
+                                 "output_tokens_dist", "batching", "kv_cache", "trace", "router"}
+
+
+@pytest.mark.parametrize("cls,declared", [(Design, DESIGN_FIELDS), (Workload, WORKLOAD_FIELDS)])
+def test_every_attribute_is_declared_with_its_default(cls, declared):
+    attrs = {f.name: f for f in dataclasses.fields(cls)}
+    assert set(attrs) == set(declared)
+    for name, f in attrs.items():
+        assert f.default == declared[name].default and f.metadata["field"] is declared[name]
+
+
+def test_declarations_are_well_formed():
+    assert len({(f.section, f.key) for f in FIELDS}) == len(FIELDS)
+    for f in FIELDS:
+        assert f.help and f.short, f.key
+        assert not (f.choices and f.range), f.key
+        assert f.kind in ("num", "int", "bool", "str", "path", "lengths", "trace"), f.key
+        if f.choices and f.config_default is not None:
+            assert f.config_default in f.choices, f.key
+        if f.range and f.config_default is not None:
+            assert f.range.holds(f.config_default, f.kind), f.key
+
+
+def test_uncertain_factors_share_the_declared_ranges():
+    for key, (section, lo, hi, lo_open) in FACTORS.items():
+        r = KEYS[section][key].range
+        assert (r.lo, r.hi, r.lo_open) == (lo, hi, lo_open)
+
+
+def test_the_readme_and_docs_tables_are_generated_from_the_declarations():
+    assert keytables.stale() == [], "run: python -m sweep.study.keytables --write"
+    readme = (keytables.REPO / "README.md").read_text()
+    docs = (keytables.REPO / "docs/config.md").read_text()
+    for f in FIELDS:
+        assert f"| `{f.key}` |" in readme and f"| `{f.key}` |" in docs
+
+
+def test_a_stale_table_is_found():
+    text = (keytables.REPO / "README.md").read_text()
+    assert keytables.render(text.replace("| `kv_bits` |", "| `kv_bit` |"), True) == text
+
+
+def test_refusals_are_structured():
+    with pytest.raises(FieldError) as info:
+        Design(weight_bits=3).validate()
+    err = info.value
+    assert (err.key, err.value, err.reason, err.allowed) == (
+        "levers.weight_bits", 3, "3 is not allowed", "16, 8, 4")
+    assert str(err) == "levers.weight_bits: 3 is not allowed; allowed: 16, 8, 4"
+    with pytest.raises(FieldError) as info:
+        Workload(arrival_rate=-1.0).validate()
+    assert info.value.parts == ["workload", "arrival_rate"] and info.value.allowed is None
+    assert str(info.value) == ("workload.arrival_rate: must be a positive number of requests/s, "
+                               "got -1.0")
+    with pytest.raises(DoesNotFit):
+        Design(model="Llama-3-70B", gpu="A100-80GB").validate()
