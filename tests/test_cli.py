@@ -13,45 +13,11 @@ from sweep.api import simulate
 from sweep.cli import main
 from sweep.study.config import load_study
 
-SMALL = """
-name = "small"
-[hardware]
-gpu = "H100-SXM"
-[model]
-name = "Llama-3-8B"
-[workload]
-arrival_rate = [20.0, 40.0]
-num_requests = 40
-prompt_tokens = { dist = "exponential", mean = 256 }
-output_tokens = { dist = "exponential", mean = 16 }
-[levers]
-batching = ["static", "continuous"]
-gpus = [1, 2]
-weight_bits = 16
-draft_tokens = [0, 2]
-max_batch = 8
-[run]
-seeds = 3
-[brief]
-p95_ttft_s = { max = 0.5 }
-p95_itl_ms = { max = 15 }
-cost_per_mtok = { max = 1.0 }
-"""
-N_DESIGNS = 2 * 2 * 2 * 2
+N_DESIGNS = 2 * 2 * 2 * 2  # the small study of tests/conftest.py
 
 
-@pytest.fixture(scope="module")
-def small(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cli")
-    cfg = root / "small.toml"
-    cfg.write_text(SMALL)
-    out = root / "out"
-    assert main(["run", str(cfg), "--out", str(out), "--per-request", "--quiet"]) == 0
-    return cfg, out
-
-
-def test_run_writes_one_row_per_design_and_seed(small):
-    _, out = small
+def test_run_writes_one_row_per_design_and_seed(small_run):
+    _, out = small_run
     runs = pd.read_parquet(out / "runs.parquet")
     assert len(runs) == N_DESIGNS * 3
     assert sorted(runs["seed"].unique()) == [0, 1, 2]
@@ -76,8 +42,8 @@ def test_run_writes_one_row_per_design_and_seed(small):
     assert len(requests) == N_DESIGNS * 3 * 40
 
 
-def test_values_equal_the_engine_called_directly(small):
-    cfg, out = small
+def test_values_equal_the_engine_called_directly(small_run):
+    cfg, out = small_run
     runs = pd.read_parquet(out / "runs.parquet")
     study = load_study(cfg)
     for design in (0, 5, N_DESIGNS - 1):
@@ -88,8 +54,8 @@ def test_values_equal_the_engine_called_directly(small):
             assert row[m] == direct[m] or (np.isnan(row[m]) and np.isnan(direct[m])), m
 
 
-def test_same_data_twice_and_with_another_chunk_size(small, tmp_path):
-    cfg, out = small
+def test_same_data_twice_and_with_another_chunk_size(small_run, tmp_path):
+    cfg, out = small_run
     assert main(["run", str(cfg), "--out", str(tmp_path / "a"), "--quiet"]) == 0
     assert main(["run", str(cfg), "--out", str(tmp_path / "b"), "--quiet",
                  "--chunk-size", "5"]) == 0
@@ -100,16 +66,16 @@ def test_same_data_twice_and_with_another_chunk_size(small, tmp_path):
                                       pd.read_parquet(tmp_path / other / "designs.parquet"))
 
 
-def test_existing_output_is_not_overwritten_without_force(small, capsys):
-    cfg, out = small
+def test_existing_output_is_not_overwritten_without_force(small_run, capsys):
+    cfg, out = small_run
     before = (out / "runs.parquet").stat().st_mtime_ns
     assert main(["run", str(cfg), "--out", str(out), "--quiet"]) == 2
     assert "--force" in capsys.readouterr().err
     assert (out / "runs.parquet").stat().st_mtime_ns == before
 
 
-def test_frontier_and_report(small, capsys):
-    _, out = small
+def test_frontier_and_report(small_run, capsys):
+    _, out = small_run
     assert main(["frontier", str(out)]) == 0
     front = pd.read_parquet(out / "frontier.parquet")
     designs = pd.read_parquet(out / "designs.parquet")
@@ -122,8 +88,8 @@ def test_frontier_and_report(small, capsys):
     assert "p95_ttft_s" in text
 
 
-def test_unknown_frontier_column_is_a_usage_error(small, capsys):
-    _, out = small
+def test_unknown_frontier_column_is_a_usage_error(small_run, capsys):
+    _, out = small_run
     assert main(["frontier", str(out), "--x", "no_such_metric"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no_such_metric" in err[0]
@@ -152,42 +118,43 @@ def test_bad_config_exits_2_with_one_line_and_no_output(path, tmp_path, capsys):
     assert not out.exists() and not list(tmp_path.iterdir())
 
 
-def test_console_script_exit_status(tmp_path):
+def test_console_script_exit_status(small_study, tmp_path):
     bad = tmp_path / "bad.toml"
-    bad.write_text(SMALL.replace('batching = ["static", "continuous"]', 'batching = "dynamic"'))
+    bad.write_text(small_study.replace('batching = ["static", "continuous"]',
+                                       'batching = "dynamic"'))
     proc = subprocess.run([sys.executable, "-m", "sweep.cli", "run", str(bad), "--out",
                            str(tmp_path / "o")], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "levers.batching" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_example_tour_runs_on_the_results(small, tmp_path):
+def test_example_tour_runs_on_the_results(small_run, tmp_path):
     sys.path.insert(0, str(Path(__file__).parents[1] / "examples"))
     try:
         import explore_results
     finally:
         sys.path.pop(0)
-    _, out = small
+    _, out = small_run
     got = explore_results.main(str(out), str(tmp_path))
     assert len(got["frontier"]) >= 1
     for name in ("tour_frontier.png", "tour_ttft_histogram.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
 
 
-def test_narrow_first_try_reruns_overflowing_simulations(small, monkeypatch):
+def test_narrow_first_try_reruns_overflowing_simulations(small_run, monkeypatch):
     """Runs first tried with fewer seats than max_batch equal the engine with every seat: the
     ones the narrow seat array held back are detected and rerun."""
     from sweep.execution import runner
 
-    cfg, out = small
+    cfg, out = small_run
     monkeypatch.setattr(runner, "SMALL_SEATS", 2)
     res = runner.run_study(load_study(cfg))
     assert res.compile_groups == 2  # some simulations overflowed two seats and were rerun
     pd.testing.assert_frame_equal(res.runs, pd.read_parquet(out / "runs.parquet"))
 
 
-def test_chunk_size_beyond_memory_is_refused(small, tmp_path, capsys):
-    cfg, _ = small
+def test_chunk_size_beyond_memory_is_refused(small_run, tmp_path, capsys):
+    cfg, _ = small_run
     out = tmp_path / "o"
     assert main(["run", str(cfg), "--out", str(out), "--chunk-size", "100000000"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -21,39 +21,15 @@ from sweep.analysis.results import ResultsError, load_results
 from sweep.cli import main
 
 REPO = Path(__file__).parents[1]
-STUDY = """
-name = "resume"
-[hardware]
-gpu = "H100-SXM"
-[model]
-name = "Llama-3-8B"
-[workload]
-arrival_rate = [20.0, 40.0]
-num_requests = 40
-prompt_tokens = { dist = "exponential", mean = 256 }
-output_tokens = { dist = "exponential", mean = 16 }
-[levers]
-batching = ["static", "continuous"]
-gpus = [1, 2]
-draft_tokens = [0, 2]
-max_batch = 8
-[run]
-seeds = 40
-[brief]
-p95_ttft_s = { max = 0.5 }
-"""
-TOTAL = 16 * 40
-ARGS = ["--chunk-size", "1", "--per-request", "--quiet"]
+TOTAL = 16 * 40  # the small study of tests/conftest.py, 40 seeds each
+SEEDS = ["--seeds", "40"]
+ARGS = [*SEEDS, "--chunk-size", "1", "--per-request", "--quiet"]
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
+def reference(swept, small_study):
     """The config, and an uninterrupted run of it."""
-    root = tmp_path_factory.mktemp("resume")
-    cfg = root / "study.toml"
-    cfg.write_text(STUDY)
-    assert main(["run", str(cfg), "--out", str(root / "whole"), *ARGS]) == 0
-    return cfg, root / "whole"
+    return swept(small_study, *ARGS)
 
 
 def _start(cfg, out, *extra):
@@ -124,17 +100,17 @@ def test_ctrl_c_saves_the_chunk_in_flight_and_says_how_to_resume(reference, tmp_
     _assert_same_dataset(whole, out)
 
 
-def test_resume_of_another_config_is_refused(reference, tmp_path, capsys):
+def test_resume_of_another_config_is_refused(reference, small_study, tmp_path, capsys):
     cfg, whole = reference
     other = tmp_path / "other.toml"
-    other.write_text(STUDY.replace("seeds = 40", "seeds = 39"))
+    other.write_text(small_study.replace("num_requests = 40", "num_requests = 39"))
     before = sorted(p.name for p in whole.rglob("*"))
     assert main(["run", str(other), "--out", str(whole), *ARGS, "--resume"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--force" in err[0] and "another config" in err[0]
     assert sorted(p.name for p in whole.rglob("*")) == before
     # Without --per-request the same config is another sweep too.
-    assert main(["run", str(cfg), "--out", str(whole), "--resume", "--quiet"]) == 2
+    assert main(["run", str(cfg), "--out", str(whole), *SEEDS, "--resume", "--quiet"]) == 2
 
 
 def test_resume_of_a_finished_run_only_rewrites_the_tables(reference, capsys):

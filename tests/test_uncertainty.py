@@ -10,8 +10,8 @@ from sweep.study.config import ConfigError, Limit, parse_study
 from sweep.study.uncertainty import Uncertain, draws
 
 H100 = get_gpu("H100-SXM")
-# Shapes of tests/test_cli.py's small study (40 requests, 8 seats, k <= 2, 33-64 simulations):
-# the compiled engine is shared.
+# Shapes of the small study of tests/conftest.py (40 requests, 8 seats, k <= 2, 33-64
+# simulations): the compiled engine is shared.
 PLAIN = '''
 name = "u"
 [hardware]
