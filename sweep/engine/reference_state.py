@@ -1,13 +1,137 @@
-"""The event-driven twin's state (docs/model.md "State") and its result."""
+"""The event-driven twin's state (docs/model.md "State"), read from a design and its requests,
+and its result."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import numpy as np
+
+from sweep.physics import timing
+from sweep.study.design import EngineParams
+from sweep.study.workload import Requests
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass
+class Seat:
+    """An occupied seat (docs/model.md "State")."""
+
+    req: int  # request index i
+    p: int  # prompt tokens
+    o: int  # output tokens
+    g: int = 0  # tokens generated so far
+    b: int = 0  # KV blocks held
+    last: float = math.nan  # time of its last token
+    npass: int = 0  # decode passes taken (keys the speculative draws; kept across preemption)
+    preempted: bool = False
+    pfx: int = -1  # shared prefix it uses under prefix caching (-1: none)
+    todo: int = 0  # context tokens still to prefill (chunked prefill); 0 once decoding
+
+
+@dataclass
+class Twin:
+    """One server between two rules: its requests and design as Python scalars (so the per-step
+    bookkeeping is exact integer arithmetic), the state the rules change, and the outputs."""
+
+    # The requests, sorted by arrival: the real ones (finite arrival) first, then padding.
+    arrival: list[float]
+    prompt: list[int]
+    output: list[int]
+    prefix: list[int]  # each request's shared prefix (-1: none, or no prefix caching)
+    prefix_tokens: int  # P
+    end_time: float
+    seed: np.uint32  # keys the speculative draws
+    # The design.
+    seats: int  # max_batch
+    static: bool  # static batching (and one-at-a-time): admission into an empty server only
+    block_tokens: int
+    total_blocks: int
+    prefix_blocks: int  # pb = ceil(P / block_tokens)
+    k: int  # draft tokens
+    thresholds: np.ndarray  # T_1 .. T_k: a draft is accepted below its threshold
+    tparams: timing.TimingParams  # float64 scalars
+    transferred: bool  # a decode pool: admissions arrive prefilled
+    chunk: int  # C: prefill tokens per pass (0: unlimited)
+    budget: int  # B: tokens per pass, decodes first (0: none)
+    max_steps: int | None
+    # The state.
+    t: float = 0.0
+    head: int = 0  # requests ever admitted
+    tail: int = 0  # requests with arrival <= t
+    occupied: dict[int, Seat] = field(default_factory=dict)  # seat index -> seat
+    free_seats: list[int] = field(init=False)  # a min-heap
+    cached: set[int] = field(default_factory=set)  # prefixes whose KV is cached
+    stamps: dict[int, int] = field(default_factory=dict)  # prefix -> pass of its last lookup
+    # The outputs.
+    first_token: np.ndarray = field(init=False)
+    finish: np.ndarray = field(init=False)
+    generated: np.ndarray = field(init=False)
+    itl_gaps: list[float] = field(default_factory=list)
+    lookups: int = 0
+    hits: int = 0
+    preemptions: int = 0
+    max_queue: int = 0
+    peak_blocks: int = 0
+    steps: int = 0
+    passes: int = 0
+    tokens: int = 0
+    truncated: bool = False
+
+    def __post_init__(self):
+        n = len(self.arrival)
+        self.free_seats = list(range(self.seats))  # a sorted list is a valid min-heap
+        self.first_token = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.generated = np.zeros(n, dtype=np.int64)
+
+
+def columns(req: Requests):
+    """Arrival (float64), prompt and output (int64) as flat arrays, and their length."""
+    arrival = np.asarray(req.arrival, dtype=np.float64).reshape(-1)
+    return (arrival, np.asarray(req.prompt).astype(np.int64).reshape(-1),
+            np.asarray(req.output).astype(np.int64).reshape(-1), arrival.shape[0])
+
+
+def _checked(req: Requests):
+    arrival, prompt, output, n = columns(req)
+    if prompt.shape[0] != n or output.shape[0] != n:
+        raise ValueError("requests: arrival, prompt and output must have the same length")
+    if n > 1 and not np.all(arrival[1:] >= arrival[:-1]):
+        raise ValueError("requests: arrivals must be sorted (padding +inf at the end)")
+    if np.any(np.isnan(arrival)):
+        raise ValueError("requests: arrival times must not be nan")
+    if np.any(output[np.isfinite(arrival)] < 1):
+        raise ValueError("requests: every real request needs output >= 1")
+    return arrival, prompt, output, n
+
+
+def load(params: EngineParams, req: Requests, max_steps: int | None) -> Twin:
+    """The twin at t = 0: one design, its requests, and an optional bound on the steps."""
+    arrival, prompt, output, n = _checked(req)
+    prefix = (np.asarray(req.prefix).astype(np.int64).reshape(-1).tolist()
+              if bool(params.prefix_cache) else [-1] * n)
+    P = int(np.asarray(req.prefix_tokens))
+    k = int(params.draft_tokens)
+    return Twin(
+        arrival=arrival.tolist(), prompt=prompt.tolist(), output=output.tolist(), prefix=prefix,
+        prefix_tokens=P, end_time=float(np.asarray(req.end_time)),
+        seed=np.uint32(np.asarray(req.seed)), seats=int(params.max_batch),
+        static=bool(params.static), block_tokens=int(params.block_tokens),
+        total_blocks=int(params.total_blocks), prefix_blocks=ceil_div(P, int(params.block_tokens)),
+        k=k, thresholds=np.asarray(params.accept_thresholds)[:k],
+        tparams=timing.TimingParams(*(np.float64(v) for v in params.timing)),
+        transferred=bool(params.transferred), chunk=int(params.prefill_chunk),
+        budget=int(params.token_budget), max_steps=max_steps)
 
 
 @dataclass
 class RefResult:
+    """What one simulation by the twin yields."""
+
     first_token: np.ndarray  # float64 [N]: time of the first token (nan if none)
     finish: np.ndarray  # float64 [N]: finish time (nan if not finished)
     generated: np.ndarray  # int64 [N]: tokens generated by the stop
@@ -24,3 +148,17 @@ class RefResult:
     replica: np.ndarray | None = None  # int [N]: each request's replica, behind a router
     prefix_lookups: int = 0  # prefills of a sequence with a prefix, under prefix caching
     prefix_hits: int = 0  # of which found it cached
+
+
+def result(tw: Twin) -> RefResult:
+    """The twin's outputs once it has stopped."""
+    arrival = np.asarray(tw.arrival, dtype=np.float64)
+    real = np.isfinite(arrival) & (arrival <= tw.t)
+    ends = np.where(np.isfinite(tw.finish), np.minimum(tw.finish, tw.t), tw.t)
+    area = float(np.sum(np.clip(ends[real] - arrival[real], 0.0, None)))
+    return RefResult(
+        first_token=tw.first_token, finish=tw.finish, generated=tw.generated, t_stop=float(tw.t),
+        itl_gaps=np.asarray(tw.itl_gaps, dtype=np.float64), preemptions=tw.preemptions,
+        max_queue=tw.max_queue, peak_blocks=tw.peak_blocks, area_in_system=area, steps=tw.steps,
+        passes=tw.passes, tokens=tw.tokens, truncated=tw.truncated, prefix_lookups=tw.lookups,
+        prefix_hits=tw.hits)

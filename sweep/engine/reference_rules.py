@@ -1,0 +1,276 @@
+"""The rules of one step (docs/model.md "One step"), one function each, in the twin's plain
+Python: each reads and changes the ``Twin`` (and the ``Pass`` that rules 3 to 5 build up), so
+that it reads as the rule it implements. The KV block accounting, prefix caching and chunked
+prefill, which several rules share, come first.
+
+Where docs/model.md could be read two ways, the reading taken is marked ``SPEC:`` below.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sweep.engine.reference_state import Seat, Twin, ceil_div
+from sweep.physics import rng, timing
+
+
+@dataclass
+class Pass:
+    """What the step's pass does, built up by rules 3 to 5."""
+
+    decoding: list[Seat]  # running seats past their prefill: each decodes
+    left: float  # prefill tokens the pass may still take (chunked prefill, token budget)
+    # (seat, chunk c, tokens L already in its KV) per prefill
+    prefills: list[tuple[Seat, int, int]] = field(default_factory=list)
+    loads: list[Seat] = field(default_factory=list)  # transferred: one decode over the context
+
+
+# KV blocks and prefix caching.
+
+def held(tw: Twin) -> set[int]:
+    """Prefixes held by running (not preempted) sequences."""
+    return {s.pfx for s in tw.occupied.values() if not s.preempted and s.pfx >= 0}
+
+
+def used(tw: Twin) -> int:
+    """Blocks in use: each sequence's own, and each held prefix's once."""
+    return sum(s.b for s in tw.occupied.values()) + tw.prefix_blocks * len(held(tw))
+
+
+def free(tw: Twin) -> int:
+    return tw.total_blocks - used(tw)
+
+
+def own_blocks(tw: Twin, pfx: int, tokens: int) -> int:
+    """A sequence's own blocks for a context of ``tokens``: a prefix's blocks are shared."""
+    return ceil_div(tokens, tw.block_tokens) - (tw.prefix_blocks if pfx >= 0 else 0)
+
+
+def cost(tw: Twin, pfx: int, tokens: int) -> tuple[int, int]:
+    """(own blocks, blocks taken from the free ones) of a sequence starting a prefill whose
+    context will need ``tokens``: its prefix's too, unless a running sequence holds it."""
+    own = own_blocks(tw, pfx, tokens)
+    return own, (own if pfx < 0 or pfx in held(tw) else own + tw.prefix_blocks)
+
+
+def look_up(tw: Twin, s: Seat) -> bool:
+    """A prefill starts: its prefix (if any) is looked up, a hit if cached, and stamped with
+    the passes before this one."""
+    hit = s.pfx >= 0 and s.pfx in tw.cached
+    if s.pfx >= 0:
+        tw.lookups += 1
+        tw.hits += hit
+        tw.stamps[s.pfx] = tw.passes
+    return hit
+
+
+def evict(tw: Twin) -> None:
+    """At the end of a step: unreferenced cached prefixes live in free blocks, so the oldest
+    (stamp, then id) are evicted while they do not fit."""
+    holding = held(tw)
+    idle = sorted((tw.stamps[c], c) for c in tw.cached if c not in holding)
+    if tw.prefix_blocks == 0 or not idle:
+        return
+    keep = free(tw) // tw.prefix_blocks
+    for _, c in idle[:max(0, len(idle) - keep)]:
+        tw.cached.discard(c)
+
+
+# Chunked prefill (and the token budget).
+
+def prefill_budget(tw: Twin, decoding: list[Seat]) -> float:
+    """The prefill tokens a pass may take: C (unlimited at 0), and no more than a token budget
+    leaves after its decodes, k + 1 tokens each."""
+    left = tw.chunk if tw.chunk > 0 else math.inf
+    if tw.budget > 0:
+        left = min(left, tw.budget - len(decoding) * (tw.k + 1))
+    return left
+
+
+def take_chunk(ps: Pass, s: Seat) -> None:
+    """The seat prefills what it still has to, as far as the pass's budget is left."""
+    c = min(s.todo, ps.left)
+    ps.prefills.append((s, c, s.p + s.g - s.todo))
+    ps.left -= c
+
+
+def continue_prefills(tw: Twin, ps: Pass) -> None:
+    """Sequences mid-prefill take the pass's budget first, in request order."""
+    for s in sorted((s for s in tw.occupied.values() if not s.preempted and s.todo > 0),
+                    key=lambda s: s.req):
+        take_chunk(ps, s)
+
+
+def start_prefill(tw: Twin, ps: Pass, s: Seat) -> None:
+    """A prefill of the seat's whole context (its prompt, or ``p + g`` on readmission) starts;
+    a cached prefix is not redone."""
+    hit = look_up(tw, s)
+    s.todo = s.p + s.g - (tw.prefix_tokens if hit else 0)
+    take_chunk(ps, s)
+
+
+# The rules.
+
+def _advance_tail(tw: Twin) -> None:
+    while tw.tail < len(tw.arrival) and tw.arrival[tw.tail] <= tw.t:
+        tw.tail += 1
+
+
+def idle_jump(tw: Twin) -> None:
+    """1. Idle jump: with no seat occupied and no request waiting, the clock jumps to the next
+    arrival."""
+    _advance_tail(tw)
+    if not tw.occupied and tw.tail == tw.head:
+        # SPEC: the jump is taken only when a request is left to arrive (a_head finite).
+        # Read literally, `t = max(t, a_head)` with no request left (head == N, or padding
+        # with a = +inf) would set t = +inf, and so t_stop = +inf, before rule 2 stops.
+        if tw.head < len(tw.arrival) and math.isfinite(tw.arrival[tw.head]):
+            tw.t = max(tw.t, tw.arrival[tw.head])
+        _advance_tail(tw)
+
+
+def stop(tw: Twin) -> bool:
+    """2. Stop: nothing occupied, waiting or left to arrive, or the end time reached; or
+    (truncated) the step bound reached."""
+    left_to_arrive = tw.tail < len(tw.arrival) and math.isfinite(tw.arrival[tw.tail])
+    if (not tw.occupied and tw.tail == tw.head and not left_to_arrive) or tw.t >= tw.end_time:
+        return True
+    # SPEC (bookkeeping): a step bound counts steps that ran (a pass or a preemption); the
+    # bound truncates only if the run is not done by rule 2 at the next step.
+    tw.truncated = tw.max_steps is not None and tw.steps >= tw.max_steps
+    return tw.truncated
+
+
+def growth(tw: Twin) -> list[Seat] | None:
+    """3. Growth: every running seat past its prefill will decode and may emit
+    ``look = min(k + 1, o - g)`` tokens, and takes the blocks that needs. If they do not all
+    fit, the running seat whose request arrived last is preempted instead and None returned: a
+    zero-time step, with no pass. A sequence mid-prefill holds its blocks and does not decode."""
+    running = [s for s in tw.occupied.values() if not s.preempted]
+    decoding = [s for s in running if s.todo == 0]
+    grows = [max(0, own_blocks(tw, s.pfx, s.p + s.g + min(tw.k + 1, s.o - s.g)) - s.b)
+             for s in decoding]
+    if sum(grows) > free(tw):
+        preempt(tw, max(running, key=lambda s: s.req))
+        return None
+    for s, grow in zip(decoding, grows):
+        s.b += grow
+    return decoding
+
+
+def preempt(tw: Twin, s: Seat) -> None:
+    """The seat frees its blocks but keeps its seat and its tokens; a prefill restarts."""
+    s.b = 0
+    s.todo = 0
+    s.preempted = True
+    tw.preemptions += 1
+
+
+def readmit(tw: Twin, ps: Pass) -> None:
+    """4. Readmission of the earliest preempted request, at most one per step, when its blocks
+    fit and prefill budget is left: it recomputes its whole context."""
+    preempted = [s for s in tw.occupied.values() if s.preempted]
+    if not preempted:
+        return
+    s = min(preempted, key=lambda s: s.req)
+    own, need = cost(tw, s.pfx, s.p + s.g + 1)
+    if need <= free(tw) and ps.left > 0:
+        s.b = own
+        s.preempted = False
+        start_prefill(tw, ps, s)
+
+
+def admit(tw: Twin, ps: Pass) -> None:
+    """5. Admission, FIFO with no skipping, into the free seats in increasing order while the
+    head request's blocks fit and prefill budget is left; under static batching only into an
+    empty server. A transferred admission was prefilled in another pool and just decodes."""
+    if tw.static and tw.occupied:
+        return
+    while tw.head < tw.tail and tw.free_seats and ps.left > 0:
+        i = tw.head
+        own, need = cost(tw, tw.prefix[i], tw.prompt[i] + 1)
+        if need > free(tw):
+            break  # admission stops at the first request that does not fit
+        s = Seat(req=i, p=tw.prompt[i], o=tw.output[i], b=own, pfx=tw.prefix[i])
+        tw.occupied[heapq.heappop(tw.free_seats)] = s
+        tw.head += 1
+        if tw.transferred:
+            ps.prefills.append((s, 0, s.p))  # no chunk to prefill: it emits one token
+            ps.loads.append(s)
+        else:
+            start_prefill(tw, ps, s)
+
+
+def run_pass(tw: Twin, ps: Pass) -> float:
+    """6. The pass: its prefills and decodes, timed by ``timing.pass_time``; returns its end.
+    Integer sums are exact Python ints, then float64. A chunk of c tokens after L already in
+    the KV attends to L + 1 .. L + c keys; a transferred admission decodes once over its
+    cached context."""
+    if not ps.prefills and not ps.decoding and tw.max_steps is None and math.isinf(tw.end_time):
+        # SPEC: an empty pass (nothing to prefill or decode) is run literally (its time is
+        # the pass time of no work), but it means nothing can ever change: the head request
+        # or the earliest preempted one needs more blocks than the whole cache.
+        raise RuntimeError("simulate_reference: no progress possible (a request needs more "
+                           "KV blocks than the cache holds) and no step or time bound")
+    p_tokens = sum(c for _, c, _ in ps.prefills)
+    p_pairs = sum(c * L + c * (c + 1) // 2 for _, c, L in ps.prefills)
+    d_seqs = len(ps.decoding) + len(ps.loads)
+    d_context = sum(s.p + s.g for s in ps.decoding) + sum(s.p for s in ps.loads)
+    duration = timing.pass_time(tw.tparams, np.float64(p_tokens), np.float64(p_pairs),
+                                np.float64(d_seqs), np.float64(d_context), xp=np)
+    return float(np.float64(tw.t) + np.float64(duration))
+
+
+def _chunks_done(tw: Twin, ps: Pass) -> list[tuple[Seat, int]]:
+    """Each prefill's chunk is in the KV now (and with it, once P tokens are, its prefix); a
+    seat whose prompt is done emits one token: the first, or the next after a recompute."""
+    emitted = []
+    for s, c, L in ps.prefills:
+        s.todo -= c
+        if s.pfx >= 0 and L + c >= tw.prefix_tokens:
+            tw.cached.add(s.pfx)
+        if s.todo == 0:
+            emitted.append((s, 1))
+    return emitted
+
+
+def _accepted_drafts(tw: Twin, decoding: list[Seat]) -> list[int]:
+    """Speculative decoding: A = #{j <= k : u < T_j}, the leading run of accepted drafts, from
+    one draw per seat keyed by its request and the decode passes it has taken."""
+    if tw.k == 0 or not decoding:
+        return [0] * len(decoding)
+    idx = np.array([s.req for s in decoding], dtype=np.int64)
+    npass = np.array([s.npass for s in decoding], dtype=np.int64)
+    draws = rng.uniform_bits(tw.seed, idx, npass, xp=np)
+    return (draws[:, None] < tw.thresholds[None, :]).sum(axis=1).tolist()
+
+
+def emit_tokens(tw: Twin, ps: Pass, t_end: float) -> None:
+    """7. Tokens, all at the pass's end: one for each prefill done, and ``min(A + 1, o - g)``
+    for each decoding seat, the ones after the first in a pass 0 s after it."""
+    emitted = _chunks_done(tw, ps)
+    for s, A in zip(ps.decoding, _accepted_drafts(tw, ps.decoding)):
+        emitted.append((s, min(int(A) + 1, s.o - s.g)))
+        s.npass += 1
+    for s, m in emitted:
+        if s.g == 0:
+            tw.first_token[s.req] = t_end  # the first token has no gap
+        else:
+            tw.itl_gaps.append(t_end - s.last)
+        if m > 1:
+            tw.itl_gaps.extend([0.0] * (m - 1))
+        s.g += m
+        s.last = t_end
+        tw.generated[s.req] = s.g
+        tw.tokens += m
+
+
+def complete(tw: Twin, t_end: float) -> None:
+    """8. Completion: a seat whose ``g`` reaches ``o`` finishes and frees its seat and blocks."""
+    for seat_index in [j for j, s in tw.occupied.items() if s.g >= s.o]:
+        s = tw.occupied.pop(seat_index)
+        tw.finish[s.req] = t_end
+        heapq.heappush(tw.free_seats, seat_index)
