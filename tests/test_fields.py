@@ -8,7 +8,7 @@ import pytest
 
 from sweep.study import keytables
 from sweep.study.design import Design
-from sweep.study.errors import DoesNotFit, FieldError
+from sweep.errors import DoesNotFit, FieldError
 from sweep.study.fields import COLUMNS, DESIGN_FIELDS, FIELDS, KEYS, TEXT_COLUMNS, WORKLOAD_FIELDS
 from sweep.study.uncertainty import FACTORS
 from sweep.study.workload import Workload

@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sweep.errors import FieldError
+
 
 @dataclass(frozen=True)
 class Model:
@@ -87,9 +89,9 @@ def load_hf_config(path: str | Path, name: str | None = None) -> Model:
     try:
         cfg = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"model.config_json: cannot read {str(path)!r}: {exc}") from None
+        raise FieldError("model.config_json", f"cannot read {str(path)!r}: {exc}") from None
     if not isinstance(cfg, dict):
-        raise ValueError(f"model.config_json: {str(path)!r} is not a JSON object")
+        raise FieldError("model.config_json", f"{str(path)!r} is not a JSON object")
     required = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
                 "vocab_size", "max_position_embeddings")
 
@@ -98,16 +100,14 @@ def load_hf_config(path: str | Path, name: str | None = None) -> Model:
 
     missing = [k for k in required if not positive_int(cfg.get(k))]
     if missing:
-        raise ValueError(
-            f"model.config_json: {str(path)!r} lacks positive integer field(s) {', '.join(missing)}"
-        )
+        raise FieldError("model.config_json", f"{str(path)!r} lacks positive integer field(s) "
+                                              f"{', '.join(missing)}")
     optional = ("num_key_value_heads", "head_dim", "num_local_experts", "num_experts",
                 "num_experts_per_tok", "moe_intermediate_size")
     bad = [k for k in optional if cfg.get(k) is not None and not positive_int(cfg[k])]
     if bad:
-        raise ValueError(
-            f"model.config_json: {str(path)!r} has non-positive-integer field(s) {', '.join(bad)}"
-        )
+        raise FieldError("model.config_json", f"{str(path)!r} has non-positive-integer field(s) "
+                                              f"{', '.join(bad)}")
     layers, hidden, heads = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"]
     kv_heads = cfg.get("num_key_value_heads") or heads
     head_dim = cfg.get("head_dim") or hidden // heads

@@ -18,10 +18,10 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sweep.errors import ConfigError, FieldError, clip, got, one_line, show
 from sweep.physics.models import CATALOG as MODEL_CATALOG
 from sweep.physics.models import load_hf_config
 from sweep.physics.profile import load_profile
-from sweep.study.errors import ConfigError, clip, got, one_line, show
 from sweep.study.fields import COLUMNS, KEYS, SECTIONS, WORKLOAD_FIELDS
 from sweep.study.grid import Point, build, check_size, parse_excludes
 from sweep.study.lengths import LENGTH_KEYS, LENGTH_USES, Lengths, length_columns
@@ -276,9 +276,8 @@ class _Parser(Reader):
         if rel not in self.traces:
             try:
                 self.traces[rel] = load_trace(self.resolve(rel), name=rel)
-            except ValueError as exc:
-                msg = re.sub(r"^workload\.trace:\s*", "", str(exc))
-                raise self.err(parts, msg) from None
+            except FieldError as exc:
+                raise self.err(parts, exc.reason) from None
         return self.traces[rel]
 
     def apply_profile(self, hw):
@@ -312,9 +311,8 @@ class _Parser(Reader):
                                   f"at most {MAX_MODEL_FILE} bytes")
         try:
             model = load_hf_config(p)
-        except ValueError as exc:
-            msg = re.sub(r"^model\.config_json:\s*", "", str(exc))
-            raise self.err(parts, f"{msg}; {allowed}") from None
+        except FieldError as exc:
+            raise self.err(parts, f"{exc.reason}; {allowed}") from None
         except RecursionError:
             raise self.err(parts, f"{show(str(p))} is nested too deeply; {allowed}") from None
         if model.head_dim < 1 or model.kv_heads > model.heads:

@@ -7,12 +7,12 @@ from typing import NamedTuple
 
 import numpy as np
 
+from sweep.errors import DoesNotFit, FieldError
 from sweep.physics.hardware import GPU, get_gpu
 from sweep.physics.memory import DEFAULT_PROFILE_TOKENS, memory_budget
 from sweep.physics.models import Model, get_model
 from sweep.physics.rng import acceptance_thresholds
 from sweep.physics.timing import TimingParams, timing_params
-from sweep.study.errors import DoesNotFit, FieldError
 from sweep.study.fields import (ACTIVATION_BITS, DEFAULT_KV_LINK_GBPS, DESIGN_FIELDS,
                                 MAX_DRAFT_TOKENS, Range, check, declared)
 

@@ -13,10 +13,10 @@ import dataclasses
 import math
 from typing import NamedTuple
 
+from sweep.errors import FieldError
 from sweep.physics.hardware import CATALOG as GPU_CATALOG
 from sweep.physics.memory import DEFAULT_OVERHEAD_FRACTION
 from sweep.physics.models import CATALOG as MODEL_CATALOG
-from sweep.study.errors import FieldError
 from sweep.study.lengths import LENGTH_KEYS, Lengths
 
 BATCHING = ("one_at_a_time", "static", "continuous")

@@ -6,9 +6,9 @@ import itertools
 import math
 from dataclasses import dataclass
 
+from sweep.errors import ConfigError, DoesNotFit, FieldError, got, one_line, show
 from sweep.physics.hardware import CATALOG as GPU_CATALOG
 from sweep.study.design import Design
-from sweep.study.errors import ConfigError, DoesNotFit, FieldError, got, one_line, show
 from sweep.study.fields import (ATTRS, COLUMNS, DESIGN_FIELDS, FIELDS, KEYS, MAX_REQUESTS,
                                 WORKLOAD_FIELDS)
 from sweep.study.lengths import length_columns

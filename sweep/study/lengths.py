@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sweep.study.errors import FieldError
+from sweep.errors import FieldError
 
 DISTS = ("fixed", "exponential", "uniform", "lognormal")
 #: A length table's keys; each distribution uses some of them (the others are refused).

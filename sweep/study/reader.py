@@ -6,7 +6,7 @@ import math
 import re
 from pathlib import Path
 
-from sweep.study.errors import ConfigError, got, key_text, show
+from sweep.errors import ConfigError, got, key_text, show
 
 _ARRAY_HEADER = re.compile(r"^\s*\[\[\s*([^\[\]]*?)\s*\]\]\s*(?:#.*)?$")
 _TABLE_HEADER = re.compile(r"^\s*\[\s*([^\[\]]*?)\s*\]\s*(?:#.*)?$")

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 
 from sweep.analysis.metrics import METRICS
-from sweep.study.errors import got, show
+from sweep.errors import got, show
 from sweep.study.fields import COLUMNS, NUMERIC_COLUMNS, TEXT_COLUMNS
 from sweep.study.reader import Reader
 

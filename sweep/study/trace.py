@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sweep.errors import FieldError
+
 #: Accepted column sets: (arrival, prompt, output).
 COLUMN_SETS = (("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
                ("arrival_s", "prompt_tokens", "output_tokens"))
@@ -54,8 +56,8 @@ class Trace:
         return (count - 1) / span if span > 0 else math.nan
 
 
-def _fail(path, what: str) -> ValueError:
-    return ValueError(f"workload.trace: {path}: {what}")
+def _fail(path, what: str) -> FieldError:
+    return FieldError("workload.trace", f"{path}: {what}")
 
 
 def _read_table(path: Path):

@@ -15,9 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from sweep.errors import FieldError
 from sweep.execution import executables
 from sweep.physics.numerics import running_sum
-from sweep.study.errors import FieldError
 from sweep.study.fields import ARRIVALS, WORKLOAD_FIELDS, check, declared
 from sweep.study.lengths import DISTS, Lengths
 from sweep.study.trace import Trace
