@@ -3,7 +3,7 @@ import jax
 import numpy as np
 import pytest
 
-from sweep.engine.core import _ceil_div
+from sweep.engine.arith import ceil_div
 from sweep.execution.batch import run_batch, stack
 from sweep.physics.numerics import running_sum
 from sweep.physics.timing import pass_time
@@ -69,7 +69,7 @@ def test_block_counts_are_exact_integer_ceilings():
                         np.broadcast_to(np.array([0, 1, 2**31 - 2**25], np.int32),
                                         (len(blocks), 3))], axis=1)
     b = np.broadcast_to(blocks[:, None], a.shape)
-    got = np.asarray(jax.jit(_ceil_div)(a, b))
+    got = np.asarray(jax.jit(ceil_div)(a, b))
     np.testing.assert_array_equal(got, -(-a.astype(np.int64) // b))
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from sweep.api import simulate
-from sweep.engine import core
+from sweep.engine import lanes
 from sweep.execution import executables
 from sweep.study.design import Design
 from sweep.study.workload import Lengths, Workload
@@ -198,7 +198,7 @@ def test_the_engine_loaded_from_disk_gives_the_same_bits(store, monkeypatch):
         def lower(self, *args, **kwargs):
             raise AssertionError("traced again")
 
-    monkeypatch.setattr(core, "_SIMULATE_BATCH", {True: Untraceable(), False: Untraceable()})
+    monkeypatch.setattr(lanes, "_SIMULATE_BATCH", {True: Untraceable(), False: Untraceable()})
     again = simulate(designs, workload, seeds=2)
     pd.testing.assert_frame_equal(first.metrics, again.metrics)
     pd.testing.assert_frame_equal(first.requests, again.requests)

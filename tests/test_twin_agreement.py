@@ -279,7 +279,7 @@ def test_results_do_not_depend_on_where_decode_runs_are_cut(cases):
     for name in runs[0]._fields:
         np.testing.assert_array_equal(np.asarray(getattr(runs[0], name)),
                                       np.asarray(getattr(runs[1], name)), err_msg=name)
-    # Without the speculating ones, the call takes the plain decode run (engine._plain_run):
+    # Without the speculating ones, the call takes the plain decode run (engine.decode.plain_run):
     # the same bits again, truncation included.
     plain = [i for i, b in enumerate(static) if params[b].draft_tokens == 0]
     alone = simulate_batch(stack([params[static[i]] for i in plain]),
@@ -299,7 +299,7 @@ def _assert_outputs_equal(out, ref, rows) -> None:
 
 def test_calls_without_speculation_take_the_plain_decode_run_to_the_same_bits(cases):
     """A call in which no simulation speculates takes the plain decode run from its first step
-    (engine._plain_run); in the mixed call the same designs took the general one while a
+    (engine.decode.plain_run); in the mixed call the same designs took the general one while a
     speculating simulation ran. Their results are equal to the bit, so the plain run agrees
     with the twin as the general one does."""
     designs, params, reqs, out, _ = cases

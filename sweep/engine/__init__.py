@@ -1,6 +1,21 @@
-"""The JAX engine (a fixed-step ``lax.scan`` over pure rules) and its event-driven reference twin."""
-from sweep.engine.core import (DEFAULT_LOOKAHEAD, DEFAULT_STATIC_LOOKAHEAD, simulate_batch,
-                               smallest_chunk, step, uses_extensions)
+"""The JAX engine and its event-driven reference twin (``reference``), both by the rules of
+docs/model.md.
+
+The engine is pure rules over a fixed-shape state, ``lax.scan`` over steps and ``vmap`` over a
+batch of designs x workloads x seeds. A step is one general pass (the rules as written) followed
+by a decode run: up to ``lookahead`` further passes in which nothing but decoding can happen,
+taken at once. Its modules, in the order a step uses them:
+
+- ``state``: the state, per-simulation constants and outputs; ``seats_of``, ``needs_pass``;
+- ``scheduling``: rules 1-5 (the clock; growth and preemption, readmission, admission);
+- ``passes``: rules 6-9 (the pass, tokens, completion) and ``general_pass``, their composition;
+- ``extensions``: prefix caching and chunked prefill's part of each rule, compiled in only for
+  a batch that uses them;
+- ``decode``: the decode runs;
+- ``lanes``: ``step``, and ``simulate_batch``, the entry, over a pool of lanes.
+"""
+from sweep.engine.extensions import smallest_chunk, uses_extensions
+from sweep.engine.lanes import DEFAULT_LOOKAHEAD, DEFAULT_STATIC_LOOKAHEAD, simulate_batch, step
 from sweep.engine.state import (ITL_BINS, ITL_HI_S, ITL_LO_S, ITL_LOG_WIDTH, EngineOutput,
                                 EngineState, itl_bin, needs_pass)
 

@@ -89,7 +89,8 @@ class EngineOutput(NamedTuple):
     itl_hist: jax.Array
     steps: jax.Array
     passes: jax.Array
-    overflow: jax.Array  # bool: the seat array held back an admission; results are partial, rerun wider
+    overflow: jax.Array  # bool: the seat array held back an admission (the results are partial:
+    # rerun it wider)
     truncated: jax.Array  # bool: hit the step bound before finishing
     prefix_lookups: jax.Array  # i32 prefills that looked a prefix up
     prefix_hits: jax.Array  # i32 of which hit

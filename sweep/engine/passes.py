@@ -1,0 +1,192 @@
+"""Rules 6-9 of docs/model.md ("One step"): the pass, its tokens and completions, and the clock
+after it; and the general pass, the composition of all nine. Each rule is a pure function of the
+parameters, the state and the earlier rules' results; ``x`` is prefix caching and chunked
+prefill's view of the pass (``extensions.Held``), None when the engine is compiled without
+them."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from sweep.engine.extensions import Budget, Held, budget, cache_after, chunks, completes, held
+from sweep.engine.scheduling import (Admission, Growth, Readmission, admission, growth, idle_jump,
+                                     readmission, stop)
+from sweep.engine.state import (Aux, EngineState, Extensions, Seats, arrived, itl_bin, needs_pass,
+                                seats_of)
+from sweep.physics.rng import uniform_bits
+from sweep.physics.timing import pass_time
+from sweep.study.design import EngineParams
+from sweep.study.workload import Requests
+
+
+def accepted(p: EngineParams, seed, req, npass, k_max: int):
+    """Accepted draft tokens of a decode pass (docs/model.md, "Speculative decoding"): one
+    24-bit draw against p**j thresholds."""
+    if k_max == 0:
+        return jnp.zeros(jnp.broadcast_shapes(req.shape, npass.shape), jnp.int32)
+    u = uniform_bits(seed, req, npass, xp=jnp)
+    # Thresholds past the design's k are 0; a sum of k_max compares fuses into one loop.
+    return sum((u < p.accept_thresholds[j]).astype(jnp.int32) for j in range(k_max))
+
+
+class Pass(NamedTuple):
+    """Rule 6's outcome."""
+
+    decode: jax.Array  # bool[S] seats that decode in it
+    prefill: jax.Array  # i32[S] prompt tokens each seat prefills
+    todo: jax.Array | None  # i32[S] chunked prefill: prompt tokens each seat had left before it
+    dt: jax.Array  # f64 its duration (0: no pass)
+    t_end: jax.Array  # f64 the clock at its end
+
+
+def the_pass(p: EngineParams, s: EngineState, seats: Seats, t, g: Growth, ra: Readmission,
+             ad: Admission, x: Held | None = None, b: Budget | None = None) -> Pass:
+    """Rule 6: a pass from ``t`` prefills the admitted and readmitted requests (under chunked
+    prefill, each prefilling seat's chunk) and decodes every seat that grew in rule 3; it takes
+    ``timing.pass_time``."""
+    decode = g.decoding & g.work
+    # A transferred request (a decode pool's) is not prefilled: its admission decodes one token
+    # over its cached context (docs/model.md "Disaggregated prefill and decode").
+    load = ad.new & p.transferred
+    if x is None:
+        todo = None
+        prefill = jnp.where(ad.new & ~load, ad.prompt, 0) + jnp.where(ra.seat, ra.length, 0)
+        pairs = prefill.astype(jnp.int64) * (prefill + 1) // 2
+    else:
+        todo, prefill, pairs = chunks(s, seats, x, b, ra, ad)
+    f64 = jnp.float64
+    dt = pass_time(p.timing, prefill.sum(dtype=f64), pairs.sum(dtype=f64),
+                   (decode | load).sum(dtype=f64),
+                   (jnp.where(decode, seats.ctx, 0) + jnp.where(load, ad.prompt, 0)).sum(dtype=f64),
+                   xp=jnp)
+    dt = jnp.where(g.work, dt, 0.0)
+    return Pass(decode, prefill, todo, dt, t + dt)
+
+
+class Tokens(NamedTuple):
+    """Rule 7's outcome."""
+
+    decoded: jax.Array  # i32[S] tokens each decoding seat emits
+    completes: jax.Array  # bool[S] its prefill completes: it emits a token
+    emitted: jax.Array  # i32[S]
+    itl_hist: jax.Array  # i32[ITL_BINS] the gap histogram with the pass's gaps
+    todo: jax.Array | None  # i32[S] chunked prefill: prompt tokens left after the pass
+
+
+def tokens(s: EngineState, g: Growth, ra: Readmission, ad: Admission, ps: Pass, drafts,
+           x: Held | None = None) -> Tokens:
+    """Rule 7: at the end of the pass a completed prefill emits one token and a decoding seat
+    min(A + 1, o - g) (A: its ``drafts`` accepted). Every decoding seat emitted its previous
+    token at the pass's start, so its gap is the pass time; only a seat completing a recompute
+    has a gap of its own."""
+    decoded = jnp.where(ps.decode, jnp.minimum(drafts + 1, s.seat_output - s.seat_gen), 0)
+    n_decode = ps.decode.sum(dtype=jnp.int32)
+    if x is None:
+        todo, done = None, ad.new | ra.seat
+        gaps = jnp.stack([itl_bin(ps.dt), itl_bin(ps.t_end - s.seat_last[ra.index])])
+        counts = jnp.stack([n_decode, ra.ok.astype(jnp.int32)])
+    else:
+        todo, done = completes(x, g.work, ra, ad, ps)
+        stalls = done & ~ad.new & (s.seat_gen > 0)
+        gaps = jnp.concatenate([itl_bin(ps.dt)[None], itl_bin(ps.t_end - s.seat_last)])
+        counts = jnp.concatenate([n_decode[None], stalls.astype(jnp.int32)])
+    return Tokens(decoded, done, decoded + done, s.itl_hist.at[gaps].add(counts), todo)
+
+
+class Completion(NamedTuple):
+    """Rule 8's outcome."""
+
+    seat_req: jax.Array  # i32[S] each seat's request (the finished ones' too)
+    gen: jax.Array  # i32[S] its tokens generated
+    done: jax.Array  # bool[S] it finishes
+    blocks: jax.Array  # i32[S] blocks held, the finished seats' freed
+    seat_pre: jax.Array  # bool[S] preempted
+    in_use: jax.Array  # i32 blocks in use after the pass's allocations, before finished seats free
+    first: jax.Array  # f64[N+S] first-token times
+    finish: jax.Array  # f64[N] finish times
+    ext: Extensions
+
+
+def completion(p: EngineParams, r: Requests, s: EngineState, seats: Seats, g: Growth,
+               ra: Readmission, ad: Admission, ps: Pass, tk: Tokens,
+               x: Held | None = None) -> Completion:
+    """Rule 8: a seat whose g reaches o finishes at the end of the pass and frees its seat and
+    blocks. Under prefix caching the cache is then updated (``extensions.cache_after``)."""
+    n, nseat = r.arrival.shape[0], seats.index.shape[0]
+    seat_req = jnp.where(ad.new, ad.req, s.seat_req)
+    if x is None:
+        gen = jnp.where(ad.new, 1, s.seat_gen + tk.emitted)
+        # Admitted requests are the contiguous window head..head+m-1: a slice update, no scatter.
+        window_first = lax.dynamic_slice(s.first, (s.head,), (nseat,))
+        first = lax.dynamic_update_slice(
+            s.first, jnp.where(seats.index < ad.count, ps.t_end, window_first), (s.head,))
+    else:
+        gen = jnp.where(ad.new, 0, s.seat_gen) + tk.emitted
+        first_tok = tk.completes & (jnp.where(ad.new, 0, s.seat_gen) == 0)
+        first = s.first.at[jnp.where(first_tok, seat_req, n + nseat)].set(ps.t_end, mode="drop")
+    done = (tk.emitted > 0) & (gen >= jnp.where(ad.new, ad.output, s.seat_output))
+    blocks = jnp.where(ad.new, ad.own, jnp.where(ra.seat, ra.own, g.blocks))
+    c = Completion(seat_req, gen, done, jnp.where(done, 0, blocks),
+                   g.seat_pre & ~ra.seat & ~done, blocks.sum(dtype=jnp.int32), first,
+                   s.finish.at[jnp.where(done, seat_req, n)].set(ps.t_end, mode="drop"), s.ext)
+    if x is None:
+        return c
+    ext, prefixes = cache_after(p, r, s, seats, x, ra, ad, tk, c)
+    return c._replace(ext=ext, in_use=c.in_use + prefixes)
+
+
+def advance(aux: Aux, s: EngineState, live, halt, tail, g: Growth, ad: Admission, ps: Pass,
+            tk: Tokens, c: Completion) -> EngineState:
+    """Rule 9, t = t_end (for a ``live`` simulation; ``halt``: rule 2 stopped it), and the rest
+    of the state after the pass: its seats, and the counts it adds to."""
+    return s._replace(
+        t=jnp.where(live, ps.t_end, s.t),
+        head=s.head + ad.count,
+        tail=arrived(aux, ps.t_end, s.finish.shape[0]),
+        seat_req=jnp.where(c.done, -1, c.seat_req),
+        seat_prompt=jnp.where(ad.new, ad.prompt, s.seat_prompt),
+        seat_output=jnp.where(ad.new, ad.output, s.seat_output),
+        seat_gen=jnp.where(c.done, 0, c.gen),
+        seat_npass=jnp.where(ad.new | c.done, 0, s.seat_npass + ps.decode),
+        seat_blocks=c.blocks,
+        seat_pre=c.seat_pre,
+        seat_last=jnp.where(tk.emitted > 0, ps.t_end, s.seat_last),
+        first=c.first, finish=c.finish,
+        finished=s.finished + c.done.sum(dtype=jnp.int32),
+        tokens=s.tokens + tk.emitted.sum(dtype=jnp.int64),
+        preemptions=s.preemptions + g.preempt.astype(jnp.int32),
+        max_queue=jnp.maximum(s.max_queue, jnp.where(g.work, tail - s.head - ad.count, 0)),
+        peak_blocks=jnp.maximum(s.peak_blocks, jnp.where(g.work, c.in_use, 0)),
+        busy=s.busy + ps.dt, itl_hist=tk.itl_hist,
+        itl_zero=s.itl_zero + jnp.where(ps.decode, tk.decoded - 1, 0).sum(dtype=jnp.int32),
+        steps=s.steps + (live & ~halt).astype(jnp.int32),
+        passes=s.passes + g.work.astype(jnp.int32),
+        overflow=s.overflow | ad.overflow,
+        # An overflowed result is discarded (rerun wider), so it need not run on.
+        done=s.done | (live & halt) | ad.overflow,
+        ext=c.ext,
+    )
+
+
+def general_pass(p: EngineParams, r: Requests, aux: Aux, ext: bool, s: EngineState,
+                 drafts) -> EngineState:
+    """One engine pass (or one preemption) by the rules: docs/model.md, "One step", in which
+    each seat's draft accepts ``drafts`` tokens if it decodes. ``ext`` compiles in prefix
+    caching and chunked prefill; without it the pass is exactly the plain rules'. A simulation
+    that does not ``needs_pass`` is left as it is."""
+    live = needs_pass(p, aux, s)
+    seats = seats_of(s)
+    x = held(p, r, s, seats) if ext else None
+    t, tail = idle_jump(r, aux, s, seats, live)
+    halt = stop(r, s, seats, t)
+    g = growth(p, s, seats, live & ~halt, x)
+    b = budget(p, s, x, g.decoding, g.work) if ext else None
+    ra = readmission(p, r, s, seats, g, x, b)
+    ad = admission(p, r, aux, s, seats, tail, g, ra, x)
+    ps = the_pass(p, s, seats, t, g, ra, ad, x, b)
+    tk = tokens(s, g, ra, ad, ps, drafts, x)
+    c = completion(p, r, s, seats, g, ra, ad, ps, tk, x)
+    return advance(aux, s, live, halt, tail, g, ad, ps, tk, c)
