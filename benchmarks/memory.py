@@ -24,8 +24,9 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from sweep.execution.runner import (SMALL_SEATS, calls_in_flight, memory_budget_bytes, plan_chunks,
-                                    run_study, study_bytes)
+from sweep.execution.memory import memory_budget_bytes, study_bytes
+from sweep.execution.planning import SMALL_SEATS, calls_in_flight, plan_chunks
+from sweep.execution.runner import run_study
 from sweep.study.config import load_study
 
 BRIEF = Path(__file__).resolve().parents[1] / "configs" / "serve_a_model.toml"

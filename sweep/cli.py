@@ -161,7 +161,8 @@ def _cmd_run(args) -> int:
     from sweep.analysis.results import PARTS, next_part, read_parts, write_part
     from sweep.execution import executables
     from sweep.execution.cluster import barrier, initialize, resolve
-    from sweep.execution.runner import default_progress, iter_chunks, plan_chunks
+    from sweep.execution.progress import default_progress
+    from sweep.execution.runner import iter_chunks, plan_chunks
     from sweep.execution.workers import check as check_processes
     from sweep.execution.workers import default_processes
     from sweep.study.config import load_study
@@ -289,7 +290,7 @@ def _check_out(out: Path, args, manifest: dict) -> dict | None:
 def _prepare_out(out: Path, force: bool, manifest: dict | None, study, per_request: bool,
                  started: str) -> None:
     from sweep.analysis.results import start_parts
-    from sweep.execution.runner import grid_table
+    from sweep.analysis.tables import grid_table
 
     if manifest is None:
         return
@@ -315,7 +316,7 @@ def _finish(out: Path, partial, strict: bool, wall: float | None = None) -> int:
     command's wall time (``wall``; a merge states the engine calls' time instead)."""
     from sweep.analysis.report import render, verdict
     from sweep.analysis.results import write_results
-    from sweep.execution.runner import aggregate, requests_table, runs_table
+    from sweep.analysis.tables import aggregate, requests_table, runs_table
     from sweep.study.config import Limit
 
     meta = dict(partial.manifest["meta"])
@@ -346,7 +347,8 @@ def _cmd_capacity(args) -> int:
     from sweep.analysis.report import render_capacity
     from sweep.analysis.results import CAPACITY_PARTS, write_capacity_part, write_results
     from sweep.execution import executables
-    from sweep.execution.runner import default_progress, run_study
+    from sweep.execution.progress import default_progress
+    from sweep.execution.runner import run_study
     from sweep.study.config import load_study
 
     cache = os.environ.get("SERVESWEEP_CACHE", Path.home() / ".cache" / "servesweep")
@@ -566,7 +568,7 @@ def _cmd_validate(args) -> int:
     from sweep.analysis.validate import (DEFAULT_OUT, check_out, compare, load_cases, metadata,
                                          overloaded, plan, render, simulate, write)
     from sweep.execution import executables
-    from sweep.execution.runner import default_progress
+    from sweep.execution.progress import default_progress
 
     cache = os.environ.get("SERVESWEEP_CACHE", Path.home() / ".cache" / "servesweep")
     executables.use(Path(cache) / "executables")

@@ -144,10 +144,10 @@ def test_example_tour_runs_on_the_results(small_run, tmp_path):
 def test_narrow_first_try_reruns_overflowing_simulations(small_run, monkeypatch):
     """Runs first tried with fewer seats than max_batch equal the engine with every seat: the
     ones the narrow seat array held back are detected and rerun."""
-    from sweep.execution import runner
+    from sweep.execution import planning, runner
 
     cfg, out = small_run
-    monkeypatch.setattr(runner, "SMALL_SEATS", 2)
+    monkeypatch.setattr(planning, "SMALL_SEATS", 2)
     res = runner.run_study(load_study(cfg))
     assert res.compile_groups == 2  # some simulations overflowed two seats and were rerun
     pd.testing.assert_frame_equal(res.runs, pd.read_parquet(out / "runs.parquet"))

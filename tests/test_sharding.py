@@ -9,7 +9,7 @@ import jax
 import pandas as pd
 import pytest
 
-from sweep.execution import executables, runner
+from sweep.execution import executables, planning, runner
 from sweep.execution import workers as local_workers
 from sweep.execution.runner import run_study
 from sweep.execution.workers import check as check_processes
@@ -63,7 +63,7 @@ def test_calls_in_flight_at_once_give_the_same_rows(monkeypatch):
     any order): the same rows, to the bit."""
     rows = []
     for workers in (1, 3):
-        monkeypatch.setattr(runner, "calls_in_flight", lambda w=workers: w)
+        monkeypatch.setattr(planning, "calls_in_flight", lambda w=workers: w)
         chunks = list(runner.iter_chunks(parse_study(STUDY), chunk_size=2, per_request=True))
         assert len(chunks) >= workers  # three calls, when three run at once
         rows.append([pd.concat([getattr(c, t) for c in chunks]).sort_values(
@@ -112,10 +112,10 @@ def test_a_cpu_call_takes_fewer_lanes_in_a_wider_tier():
     """By default a CPU call's lanes x seats stay within ``CPU_SEAT_LANES`` (its decode run's
     arrays in a core's cache); a chunk size the user sets is every tier's lanes."""
     study = parse_study(STUDY)
-    plan = runner.plan_chunks(study)
+    plan = planning.plan_chunks(study)
     for seats in (1, 8, 64, 256, 4096):
-        assert 1 <= plan.lanes(seats) <= runner.CPU_LANES_MAX
-        assert plan.lanes(seats) * seats <= max(runner.CPU_SEAT_LANES, seats)
+        assert 1 <= plan.lanes(seats) <= planning.CPU_LANES_MAX
+        assert plan.lanes(seats) * seats <= max(planning.CPU_SEAT_LANES, seats)
     assert plan.lanes(256) < plan.lanes(64)
-    chosen = runner.plan_chunks(study, chunk_size=5)
+    chosen = planning.plan_chunks(study, chunk_size=5)
     assert [chosen.lanes(seats) for seats in (8, 64, 256)] == [5, 5, 5]

@@ -4,7 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sweep.execution.runner import aggregate, run_study
+from sweep.analysis.tables import aggregate
+from sweep.execution.runner import run_study
 from sweep.physics.hardware import get_gpu
 from sweep.study.config import ConfigError, Limit, parse_study
 from sweep.study.uncertainty import Uncertain, draws

@@ -150,7 +150,7 @@ class Runner:
     fleet of it. A resumed search replays its rounds from ``saved`` without simulating them
     again."""
 
-    def __init__(self, study: Study, run: Callable[[Study, tuple[int, int]], pd.DataFrame],
+    def __init__(self, study: Study, run: Callable[[Study, int], pd.DataFrame],
                  saved: pd.DataFrame | None = None, on_round: Callable | None = None):
         self.study, self.run, self.on_round = study, run, on_round
         self.nominal = 0  # simulations every batch's call shapes are planned for
@@ -168,10 +168,7 @@ class Runner:
             return
         sub = dataclasses.replace(self.study, points=[_at_rate(p, r) for _, _, p, r in todo],
                                   seeds=list(seeds), brief=[], axes=["arrival_rate"])
-        # Request slots rounded up to a power of two: few shapes to compile, and the draws
-        # of the slots in use do not depend on how many there are.
-        slots = max(p.workload.capacity for p in sub.points)
-        runs = self.run(sub, (self.nominal, 1 << (slots - 1).bit_length()))
+        runs = self.run(sub, self.nominal)
         new = []
         for rec in runs.to_dict("records"):
             i, f, _, r = todo[rec["design"]]

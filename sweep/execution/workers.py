@@ -5,12 +5,12 @@ process runs a call's ~200 small kernels per step on one thread; a pool of two h
 them between threads, and a `perf` profile of one process on 2 cores found 31% of the CPU time
 in the runtime. The brief's steady state ran 1.35-1.93x faster as two pinned processes
 (benchmarks/README.md). With a cache set (``sweep run`` always sets one), the workers
-compile the tiers in turn and load each other's executables (``executables``); each still
-starts its own Python and JAX, so a small study gains nothing.
+compile the call groups in turn and load each other's executables (``executables``); each
+still starts its own Python and JAX, so a small study gains nothing.
 
-A worker is ``python -m sweep.execution.workers FD``: it reads its job (a pickle) on stdin, writes its
-chunks (pickles, then None or the error) on file descriptor FD, and stops starting calls once
-anything (a byte, or the end of the stream) arrives on stdin.
+A worker is ``python -m sweep.execution.workers FD``: it reads its job (a pickle) on stdin,
+writes its chunks (pickles, then None or the error) on file descriptor FD, and stops starting
+calls once anything (a byte, or the end of the stream) arrives on stdin.
 """
 from __future__ import annotations
 
@@ -57,7 +57,8 @@ def in_processes(study, processes: int, *, share: tuple[int, int], skip, progres
     import jax
 
     from sweep.execution import executables
-    from sweep.execution.runner import Tally, share_of
+    from sweep.execution.planning import share_of
+    from sweep.execution.progress import Tally
 
     check(processes)
     cores = sorted(os.sched_getaffinity(0))
@@ -114,7 +115,7 @@ def _main(fd: int) -> None:
     import jax
 
     from sweep.execution import executables
-    from sweep.execution.runner import iter_chunks
+    from sweep.execution.scheduler import local_chunks
 
     xla_cache, executables_dir = cache
     if xla_cache:
@@ -126,7 +127,7 @@ def _main(fd: int) -> None:
         return bool(select.select([sys.stdin], [], [], 0)[0])
 
     try:
-        for chunk in iter_chunks(study, stop=stop, **job):
+        for chunk in local_chunks(study, stop=stop, **job):
             pickle.dump(chunk, out)
             out.flush()
         pickle.dump(None, out)

@@ -1,0 +1,145 @@
+"""Rows to tables: a call's rows, the (design, seed)-ordered runs from rows in any order, the
+Parquet schema's types, and the means over seeds with their confidence intervals."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from sweep.analysis.metrics import METRICS
+from sweep.study.config import Study
+
+_DTYPES = {"f8": "float64", "i8": "int64", "b": "bool"}
+
+
+def call_metrics(sims: list, mets: dict, rows, drawn: dict, uncertain) -> pd.DataFrame:
+    """Design, seed, the factors drawn for its seed (``uncertain``) and every metric of each
+    of ``sims`` (their ``point`` and ``seed``), found at rows ``rows`` of ``mets``."""
+    return pd.DataFrame({
+        "design": np.array([s.point for s in sims], dtype=np.int64),
+        "seed": np.array([s.seed for s in sims], dtype=np.int64),
+        **{c: np.array([drawn[s.seed][c] for s in sims], dtype=np.float64) for c in uncertain},
+        **{k: mets[k][rows].astype(_DTYPES[kind]) for k, kind in METRICS.items()}})
+
+
+def call_requests(sims: list, reqs, out, rows) -> pd.DataFrame:
+    """Per-request rows of the simulations ``sims``, found at batch rows ``rows``."""
+    rows = np.asarray(rows, dtype=np.int64)
+    arrival = np.asarray(reqs.arrival)[rows]
+    real = np.isfinite(arrival)
+    n = arrival.shape[1]
+    design = np.repeat([s.point for s in sims], n).reshape(len(sims), n)
+    seed = np.repeat([s.seed for s in sims], n).reshape(len(sims), n)
+    return pd.DataFrame({
+        "design": design[real].astype(np.int64), "seed": seed[real].astype(np.int64),
+        "request": np.tile(np.arange(n, dtype=np.int64), (len(sims), 1))[real],
+        "arrival_s": arrival[real],
+        "prompt_tokens": np.asarray(reqs.prompt)[rows][real].astype(np.int64),
+        "output_tokens": np.asarray(reqs.output)[rows][real].astype(np.int64),
+        "first_token_s": np.asarray(out.first)[rows][real],
+        "finish_s": np.asarray(out.finish)[rows][real],
+        "generated": np.asarray(out.generated)[rows][real].astype(np.int64),
+    })
+
+
+def grid_table(study: Study) -> pd.DataFrame:
+    """One typed row per grid point: ``design`` and every column of the config."""
+    return typed(pd.DataFrame([{"design": i, **p.columns} for i, p in enumerate(study.points)]))
+
+
+def runs_table(grid: pd.DataFrame, metrics: pd.DataFrame, seeds: list[int]) -> pd.DataFrame:
+    """The grid's columns, ``seed`` and the metrics, one row per design x seed in (design, seed)
+    order, from metric rows in any order; refuses missing or repeated simulations."""
+    key = pd.MultiIndex.from_frame(metrics[["design", "seed"]])
+    if key.has_duplicates:
+        d, s = key[key.duplicated()][0]
+        raise ValueError(f"runs: design {d} seed {s} was simulated twice (two processes with "
+                         "the same process id?); allowed: each simulation once")
+    want = pd.MultiIndex.from_product([grid["design"], seeds], names=["design", "seed"])
+    missing = want.difference(key, sort=False)
+    if len(missing):
+        raise ValueError(f"runs: {len(missing)} of {len(want)} simulations are missing (e.g. "
+                         f"design {missing[0][0]} seed {missing[0][1]}); allowed: a complete "
+                         "run (resume it with --resume)")
+    values = metrics.set_index(["design", "seed"]).loc[want].reset_index(drop=True)
+    rows = grid.iloc[np.repeat(np.arange(len(grid)), len(seeds))].reset_index(drop=True)
+    rows["seed"] = np.tile(np.asarray(seeds, dtype=np.int64), len(grid))
+    for col in values.columns.difference(list(METRICS)):  # factors drawn per seed
+        rows[col] = values[col]
+    return pd.concat([rows, values[list(METRICS)]], axis=1)
+
+
+def requests_table(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """Per-request rows from any chunks, ordered by design, seed and request."""
+    return pd.concat(parts, ignore_index=True).sort_values(
+        ["design", "seed", "request"], kind="stable", ignore_index=True)
+
+
+def typed(df: pd.DataFrame) -> pd.DataFrame:
+    """Levers as categoricals, counts int64, times float64, flags bool (the Parquet schema)."""
+    df = df.copy()
+    for col in df.columns:
+        if col in METRICS:
+            df[col] = df[col].astype(_DTYPES[METRICS[col]])
+        elif col in ("design", "seed"):
+            df[col] = df[col].astype("int64")
+        elif df[col].map(lambda v: isinstance(v, str)).any():
+            df[col] = pd.Categorical(df[col].astype(str), categories=list(dict.fromkeys(df[col])))
+        elif df[col].isna().all():
+            df[col] = df[col].astype("float64")
+        elif all(isinstance(v, (bool, np.bool_)) for v in df[col]):
+            df[col] = df[col].astype("bool")
+        elif df[col].notna().all() and all(isinstance(v, (int, np.integer)) for v in df[col]):
+            df[col] = df[col].astype("int64")
+        else:
+            df[col] = df[col].astype("float64")
+    return df
+
+
+#: Two-sided 95% Student-t quantiles by degrees of freedom (1..30); beyond, the normal 1.96.
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+
+def t975(dof: int) -> float:
+    if dof < 1:
+        return math.nan
+    return _T975[dof - 1] if dof <= len(_T975) else 1.96
+
+
+def meets(df: pd.DataFrame, brief) -> pd.Series:
+    """Row by row: does this run (or this design's means) meet every limit of the brief?"""
+    ok = pd.Series(True, index=df.index)
+    for lim in brief:
+        ok &= df[lim.key].map(lambda v, lim=lim: bool(lim.ok(float(v))))
+    return ok
+
+
+def aggregate(runs: pd.DataFrame, brief, drawn=()) -> pd.DataFrame:
+    """One row per design: lever columns, ``seeds``, and for every metric m: m (mean), m_std,
+    m_ci_low, m_ci_high (95% CI of the mean, Student t); ``p_pass`` (share of seeds whose run
+    meets the brief) and ``meets_brief`` (the means meet every limit). The columns ``drawn``
+    (factors drawn per seed) hold their mean over the seeds."""
+    lever_cols = [c for c in runs.columns if c not in METRICS and c != "seed"]
+    runs = runs.assign(_pass=meets(runs, brief).astype("float64"))
+    g = runs.groupby("design", sort=True, observed=True)
+    first = g[lever_cols].first().reset_index(drop=True)
+    for c in drawn:
+        first[c] = g[c].mean().to_numpy()
+    n = g.size().to_numpy()
+    out = {"seeds": n}
+    half = np.array([t975(k - 1) for k in n]) / np.sqrt(n)
+    for m in METRICS:
+        x = runs[m].astype("float64")
+        mean = x.groupby(runs["design"]).mean().to_numpy()
+        std = x.groupby(runs["design"]).std(ddof=1).to_numpy()
+        out[m] = mean
+        out[f"{m}_std"] = std
+        out[f"{m}_ci_low"] = mean - half * std
+        out[f"{m}_ci_high"] = mean + half * std
+    out["p_pass"] = g["_pass"].mean().to_numpy()
+    agg = pd.concat([first, pd.DataFrame(out)], axis=1)
+    agg["meets_brief"] = meets(agg, brief).to_numpy()
+    return agg
