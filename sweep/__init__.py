@@ -16,12 +16,7 @@ or from designs in Python::
 ``sweep.load_results(folder)`` reads a results folder back. The levers and the rules are in
 docs/config.md and docs/model.md.
 """
-import jax
-
-# Simulated time runs in float64: a float32 clock loses sub-millisecond resolution after minutes.
-jax.config.update("jax_enable_x64", True)
-
-from sweep.version import __version__  # noqa: E402,F401
+from sweep.version import __version__  # noqa: F401
 
 __all__ = ["Design", "Workload", "simulate", "run", "load_results", "frontier", "verdict"]
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from sweep.errors import FieldError
 from sweep.execution import executables
-from sweep.physics.numerics import running_sum
+from sweep.physics.numerics import float64, running_sum
 from sweep.study.fields import ARRIVALS, WORKLOAD_FIELDS, check, declared
 from sweep.study.lengths import DISTS, Lengths
 from sweep.study.trace import Trace
@@ -196,6 +196,7 @@ def sample(wl: Workload, seed: int, max_context: int) -> Requests:
     return sample_n(wl, seed, max_context, wl.capacity)
 
 
+@float64()
 def sample_args(wl: Workload, seed, max_context, n: int) -> tuple:
     """The traced arguments of one workload's sampler (stack them to sample a batch)."""
     inf = np.float64(np.inf)
@@ -225,6 +226,7 @@ def _has_gamma(kind) -> bool:
     return bool(np.any(np.asarray(kind) == GAMMA))
 
 
+@float64()
 def sample_batch(n: int, args: tuple) -> Requests:
     """Requests of many (workload, seed) pairs at once: ``args`` is a stack of ``sample_args``."""
     exe = executables.get("sampler", _sample_batch, (args,), {},
@@ -232,11 +234,13 @@ def sample_batch(n: int, args: tuple) -> Requests:
     return exe(args)
 
 
+@float64()
 def sample_batch_shape(n: int, args: tuple) -> Requests:
     """The shapes and dtypes of ``sample_batch(n, args)``, without sampling."""
     return jax.eval_shape(partial(_sample_batch, n=n, gamma=False), args)
 
 
+@float64()
 def sample_n(wl: Workload, seed, max_context, n: int) -> Requests:
     """``sample`` into exactly ``n >= wl.capacity`` slots (the rest never arrive)."""
     args = sample_args(wl, seed, max_context, n)
