@@ -5,7 +5,7 @@ import pytest
 
 from sweep.engine.arith import ceil_div
 from sweep.execution.batch import run_batch, stack
-from sweep.physics.numerics import running_sum
+from sweep.physics.numerics import float64, running_sum
 from sweep.physics.timing import pass_time
 from sweep.study.design import Design
 from sweep.study.workload import Requests
@@ -69,7 +69,8 @@ def test_block_counts_are_exact_integer_ceilings():
                         np.broadcast_to(np.array([0, 1, 2**31 - 2**25], np.int32),
                                         (len(blocks), 3))], axis=1)
     b = np.broadcast_to(blocks[:, None], a.shape)
-    got = np.asarray(jax.jit(ceil_div)(a, b))
+    with float64():  # as in the engine
+        got = np.asarray(jax.jit(ceil_div)(a, b))
     np.testing.assert_array_equal(got, -(-a.astype(np.int64) // b))
 
 

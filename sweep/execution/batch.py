@@ -7,6 +7,7 @@ import numpy as np
 from sweep.analysis.metrics import summarize
 from sweep.engine import EngineOutput, simulate_batch
 from sweep.execution import executables
+from sweep.physics.numerics import float64
 from sweep.study.design import EngineParams
 from sweep.study.workload import Requests
 
@@ -19,6 +20,7 @@ def stack(trees):
 _summarize_batch = jax.jit(jax.vmap(summarize))
 
 
+@float64()
 def summarize_batch(out: EngineOutput, reqs: Requests, system, compile_only: bool = False):
     """The metrics of a batch of simulations (``summarize`` vmapped); ``compile_only``
     returns the compiled executable without running it."""
@@ -26,6 +28,7 @@ def summarize_batch(out: EngineOutput, reqs: Requests, system, compile_only: boo
     return exe if compile_only else exe(out, reqs, system)
 
 
+@float64()
 def run_batch(params: EngineParams, reqs: Requests, seats: int, k_max: int, max_steps=None,
               lanes: int | None = None):
     """Engine + metrics for a stacked batch; returns (EngineOutput, dict of metric arrays)."""
