@@ -12,6 +12,7 @@ from sweep.engine.reference import (simulate_disaggregated_reference, simulate_r
                                     summarize_reference)
 from sweep.execution import topology
 from sweep.execution.batch import stack
+from sweep.physics.numerics import float64
 from sweep.study.config import ConfigError, parse_study
 from sweep.study.design import Design
 from sweep.study.workload import Lengths, Workload, sample_n
@@ -103,7 +104,8 @@ def test_engine_and_twin_agree_per_request(kind):
         for name in ("tokens", "preemptions", "max_queue", "peak_blocks", "passes"):
             assert int(getattr(out, name)[b]) == int(getattr(ref, name)), (name, msg)
         preempted += int(ref.preemptions > 0)
-        eng_m = summarize(type(out)(*(x[b] for x in out)), r, p.system)
+        with float64():  # as the runner's summaries run
+            eng_m = summarize(type(out)(*(x[b] for x in out)), r, p.system)
         for key, value in summarize_reference(ref, r, p.system).items():
             v = float(eng_m[key])
             if key.endswith("_itl_ms") and not math.isnan(value):
