@@ -7,7 +7,7 @@ Each size runs in a fresh process (a process's peak resident memory only grows),
 seeds that every call in flight is full (calls in flight x chunk simulations); a size beyond
 the memory budget is refused before anything runs, as ``sweep run`` refuses it. Prints the peak
 host memory (RSS), the peak device memory where the device reports it, the runner's own estimate
-of what the calls hold (``runner.study_bytes``, which sizes the default chunk to the
+of what the calls hold (``memory.study_bytes``, which sizes the default chunk to the
 budget), and the growth per simulation in flight fitted over the sizes. Run by hand; never a
 timed test.
 """
