@@ -123,9 +123,9 @@ def request_slots(study: Study, planned: bool = False) -> list[int]:
     """Each grid point's request slots. Points share calls by the power-of-two bucket of their
     workload's capacity (at least ``MIN_SLOTS``), so that a small workload never pays for a
     large one's slots; a bucket's slots are its largest capacity, or the bucket itself when
-    the caller ``planned`` shapes across studies (few shapes, each compiled once). Slots beyond
-    a workload's capacity never arrive, and the draws of the slots in use do not depend on how
-    many there are, so no result depends on the slots."""
+    the caller ``planned`` shapes across studies (few shapes, each compiled once). The draws of
+    the slots in use do not depend on how many there are, and a workload's requests outnumber
+    its capacity with p < 1e-9 (``Workload.capacity``), so the slots change no result."""
     capacity = [p.workload.capacity for p in study.points]
     bucket = [max(MIN_SLOTS, 1 << (c - 1).bit_length()) for c in capacity]
     if planned:

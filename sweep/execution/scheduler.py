@@ -55,14 +55,14 @@ def local_chunks(study: Study, chunk_size: int | None = None, per_request: bool 
                  progress: Progress | None = None, stop: Callable[[], bool] | None = None,
                  compile_order: int = 0, shape_for: int = 0) -> Iterator[Chunk]:
     """``runner.iter_chunks`` in this process: its calls' chunks as they finish."""
-    calls = Scheduler(study, chunk_size, per_request, devices, skip, share, compile_order,
-                      shape_for)
+    scheduler = Scheduler(study, chunk_size, per_request, devices, skip, share, compile_order,
+                          shape_for)
     try:
-        while (chunk := calls.next_chunk(stop)) is not None:
-            calls.tally.report(progress)
+        while (chunk := scheduler.next_chunk(stop)) is not None:
+            scheduler.tally.report(progress)
             yield chunk
     finally:
-        calls.compiler.close()  # no compilation starts once the caller is done
+        scheduler.compiler.close()  # no compilation starts once the caller is done
 
 
 class Scheduler:
