@@ -1,0 +1,67 @@
+"""``sweep frontier`` and ``sweep report``: a results folder (a sweep's or a capacity search's)
+read back as a Pareto frontier or a verdict in plain words."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from sweep.commands.common import checked
+
+
+def cmd_frontier(args) -> int:
+    from sweep.analysis.frontier import frontier, plot_frontier
+    from sweep.analysis.results import load_results
+
+    if (Path(args.results) / "capacity.parquet").exists():
+        return _capacity_frontier(args)
+    args.x, args.y = args.x or "cost_per_mtok", args.y or "p95_ttft_s"
+    res = checked(load_results, args.results)
+    objectives = [args.x, args.y] + ([args.z] if args.z else [])
+    front = checked(frontier, res.designs, objectives)
+    out = Path(args.out) if args.out else Path(args.results)
+    out.mkdir(parents=True, exist_ok=True)
+    front.to_parquet(out / "frontier.parquet", index=False)
+    paths = plot_frontier(res.designs, args.x, args.y, res.brief, out / "frontier.png",
+                          out / "frontier.svg", title=res.meta.get("name"))
+    shown = ["design"] + res.axes + [o.lstrip("-") for o in objectives] + ["p_pass"]
+    with_cols = [c for c in dict.fromkeys(shown) if c in front.columns]
+    print(front[with_cols].to_string(index=False))
+    print(f"{len(front)} of {len(res.designs)} designs on the frontier -> "
+          f"{out / 'frontier.parquet'}, {', '.join(map(str, paths))}")
+    return 0
+
+
+def _capacity_frontier(args) -> int:
+    """Max rate against $/hour (or the objectives given) of the designs that carry load."""
+    from sweep.analysis.frontier import frontier, plot_frontier
+    from sweep.analysis.results import load_capacity
+
+    cap, _, meta = checked(load_capacity, args.results)
+    x, y = args.x or "usd_per_hour", args.y or "-max_rate"
+    objectives = [x, y] + ([args.z] if args.z else [])
+    carrying = cap[cap["max_rate"] > 0].reset_index(drop=True)
+    front = checked(frontier, carrying, objectives)
+    out = Path(args.out) if args.out else Path(args.results)
+    out.mkdir(parents=True, exist_ok=True)
+    front.to_parquet(out / "frontier.parquet", index=False)
+    paths = plot_frontier(carrying, x, y, [], out / "frontier.png",
+                          out / "frontier.svg",
+                          title=f"{meta.get('name')}: capacity of the {len(carrying)} designs "
+                                "that carry load")
+    shown = ["design"] + meta["axes"] + [o.lstrip("-") for o in objectives]
+    print(front[[c for c in dict.fromkeys(shown) if c in front.columns]].to_string(index=False))
+    print(f"{len(front)} of {len(carrying)} designs on the frontier -> "
+          f"{out / 'frontier.parquet'}, {', '.join(map(str, paths))}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from sweep.analysis.report import render, render_capacity, verdict
+    from sweep.analysis.results import load_capacity, load_results
+
+    if (Path(args.results) / "capacity.parquet").exists():
+        cap, fleet, meta = checked(load_capacity, args.results)
+        print(render_capacity(cap, fleet, meta))
+        return 0
+    res = checked(load_results, args.results)
+    print(render(verdict(res.designs, res.brief), res.brief, res.axes))
+    return 0
