@@ -1,4 +1,4 @@
-"""Fixtures shared by the test files: a small study, and sweeps run once per test session (a
+"""Fixtures shared by the test files: a small study, and sweeps run once per test run (a
 sweep's compiled engine and its results folder serve every test that asks for them)."""
 import pytest
 
@@ -41,7 +41,7 @@ def small_study() -> str:
 @pytest.fixture(scope="session")
 def swept(tmp_path_factory):
     """``swept(text, *flags)``: (config file, results folder) of ``sweep run`` on ``text``
-    with ``flags``, run once per session for each text and flags."""
+    with ``flags``, run once per test run for each text and flags."""
     done = {}
 
     def run(text: str, *flags: str):
