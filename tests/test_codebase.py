@@ -74,3 +74,8 @@ def test_import_leaves_jax_settings_alone():
                           "print(jax.config.jax_enable_x64)"],
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_readme_is_short():
+    readme = PACKAGE.parent / "README.md"
+    assert len(readme.read_text(encoding="utf-8")) <= 12_000
