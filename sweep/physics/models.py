@@ -88,7 +88,7 @@ def load_hf_config(path: str | Path, name: str | None = None) -> Model:
     path = Path(path)
     try:
         cfg = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # JSON, UTF-8 and int-size errors are ValueErrors
         raise FieldError("model.config_json", f"cannot read {str(path)!r}: {exc}") from None
     if not isinstance(cfg, dict):
         raise FieldError("model.config_json", f"{str(path)!r} is not a JSON object")
