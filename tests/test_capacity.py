@@ -9,14 +9,15 @@ import pytest
 from sweep.analysis import capacity
 from sweep.cli import main
 from sweep.engine.reference import simulate_reference
-from sweep.execution.runner import run_study
+from sweep.execution.runner import run_study, simulate_rows
 from sweep.study.config import Point, parse_study
 from sweep.study.workload import Requests
 
 
 def _search(study):
     limits = capacity.load_limits(study)
-    runner = capacity.Runner(study, lambda sub, shape: run_study(sub, shape_for=shape).runs)
+    runner = capacity.Runner(study, lambda sub, shape, skip: simulate_rows(sub, skip,
+                                                                        shape_for=shape))
     found = capacity.search(study, runner, limits)
     return capacity.table(study, runner, found, limits), found, runner, limits
 
@@ -234,7 +235,7 @@ def test_sweep_capacity_writes_tables_reports_plots_and_resumes(tmp_path, capsys
     import sweep.execution.runner
 
     calls = [0]
-    real = sweep.execution.runner.run_study
+    real = sweep.execution.runner.simulate_rows
 
     def flaky(*a, **k):
         calls[0] += 1
@@ -243,7 +244,7 @@ def test_sweep_capacity_writes_tables_reports_plots_and_resumes(tmp_path, capsys
         return real(*a, **k)
 
     again = tmp_path / "again"
-    monkeypatch.setattr(sweep.execution.runner, "run_study", flaky)
+    monkeypatch.setattr(sweep.execution.runner, "simulate_rows", flaky)
     assert main(["capacity", str(cfg), "--out", str(again), "--target-rate", "50",
                  "--quiet"]) == 130
     assert not (again / "capacity.parquet").exists()

@@ -148,9 +148,11 @@ class Runner:
     """Runs (design, rate) x seeds through the engine, remembering every row under its
     (design, fleet, rate, seed): ``fleet`` is 0 for the design itself, else the replicas of a
     fleet of it. A resumed search replays its rounds from ``saved`` without simulating them
-    again."""
+    again. ``run(sub, simulations, skip)`` simulates a sub-study's points x seeds less the
+    (point, seed) pairs in ``skip``, its call shapes planned for at least ``simulations``, and
+    returns their rows (``runner.simulate_rows``)."""
 
-    def __init__(self, study: Study, run: Callable[[Study, int], pd.DataFrame],
+    def __init__(self, study: Study, run: Callable[[Study, int, set], pd.DataFrame],
                  saved: pd.DataFrame | None = None, on_round: Callable | None = None):
         self.study, self.run, self.on_round = study, run, on_round
         self.nominal = 0  # simulations every batch's call shapes are planned for
@@ -168,7 +170,10 @@ class Runner:
             return
         sub = dataclasses.replace(self.study, points=[_at_rate(p, r) for _, _, p, r in todo],
                                   seeds=list(seeds), brief=[], axes=["arrival_rate"])
-        runs = self.run(sub, self.nominal)
+        # A rate some seeds already ran runs only on the others.
+        done = {(k, s) for k, (i, f, _, r) in enumerate(todo) for s in seeds
+                if (i, f, r, s) in self.rows}
+        runs = self.run(sub, self.nominal, done)
         new = []
         for rec in runs.to_dict("records"):
             i, f, _, r = todo[rec["design"]]

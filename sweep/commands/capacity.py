@@ -18,7 +18,7 @@ def cmd_capacity(args) -> int:
     from sweep.analysis.report import render_capacity
     from sweep.analysis.results import CAPACITY_PARTS, write_capacity_part, write_results
     from sweep.execution.progress import default_progress
-    from sweep.execution.runner import run_study
+    from sweep.execution.runner import simulate_rows
     from sweep.study.config import load_study
 
     use_executable_cache()
@@ -37,11 +37,11 @@ def cmd_capacity(args) -> int:
         write_capacity_part(out, rounds[0], rows.assign(round=rounds[0]))
         rounds[0] += 1
 
-    def run(sub, shape_for):
+    def run(sub, shape_for, skip):
         if not args.quiet:
-            print(f"round {rounds[0] + 1}: {len(sub.points)} rates x {len(sub.seeds)} seeds",
-                  file=sys.stderr)
-        return run_study(sub, progress=progress, shape_for=shape_for).runs
+            print(f"round {rounds[0] + 1}: {len(sub.points)} rates x {len(sub.seeds)} seeds"
+                  + (f", {len(skip)} of them run before" if skip else ""), file=sys.stderr)
+        return simulate_rows(sub, skip, progress=progress, shape_for=shape_for)
 
     runner = capacity.Runner(study, run, saved=None if saved is None else saved.drop(
         columns="round"), on_round=on_round)

@@ -89,6 +89,18 @@ def run_study(study: Study, chunk_size: int | None = None, per_request: bool | N
                        len({(c.seats, c.slots) for c in chunks}), len(runs))
 
 
+def simulate_rows(study: Study, skip=frozenset(), progress: Progress | None = None,
+                  shape_for: int = 0) -> pd.DataFrame:
+    """The metric rows (``design``, ``seed``, the metrics) of every grid point x seed of
+    ``study`` less the (design, seed) pairs in ``skip``, in (design, seed) order: for a caller
+    that keeps rows of its own, such as the capacity search."""
+    chunks = list(iter_chunks(study, skip=skip, progress=progress, shape_for=shape_for))
+    if not chunks:
+        return pd.DataFrame(columns=["design", "seed"])
+    rows = pd.concat([c.metrics for c in chunks], ignore_index=True)
+    return rows.sort_values(["design", "seed"], kind="stable").reset_index(drop=True)
+
+
 def device_description() -> str:
     d = jax.devices()[0]
     return f"{d.platform}:{getattr(d, 'device_kind', d.platform)} x{len(jax.devices())}"
