@@ -8,9 +8,9 @@ import pytest
 from sweep.analysis.calibrate import fit, read_measurements, roofline
 from sweep.cli import main
 from sweep.physics.models import get_model
-from sweep.physics.profile import load_profile
 from sweep.physics.timing import pass_time
 from sweep.study.config import ConfigError, load_study, parse_study
+from sweep.study.profile import load_profile
 
 CAL = Path(__file__).parents[1] / "configs" / "calibration"
 PASSES = CAL / "h100_llama3_8b_passes.csv"

@@ -21,10 +21,10 @@ from pathlib import Path
 from sweep.errors import ConfigError, FieldError, clip, got, one_line, show
 from sweep.physics.models import CATALOG as MODEL_CATALOG
 from sweep.physics.models import load_hf_config
-from sweep.physics.profile import load_profile
 from sweep.study.fields import COLUMNS, KEYS, SECTIONS, WORKLOAD_FIELDS
 from sweep.study.grid import Point, build, check_size, parse_excludes
 from sweep.study.lengths import LENGTH_KEYS, LENGTH_USES, Lengths, length_columns
+from sweep.study.profile import load_profile
 from sweep.study.reader import Reader
 from sweep.study.sections import (CAPACITY_DEFAULTS, Limit, parse_brief, parse_capacity,
                                   parse_measured, parse_request_limits, parse_run)

@@ -6,16 +6,12 @@ import tomllib
 from pathlib import Path
 
 from sweep.physics.hardware import CATALOG
+from sweep.study.fields import ATTRS
 
 PROFILE_KEYS = ("gpu", "compute_efficiency", "bandwidth_efficiency", "overhead_ms")
 #: Keys a profile may add (a fit to serving runs writes them).
 PROFILE_EXTRA = ("decode_attention_efficiency", "seq_overhead_us", "request_overhead_ms",
                  "request_lag_passes")
-#: Each factor's range (lowest, highest, lowest excluded): Design.validate's.
-RANGES = {"compute_efficiency": (0.0, 1.0, True), "bandwidth_efficiency": (0.0, 1.0, True),
-          "decode_attention_efficiency": (0.0, 1.0, False),
-          "overhead_ms": (0.0, 1e4, False), "seq_overhead_us": (0.0, 1e6, False),
-          "request_overhead_ms": (0.0, 1e6, False), "request_lag_passes": (0.0, 100.0, False)}
 
 
 def load_profile(path: str | Path) -> dict:
@@ -36,12 +32,9 @@ def load_profile(path: str | Path) -> dict:
     if hw["gpu"] not in CATALOG:
         raise ValueError(f"{path}: gpu {hw['gpu']!r} is not in the catalog; allowed: "
                          f"{', '.join(CATALOG)}")
-    for k, (lo, hi, lo_open) in RANGES.items():
-        if k not in hw:
-            continue
-        v = hw[k]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
-                (v > lo if lo_open else v >= lo) and v <= hi):
-            raise ValueError(f"{path}: {k} = {v!r} is out of range; allowed: "
-                             f"{'(' if lo_open else '['}{lo:g}, {hi:g}]")
+    for k in (k for k in hw if k != "gpu"):  # each checked against its config declaration
+        r = ATTRS[k].range
+        if not r.holds(hw[k], ATTRS[k].kind):
+            raise ValueError(f"{path}: {k} = {hw[k]!r} is out of range; allowed: "
+                             f"{'(' if r.lo_open else '['}{r.lo:g}, {r.hi:g}]")
     return {k: (v if k == "gpu" else float(v)) for k, v in hw.items()}
