@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sweep.analysis import capacity
+from sweep.analysis import capacity, capacity_tables
 from sweep.cli import main
 from sweep.engine.reference import simulate_reference
 from sweep.execution.runner import run_study, simulate_rows
@@ -16,10 +16,9 @@ from sweep.study.workload import Requests
 
 def _search(study):
     limits = capacity.load_limits(study)
-    runner = capacity.Runner(study, lambda sub, shape, skip: simulate_rows(sub, skip,
-                                                                        shape_for=shape))
+    runner = capacity.Runner(study, lambda sub, skip, **plan: simulate_rows(sub, skip, **plan))
     found = capacity.search(study, runner, limits)
-    return capacity.table(study, runner, found, limits), found, runner, limits
+    return capacity_tables.table(study, runner, found, limits), found, runner, limits
 
 
 # --- against queueing theory -------------------------------------------------------------------
@@ -150,7 +149,7 @@ def test_a_fleet_of_n_replicas_meets_the_brief_at_n_times_capacity(story):
     study, cap, found, runner, limits = story
     rate = float(cap.loc["int8_spec4", "max_rate"])
     table = cap.reset_index(drop=True)
-    fleet = capacity.fleets(study, table, found, runner, 2 * rate * 0.9, limits)
+    fleet = capacity_tables.fleets(study, table, found, runner, 2 * rate * 0.9, limits)
     row = fleet[fleet["design"] == 1].iloc[0]
     assert row["replicas"] == 2 and row["confirmed"], row.to_dict()
     assert fleet["confirmed"].iloc[0]  # confirmed fleets first

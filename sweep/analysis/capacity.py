@@ -10,7 +10,9 @@ the design is at its best on them; a design that misses them there misses them a
 The search brackets every design at once. Each round is one batch of simulations (every
 unresolved design x its candidate rates x seeds) through the runner. Common random numbers make
 the bracket sound: a seed's arrival gaps are the same unit draws divided by the rate, and its
-lengths the same draws, so whether a seed meets the brief is close to monotone in the rate.
+lengths the same draws, so whether a seed meets the brief is close to monotone in the rate;
+the search takes it as monotone for each seed (``Rounds.verdict``). The tables are built in
+``capacity_tables``.
 
 1. Screening, on the first seed: the lowest rate, then rates spread geometrically up to the
    roofline rate (above it only if every rate up to it passes), then the bracket, which each
@@ -35,6 +37,10 @@ from sweep.study.config import Limit, Point, Study
 
 #: Metrics that more load improves: checked at capacity, not during the search.
 IMPROVES_WITH_LOAD = ("cost_per_mtok", "tokens_per_s", "goodput_rps", "utilization")
+#: Of those, the ones read from runs at capacity itself: a brief that limits them has every
+#: seed run there. Cost and throughput at capacity are its rate times the tokens a request
+#: generates, which a seed's runs share at every rate (the same length draws).
+AT_CAPACITY_RUNS = ("goodput_rps", "utilization")
 #: Default search range, as multiples of a design's roofline rate (``roofline_rate``).
 RATE_MIN_FRACTION = 1 / 8
 RATE_MAX_FACTOR = 2.0
@@ -43,6 +49,11 @@ SCREEN_SPLITS = 12  # parts each later screening round cuts a bracket into, at m
 CONFIRM_SPLITS = 4  # parts a confirmation round cuts a bracket into, at most
 STEPS = (1, 3, 9)  # tolerances a confirmation round steps from an end the seeds overturned
 FIRST_SEEDS = 4  # seeds a confirmation tries first: failures there may decide a rate
+#: Seats of a simulation's first try (``scheduler``): near its capacity a design holds more
+#: requests at once than at a sweep's load, and the brief's search ran 1.25x faster with
+#: 128 than with the sweep's 64 (benchmarks/README.md), which overflow more often into the
+#: costly full seat array.
+FIRST_TRY_SEATS = 128
 MAX_ROUNDS = 40
 QUEUEING = "queueing"
 
@@ -83,7 +94,7 @@ def check(study: Study, target_rate: float | None) -> None:
                             "positive number of requests/s")
 
 
-def _missed_lever(study: Study, point: Point) -> Limit | None:
+def missed_lever(study: Study, point: Point) -> Limit | None:
     """The first of the brief's lever limits the design misses (no load changes those)."""
     return next((lim for lim in study.brief if lim.key not in METRICS
                  and not lim.ok(point.columns.get(lim.key))), None)
@@ -148,11 +159,12 @@ class Runner:
     """Runs (design, rate) x seeds through the engine, remembering every row under its
     (design, fleet, rate, seed): ``fleet`` is 0 for the design itself, else the replicas of a
     fleet of it. A resumed search replays its rounds from ``saved`` without simulating them
-    again. ``run(sub, simulations, skip)`` simulates a sub-study's points x seeds less the
-    (point, seed) pairs in ``skip``, its call shapes planned for at least ``simulations``, and
-    returns their rows (``runner.simulate_rows``)."""
+    again. ``run(sub, skip, **plan)`` simulates a sub-study's points x seeds less the
+    (point, seed) pairs in ``skip`` and returns their rows: ``runner.simulate_rows``, whose
+    keywords ``plan`` holds (call shapes planned for at least ``shape_for`` simulations, first
+    tries of ``first_seats`` seats)."""
 
-    def __init__(self, study: Study, run: Callable[[Study, int, set], pd.DataFrame],
+    def __init__(self, study: Study, run: Callable[..., pd.DataFrame],
                  saved: pd.DataFrame | None = None, on_round: Callable | None = None):
         self.study, self.run, self.on_round = study, run, on_round
         self.nominal = 0  # simulations every batch's call shapes are planned for
@@ -162,18 +174,22 @@ class Runner:
             for rec in saved.to_dict("records"):
                 self.rows[(rec["design"], rec["fleet"], rec["arrival_rate"], rec["seed"])] = rec
 
-    def __call__(self, jobs: list[tuple[int, int, Point, float]], seeds: list[int]) -> None:
-        """Simulate every (design, fleet, point, rate) job on ``seeds``, as one batch."""
-        todo = [(i, f, p, r) for i, f, p, r in jobs
-                if any((i, f, r, s) not in self.rows for s in seeds)]
+    def __call__(self, jobs: list[tuple[int, int, Point, float]], seeds: list[int],
+                 wanted: Callable[[int, float, int], bool] | None = None) -> None:
+        """Simulate every (design, fleet, point, rate) job on ``seeds``, as one batch; only on
+        the seeds ``wanted(design, rate, seed)`` asks for, when given."""
+        def needs(i, f, r, s):
+            return (i, f, r, s) not in self.rows and (wanted is None or wanted(i, r, s))
+
+        todo = [(i, f, p, r) for i, f, p, r in jobs if any(needs(i, f, r, s) for s in seeds)]
         if not todo:
             return
         sub = dataclasses.replace(self.study, points=[_at_rate(p, r) for _, _, p, r in todo],
                                   seeds=list(seeds), brief=[], axes=["arrival_rate"])
-        # A rate some seeds already ran runs only on the others.
+        # A rate some seeds already ran (or need not run) runs only on the others.
         done = {(k, s) for k, (i, f, _, r) in enumerate(todo) for s in seeds
-                if (i, f, r, s) in self.rows}
-        runs = self.run(sub, self.nominal, done)
+                if not needs(i, f, r, s)}
+        runs = self.run(sub, done, shape_for=self.nominal, first_seats=FIRST_TRY_SEATS)
         new = []
         for rec in runs.to_dict("records"):
             i, f, _, r = todo[rec["design"]]
@@ -213,7 +229,7 @@ def brackets(study: Study) -> list[Search]:
     cap = study.capacity
     out = []
     for p in designs(study):
-        if _missed_lever(study, p) is not None:
+        if missed_lever(study, p) is not None:
             out.append(Search(p, math.nan, math.nan, done=True))
             continue
         guide = roofline_rate(p)
@@ -235,7 +251,13 @@ def search(study: Study, runner: Runner, limits: list[Limit]) -> list[Search]:
 
 class Rounds:
     """The search's rounds over the designs still open: each round is one batch through the
-    runner, every design's candidate rates at once."""
+    runner, every design's candidate rates at once.
+
+    Whether a seed meets the brief is taken as monotone in the rate (common random numbers): a
+    seed that passed at some rate passes below it, and one that failed fails above it. A seed
+    runs at a rate only where its runs at other rates do not already say (or contradict each
+    other), so that past the first rates a confirmation runs only the few seeds whose own
+    capacity lies inside the bracket."""
 
     def __init__(self, study: Study, runner: Runner, limits: list[Limit], found: list[Search]):
         self.runner, self.limits, self.found = runner, limits, found
@@ -243,14 +265,32 @@ class Rounds:
         self.seeds = list(study.seeds)
         self.need = math.ceil(self.conf * len(self.seeds) - 1e-9)  # seeds a passing rate needs
         self.screened: dict[int, tuple[float, float]] = {}  # design -> first seed's bracket
+        self.ran: dict[tuple[int, int], dict[float, bool]] = {}  # (design, seed) -> rate -> met
+        self.fill = any(lim.key in AT_CAPACITY_RUNS for lim in study.brief)
 
     def run(self, rates: dict[int, list[float]], seeds: list[int]) -> None:
-        self.runner([(i, 0, self.found[i].point, float(r)) for i, rs in rates.items()
-                     for r in rs], seeds)
+        """Each design's ``rates`` on those of ``seeds`` whose verdict is not known yet."""
+        jobs = [(i, 0, self.found[i].point, float(r)) for i, rs in rates.items() for r in rs]
+        self.runner(jobs, seeds, lambda i, r, s: self.verdict(i, r, s) is None)
+        for i, _, _, r in jobs:
+            for s in seeds:
+                row = self.runner.rows.get((i, 0, r, s))
+                if row is not None:
+                    self.ran.setdefault((i, s), {})[r] = not failures(row, self.limits)
+
+    def verdict(self, i: int, rate: float, seed: int) -> bool | None:
+        """Whether ``seed`` meets the brief at ``rate``: its run there, else what its runs at
+        other rates imply (None: they do not say, or disagree)."""
+        ran = self.ran.get((i, seed), {})
+        if rate in ran:
+            return ran[rate]
+        passes = any(ok for r, ok in ran.items() if r > rate)
+        fails = any(not ok for r, ok in ran.items() if r < rate)
+        return passes if passes != fails else None
 
     def passes(self, i: int, rate: float, seeds: list[int]) -> bool:
-        rows = self.runner.rows_at(i, rate, seeds)
-        return sum(not failures(r, self.limits) for r in rows) >= self.conf * len(seeds) - 1e-9
+        return sum(bool(self.verdict(i, rate, s)) for s in seeds) >= \
+            self.conf * len(seeds) - 1e-9
 
     def screen(self) -> "Rounds":
         """Screening on the first seed: the lowest rate alone first (a design that fails there
@@ -283,18 +323,18 @@ class Rounds:
         return self
 
     def decided(self, i: int, rate: float) -> bool | None:
-        """A rate's verdict on every seed, once the seeds run so far decide it: enough failures
-        fail it whatever the others do, and only a pass needs every seed."""
-        rows = self.runner.rows_done(i, rate, self.seeds)
-        passed = sum(not failures(r, self.limits) for r in rows)
-        if passed >= self.need:
+        """A rate's verdict on every seed, once the seeds' verdicts so far decide it: enough
+        failures fail it whatever the others do, and a pass needs enough passes."""
+        verdicts = [self.verdict(i, rate, s) for s in self.seeds]
+        if sum(v is True for v in verdicts) >= self.need:
             return True
-        return False if len(rows) - passed > len(self.seeds) - self.need else None
+        return False if sum(v is False for v in verdicts) > len(self.seeds) - self.need else None
 
     def confirm(self) -> None:
         """Confirmation on every seed: the screened ends and rates 1, 3 and 9 tolerances below
         (the seeds' quantile sits below the first seed's capacity as often as not), then a
-        bracket search."""
+        bracket search. Last, if the brief limits a figure read at capacity
+        (``AT_CAPACITY_RUNS``), every seed runs there."""
         todo = {}
         for i, (lo, hi) in self.screened.items():
             s = self.found[i]
@@ -316,6 +356,9 @@ class Rounds:
                     top[i] = [max(open_)]
             self.run(top, self.seeds)
             todo = {i: nxt for i, rates in todo.items() if (nxt := self.next_rates(i, rates))}
+        if self.fill:
+            self.runner([(i, 0, s.point, s.low) for i, s in enumerate(self.found)
+                         if not math.isnan(s.rate_min) and s.low > 0], self.seeds)
 
     def next_rates(self, i: int, rates: set[float]) -> set[float]:
         """The design's bracket after a confirmation round, and the rates of its next one
@@ -338,150 +381,3 @@ class Rounds:
             return set(_geometric(s.low, s.high, _parts(s.low, s.high, tol, CONFIRM_SPLITS)))
         s.done = True
         return set()
-
-
-def _mean(rows: list[dict], key: str) -> float:
-    return float(np.mean([float(r[key]) for r in rows]))
-
-
-def _tokens_per_request(rows: list[dict]) -> float:
-    """Tokens a request generates, on average over the runs."""
-    return float(np.mean([float(r["tokens_per_s"]) * float(r["sim_time_s"])
-                          / max(float(r["requests"]), 1.0) for r in rows]))
-
-
-def _binding(rows: list[dict], limits: list[Limit]) -> str:
-    """The limit most seeds miss (queueing read as memory when the cache preempted)."""
-    counts: dict[str, int] = {}
-    for r in rows:
-        for key in failures(r, limits):
-            counts[key] = counts.get(key, 0) + 1
-    if not counts:
-        return ""
-    key = max(counts, key=lambda k: (counts[k], k == QUEUEING))
-    if key == QUEUEING and np.mean([float(r["preemptions"]) for r in rows]) > 0:
-        return "memory"
-    return key
-
-
-def table(study: Study, runner: Runner, found: list[Search], limits: list[Limit]) -> pd.DataFrame:
-    """``capacity.parquet``: one row per design."""
-    seeds = list(study.seeds)
-    at_max = [lim for lim in study.brief if lim.key in IMPROVES_WITH_LOAD]
-    recs = []
-    for i, s in enumerate(found):
-        d = s.point.design
-        price = d.price_per_gpu_hour if d.price_per_gpu_hour is not None else \
-            d.gpu_spec.price_per_gpu_hour
-        usd_per_hour = d.total_gpus * price
-        rec = {k: v for k, v in s.point.columns.items() if k != "arrival_rate"}
-        rec.update(design=i, max_rate=s.low, max_rate_low=s.low, max_rate_high=s.high,
-                   censored=False, binding="", why="", tokens_per_s_at_max=math.nan,
-                   cost_per_mtok_at_max=math.nan, usd_per_hour=usd_per_hour)
-        if math.isnan(s.rate_min):  # a lever limit
-            lim = _missed_lever(study, s.point)
-            rec.update(max_rate=0.0, max_rate_low=0.0, max_rate_high=0.0, binding=lim.key,
-                       why=f"excluded by the brief: {_limit_text(lim)}")
-            recs.append(rec)
-            continue
-        rec.update(rate_min=s.rate_min, rate_max=s.rate_max)
-        if s.low > 0:
-            rows = runner.rows_done(i, s.low, seeds)
-            tps = s.low * _tokens_per_request(rows)  # sustained: requests/s x tokens each
-            cost = usd_per_hour / (tps * 3600.0) * 1e6 if tps > 0 else math.inf
-            rec.update(tokens_per_s_at_max=tps, cost_per_mtok_at_max=cost)
-            values = {"cost_per_mtok": cost, "tokens_per_s": tps,
-                      "goodput_rps": _mean(rows, "goodput_rps"),
-                      "utilization": _mean(rows, "utilization")}
-            missed = [lim for lim in at_max if not lim.ok(values[lim.key])]
-            if missed:
-                lim = missed[0]
-                rec.update(max_rate=0.0, binding=lim.key.replace("cost_per_mtok", "cost"),
-                           why=f"at its load limit of {s.low:.3g} requests/s: "
-                               f"{lim.key} = {values[lim.key]:.4g}, missing "
-                               f"{_limit_text(lim)}")
-                recs.append(rec)
-                continue
-        if math.isfinite(s.high):
-            rec["binding"] = _binding(runner.rows_done(i, s.high, seeds), limits)
-            if s.low == 0:
-                rec.update(max_rate_high=s.high,
-                           why=f"misses {rec['binding']} at {s.high:.3g} requests/s, the lowest "
-                               "rate searched ([capacity] rate_min)")
-        else:
-            rec.update(censored=True, binding="none",
-                       why=f"meets the brief at {s.rate_max:.3g} requests/s, the highest rate "
-                           "searched: raise [capacity] rate_max")
-        recs.append(rec)
-    return pd.DataFrame(recs)
-
-
-def _limit_text(lim: Limit) -> str:
-    parts = []
-    if lim.min is not None:
-        parts.append(f"{lim.key} >= {lim.min:g}")
-    if lim.max is not None:
-        parts.append(f"{lim.key} <= {lim.max:g}")
-    return " and ".join(parts)
-
-
-def fleets(study: Study, cap: pd.DataFrame, found: list[Search], runner: Runner,
-           target: float, limits: list[Limit]) -> pd.DataFrame:
-    """The cheapest fleets for ``target`` requests/s: ``ceil(target / max_rate)`` replicas of a
-    design, the ``[capacity] fleets`` cheapest simulated whole behind the design's router at the
-    target (one more replica where that misses the brief); confirmed ones first, cheapest first."""
-    ok = cap[cap["max_rate"] > 0].copy()
-    if ok.empty:
-        return pd.DataFrame()
-    ok["replicas_needed"] = np.ceil(target / ok["max_rate"] - 1e-9).astype(int)
-    ok["fleet_usd_per_hour"] = ok["replicas_needed"] * ok["usd_per_hour"]
-    ok = ok.sort_values(["fleet_usd_per_hour", "cost_per_mtok_at_max", "design"],
-                        kind="stable").head(int(study.capacity["fleets"]))
-    cost_lim = [lim for lim in study.brief if lim.key == "cost_per_mtok"]
-    seeds = list(study.seeds)
-    recs = []
-    tries = [(int(r.design), int(r.replicas_needed)) for r in ok.itertuples()]
-    for extra in (0, 1):
-        jobs, meta = [], []
-        for design, n in tries:
-            d = found[design].point.design
-            fleet = d.replace(replicas=d.replicas * (n + extra))
-            try:
-                fleet.validate()
-            except ValueError as exc:
-                if extra == 0:
-                    recs.append(dict(design=design, replicas=n, confirmed=False,
-                                     note=f"not simulated: {exc}"))
-                continue
-            p = found[design].point
-            point = Point(fleet, p.workload, {**p.columns, "replicas": fleet.replicas})
-            jobs.append((design, n + extra, point, float(target)))
-            meta.append((design, n + extra))
-        runner(jobs, seeds)
-        missed = []
-        for (design, n) in meta:
-            rows = runner.rows_at(design, float(target), seeds, fleet=n)
-            share = np.mean([not failures(r, limits) for r in rows])
-            usd = n * float(cap.loc[cap["design"] == design, "usd_per_hour"].iloc[0])
-            cost = usd / (target * _tokens_per_request(rows) * 3600.0) * 1e6
-            confirmed = bool(share >= study.capacity["confidence"] - 1e-9
-                             and all(lim.ok(cost) for lim in cost_lim))
-            rec = dict(design=design, replicas=n, confirmed=confirmed, p_pass=float(share),
-                       fleet_usd_per_hour=usd, cost_per_mtok=cost,
-                       p95_ttft_s=_mean(rows, "p95_ttft_s"),
-                       note="" if confirmed else "misses the brief at the target" + (
-                           "; one more replica tried" if extra == 0 else ""))
-            recs.append(rec)
-            if not confirmed and extra == 0:
-                missed.append((design, n))
-        tries = missed
-        if not tries:
-            break
-    out = pd.DataFrame(recs)
-    levers = cap.drop(columns=[c for c in ("replicas",) if c in cap.columns])
-    out = out.merge(levers[["design"] + [c for c in levers.columns if c not in (
-        "design", "fleet_usd_per_hour")]], on="design", how="left")
-    out["_rank"] = out["fleet_usd_per_hour"].fillna(np.inf)
-    out = out.sort_values(["confirmed", "_rank", "design", "replicas"],
-                          ascending=[False, True, True, True], kind="stable")
-    return out.drop(columns="_rank").reset_index(drop=True)

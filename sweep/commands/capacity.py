@@ -14,7 +14,7 @@ from sweep.commands.common import UsageError, checked, device, use_executable_ca
 def cmd_capacity(args) -> int:
     import jax
 
-    from sweep.analysis import capacity
+    from sweep.analysis import capacity, capacity_tables
     from sweep.analysis.report import render_capacity
     from sweep.analysis.results import CAPACITY_PARTS, write_capacity_part, write_results
     from sweep.execution.progress import default_progress
@@ -37,19 +37,20 @@ def cmd_capacity(args) -> int:
         write_capacity_part(out, rounds[0], rows.assign(round=rounds[0]))
         rounds[0] += 1
 
-    def run(sub, shape_for, skip):
+    def run(sub, skip, **plan):
         if not args.quiet:
             print(f"round {rounds[0] + 1}: {len(sub.points)} rates x {len(sub.seeds)} seeds"
-                  + (f", {len(skip)} of them run before" if skip else ""), file=sys.stderr)
-        return simulate_rows(sub, skip, progress=progress, shape_for=shape_for)
+                  + (f", {len(skip)} of them run before or implied" if skip else ""),
+                  file=sys.stderr)
+        return simulate_rows(sub, skip, progress=progress, **plan)
 
     runner = capacity.Runner(study, run, saved=None if saved is None else saved.drop(
         columns="round"), on_round=on_round)
     found = capacity.search(study, runner, limits)
-    table = capacity.table(study, runner, found, limits)
+    table = capacity_tables.table(study, runner, found, limits)
     tables = {"capacity": table, "search": runner.table()}
     if target is not None:
-        tables["fleet"] = capacity.fleets(study, table, found, runner, target, limits)
+        tables["fleet"] = capacity_tables.fleets(study, table, found, runner, target, limits)
     seconds = time.perf_counter() - args.started
     meta = {"kind": "capacity", "name": study.name, "config_path": study.path,
             "config_text": study.text, "axes": [a for a in study.axes if a != "arrival_rate"],

@@ -28,7 +28,7 @@ CPU_LANES_MAX = 32
 #: two calls of half the lanes each ran the brief ~20% faster than one (benchmarks/README.md).
 #: An accelerator takes one call at a time, as wide as memory allows.
 CALLS_IN_FLIGHT_CPU = 4
-#: Seats of the first try (see ``scheduler``).
+#: Seats of the first try (see ``scheduler``) unless the caller says (``first_seats``).
 SMALL_SEATS = 64
 #: Request slots of a simulation, at least: a power of two, like every slot count, so that
 #: workloads of similar size share a compiled shape.
@@ -136,9 +136,10 @@ def request_slots(study: Study, planned: bool = False) -> list[int]:
     return [most[b] for b in bucket]
 
 
-def groups(study: Study, mine: list[Sim], skip, slots: list[int]) -> tuple[dict, dict]:
+def groups(study: Study, mine: list[Sim], skip, slots: list[int],
+           first_seats: int = SMALL_SEATS) -> tuple[dict, dict]:
     """The groups of ``mine`` less ``skip`` (the first try's, every simulation at most
-    ``SMALL_SEATS`` seats; ``slots`` by grid point), and every group a simulation may run in
+    ``first_seats`` seats; ``slots`` by grid point), and every group a simulation may run in
     (its own seats, after overflowing the first try): group -> simulations."""
     first: dict[Group, list[Sim]] = {}
     bound: dict[Group, list[Sim]] = {}
@@ -146,9 +147,9 @@ def groups(study: Study, mine: list[Sim], skip, slots: list[int]) -> tuple[dict,
         if (s.point, s.seed) in skip:
             continue
         seats = study.points[s.point].design.seats
-        first.setdefault(Group(min(seats, SMALL_SEATS), slots[s.point]), []).append(s)
-        bound.setdefault(Group(min(seats, SMALL_SEATS), slots[s.point]), []).append(s)
-        if seats > SMALL_SEATS:  # may overflow the narrow first try
+        first.setdefault(Group(min(seats, first_seats), slots[s.point]), []).append(s)
+        bound.setdefault(Group(min(seats, first_seats), slots[s.point]), []).append(s)
+        if seats > first_seats:  # may overflow the narrow first try
             bound.setdefault(Group(seats, slots[s.point]), []).append(s)
     return first, bound
 

@@ -19,7 +19,7 @@ import jax
 import pandas as pd
 
 from sweep.analysis.tables import grid_table, requests_table, runs_table
-from sweep.execution.planning import plan_chunks
+from sweep.execution.planning import SMALL_SEATS, plan_chunks
 from sweep.execution.progress import Progress
 from sweep.execution.scheduler import Chunk, local_chunks
 from sweep.execution.workers import in_processes
@@ -42,8 +42,8 @@ class SweepResult:
 def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool | None = None,
                 devices=None, skip=frozenset(), share: tuple[int, int] = (0, 1),
                 progress: Progress | None = None, stop: Callable[[], bool] | None = None,
-                processes: int = 1, compile_order: int = 0, shape_for: int = 0
-                ) -> Iterator[Chunk]:
+                processes: int = 1, compile_order: int = 0, shape_for: int = 0,
+                first_seats: int = SMALL_SEATS) -> Iterator[Chunk]:
     """Simulate this process's share of the grid points x seeds, less the (design, seed) pairs
     in ``skip`` (already saved), yielding the finished rows call by call.
 
@@ -61,16 +61,18 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
     different groups, so each is compiled once and loaded by the others. ``shape_for`` plans
     the calls' shapes for at least that many simulations, with request slots in powers of two
     (padding costs little), so that a caller with batches of varying size and load, such as a
-    capacity search, compiles each shape once."""
+    capacity search, compiles each shape once. ``first_seats`` is the seat tier of every
+    simulation's first try (``scheduler``): wider for simulations expected to hold many
+    requests at once, such as a capacity search's near their capacity."""
     if processes == 1:
         yield from local_chunks(study, chunk_size, per_request, devices, skip, share, progress,
-                                stop, compile_order, shape_for)
+                                stop, compile_order, shape_for, first_seats)
         return
     if devices is not None:
         raise ValueError(f"processes: {processes}; allowed: 1 with devices given")
     yield from in_processes(study, processes, chunk_size=chunk_size, per_request=per_request,
                             skip=skip, share=share, progress=progress, stop=stop,
-                            shape_for=shape_for)
+                            shape_for=shape_for, first_seats=first_seats)
 
 
 def run_study(study: Study, chunk_size: int | None = None, per_request: bool | None = None,
@@ -90,11 +92,12 @@ def run_study(study: Study, chunk_size: int | None = None, per_request: bool | N
 
 
 def simulate_rows(study: Study, skip=frozenset(), progress: Progress | None = None,
-                  shape_for: int = 0) -> pd.DataFrame:
+                  shape_for: int = 0, first_seats: int = SMALL_SEATS) -> pd.DataFrame:
     """The metric rows (``design``, ``seed``, the metrics) of every grid point x seed of
     ``study`` less the (design, seed) pairs in ``skip``, in (design, seed) order: for a caller
     that keeps rows of its own, such as the capacity search."""
-    chunks = list(iter_chunks(study, skip=skip, progress=progress, shape_for=shape_for))
+    chunks = list(iter_chunks(study, skip=skip, progress=progress, shape_for=shape_for,
+                              first_seats=first_seats))
     if not chunks:
         return pd.DataFrame(columns=["design", "seed"])
     rows = pd.concat([c.metrics for c in chunks], ignore_index=True)

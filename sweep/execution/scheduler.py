@@ -1,7 +1,8 @@
 """The calls of one process: its simulations grouped by seat tier and request slots, compiled
 on a background thread, run on worker threads, and their overflows rerun in a wider tier.
 
-Each simulation first runs with at most ``SMALL_SEATS`` seats, which is exact unless the narrow
+Each simulation first runs with at most ``SMALL_SEATS`` seats (or the caller's
+``first_seats``), which is exact unless the narrow
 seat array held back an admission (the engine flags it); those few rerun with all
 ``max_batch`` seats in a later call. Every group has one compiled shape, fixed up front, so
 that groups compile on a background thread: the narrowest tier's while the first calls sample
@@ -29,8 +30,8 @@ from sweep.execution import topology
 from sweep.execution.batch import stack
 from sweep.execution.dispatch import NOTHING, dispatch, warm
 from sweep.execution.memory import widest
-from sweep.execution.planning import (Group, Shape, Sim, call_shape, groups, plan_chunks,
-                                      request_slots, share_of, split)
+from sweep.execution.planning import (SMALL_SEATS, Group, Shape, Sim, call_shape, groups,
+                                      plan_chunks, request_slots, share_of, split)
 from sweep.execution.progress import Progress, Tally
 from sweep.physics.numerics import float64
 from sweep.study.config import Study
@@ -53,10 +54,11 @@ class Chunk:
 def local_chunks(study: Study, chunk_size: int | None = None, per_request: bool | None = None,
                  devices=None, skip=frozenset(), share: tuple[int, int] = (0, 1),
                  progress: Progress | None = None, stop: Callable[[], bool] | None = None,
-                 compile_order: int = 0, shape_for: int = 0) -> Iterator[Chunk]:
+                 compile_order: int = 0, shape_for: int = 0, first_seats: int = SMALL_SEATS
+                 ) -> Iterator[Chunk]:
     """``runner.iter_chunks`` in this process: its calls' chunks as they finish."""
     scheduler = Scheduler(study, chunk_size, per_request, devices, skip, share, compile_order,
-                          shape_for)
+                          shape_for, first_seats)
     try:
         while (chunk := scheduler.next_chunk(stop)) is not None:
             scheduler.tally.report(progress)
@@ -71,7 +73,7 @@ class Scheduler:
 
     @float64()
     def __init__(self, study: Study, chunk_size, per_request, devices, skip, share,
-                 compile_order: int, shape_for: int):
+                 compile_order: int, shape_for: int, first_seats: int):
         self.study = study
         self.devices = list(devices or jax.local_devices())
         self.want_requests = study.per_request if per_request is None else per_request
@@ -82,7 +84,8 @@ class Scheduler:
         self.k_max = max(p.design.draft_tokens for p in study.points)
         self.widest = widest(study)
         mine = share_of(study, share)
-        self.pending, bound = groups(study, mine, skip, request_slots(study, shape_for > 0))
+        self.pending, bound = groups(study, mine, skip, request_slots(study, shape_for > 0),
+                                     first_seats)
         plan = plan_chunks(study, chunk_size)
         self.workers = plan.calls
         # (Tiers of fewer lanes take more rounds: as many simulations per call.)
