@@ -16,7 +16,7 @@ the search takes it as monotone for each seed (``Rounds.verdict``). The tables a
 
 1. Screening, on the first seed: the lowest rate, then rates spread geometrically up to the
    roofline rate (above it only if every rate up to it passes), then the bracket, which each
-   round cuts into up to ``SCREEN_SPLITS`` parts until it is narrower than the tolerance.
+   round cuts into up to ``SCREEN_SPLITS`` parts until it is within ``SCREEN_TOLERANCES``.
 2. Confirmation, on every seed: the screened bracket's two ends and rates 1, 3 and 9
    tolerances below it; where the seeds overturn an end, such steps away from it, then the
    bracket cut again until it is narrow again. A rate runs on a few seeds first: failures there
@@ -46,6 +46,9 @@ RATE_MIN_FRACTION = 1 / 8
 RATE_MAX_FACTOR = 2.0
 SCREEN_POINTS = 11  # rates of a screening round up to the roofline, the lowest included
 SCREEN_SPLITS = 12  # parts each later screening round cuts a bracket into, at most
+#: Screening stops once its bracket is within this many tolerances: the seeds' capacity lies
+#: below the first seed's as often as not, so confirmation narrows it, on the seeds that decide.
+SCREEN_TOLERANCES = 3
 CONFIRM_SPLITS = 4  # parts a confirmation round cuts a bracket into, at most
 STEPS = (1, 3, 9)  # tolerances a confirmation round steps from an end the seeds overturned
 FIRST_SEEDS = 4  # seeds a confirmation tries first: failures there may decide a rate
@@ -296,7 +299,7 @@ class Rounds:
         """Screening on the first seed: the lowest rate alone first (a design that fails there
         is spared the rest), then rates spread up to the roofline rate (overloaded simulations
         are the costliest, and capacity lies below the roofline), above it only where every
-        rate up to it passes, then the bracket cut until it is narrower than the tolerance."""
+        rate up to it passes, then the bracket cut until it is within ``SCREEN_TOLERANCES``."""
         first = self.seeds[:1]
         cands = {i: [s.rate_min] for i, s in enumerate(self.found) if not s.done}
         tried: dict[int, list[float]] = {i: [] for i in cands}
@@ -317,8 +320,9 @@ class Rounds:
                 if not math.isfinite(hi) and lo < s.rate_max:  # nothing failed yet: go up
                     top = s.guide if lo < s.guide else s.rate_max
                     nxt[i] = [float(r) for r in np.geomspace(lo, top, SCREEN_POINTS)[1:]]
-                elif math.isfinite(hi) and hi / lo > 1 + self.tol:
-                    nxt[i] = _geometric(lo, hi, _parts(lo, hi, self.tol, SCREEN_SPLITS))
+                elif math.isfinite(hi) and hi / lo > (1 + self.tol) ** SCREEN_TOLERANCES:
+                    step = (1 + self.tol) ** SCREEN_TOLERANCES - 1
+                    nxt[i] = _geometric(lo, hi, _parts(lo, hi, step, SCREEN_SPLITS))
             cands = nxt
         return self
 

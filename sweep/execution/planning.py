@@ -122,14 +122,17 @@ def share_of(study: Study, share: tuple[int, int]) -> list[Sim]:
 def request_slots(study: Study, planned: bool = False) -> list[int]:
     """Each grid point's request slots. Points share calls by the power-of-two bucket of their
     workload's capacity (at least ``MIN_SLOTS``), so that a small workload never pays for a
-    large one's slots; a bucket's slots are its largest capacity, or the bucket itself when
-    the caller ``planned`` shapes across studies (few shapes, each compiled once). The draws of
-    the slots in use do not depend on how many there are, and a workload's requests outnumber
-    its capacity with p < 1e-9 (``Workload.capacity``), so the slots change no result."""
+    large one's slots; a bucket's slots are its largest capacity. When the caller ``planned``
+    shapes across studies, every point takes the study's largest bucket instead: one group per
+    seat tier, so that a batch of similar loads (a capacity search's round) runs as few, full
+    calls rather than one pair of part-empty calls per bucket (the brief's search ran ~15%
+    faster), and every shape is a power of two (compiled once). The draws of the slots in use
+    do not depend on how many there are, and a workload's requests outnumber its capacity with
+    p < 1e-9 (``Workload.capacity``), so the slots change no result."""
     capacity = [p.workload.capacity for p in study.points]
     bucket = [max(MIN_SLOTS, 1 << (c - 1).bit_length()) for c in capacity]
     if planned:
-        return bucket
+        return [max(bucket)] * len(bucket)
     most: dict[int, int] = {}
     for b, c in zip(bucket, capacity):
         most[b] = max(most.get(b, 0), c)
