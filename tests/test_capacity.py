@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from sweep.analysis import capacity, capacity_tables
+from sweep.analysis.metrics import METRICS
 from sweep.cli import main
 from sweep.engine.reference import simulate_reference
 from sweep.execution.runner import run_study, simulate_rows
@@ -153,6 +154,52 @@ def test_a_fleet_of_n_replicas_meets_the_brief_at_n_times_capacity(story):
     row = fleet[fleet["design"] == 1].iloc[0]
     assert row["replicas"] == 2 and row["confirmed"], row.to_dict()
     assert fleet["confirmed"].iloc[0]  # confirmed fleets first
+
+
+# --- the search's bookkeeping, on a stand-in for the engine --------------------------------------
+
+def test_the_search_finds_the_seeds_quantile_and_runs_only_seeds_it_cannot_imply():
+    """Each seed meets the brief up to a capacity of its own. With 16 seeds at confidence 0.9,
+    a design carries a rate when 15 seeds do: its capacity is the second-lowest seed's. A
+    seed's verdict at a rate that its runs at other rates imply is not simulated."""
+    study = parse_study(TINY)
+    study = dataclasses.replace(study, seeds=list(range(16)), capacity={
+        **study.capacity, "rate_min": 2.0, "rate_max": 400.0})
+    factor = np.linspace(0.85, 1.05, 16)[np.random.default_rng(0).permutation(16)]
+    base = {8: 20.0, 32: 50.0}  # requests/s by max_batch
+
+    def run(sub, skip, **plan):
+        recs = []
+        for k, point in enumerate(sub.points):
+            for seed in sub.seeds:
+                if (k, seed) not in skip:
+                    own = base[point.design.max_batch] * factor[seed]
+                    recs.append({**dict.fromkeys(METRICS, 0.0), "design": k, "seed": seed,
+                                 "unstable": point.workload.arrival_rate > own})
+        return pd.DataFrame(recs)
+
+    runner = capacity.Runner(study, run)
+    found = capacity.search(study, runner, [])
+    for i, s in enumerate(found):
+        second = np.sort(base[s.point.design.max_batch] * factor)[1]
+        assert s.low <= second < s.high, (s.low, second, s.high)
+        assert s.high / s.low <= 1 + study.capacity["tolerance"] + 1e-9
+        ran = [key for key in runner.rows if key[0] == i]
+        assert len(ran) < len(s.tried) * len(study.seeds)  # some verdicts were implied
+
+
+def test_a_planned_batch_runs_one_slot_count_and_a_wider_first_try():
+    from sweep.execution.planning import Group, groups, request_slots, share_of
+
+    study = parse_study(TINY.replace("num_requests = 40", "num_requests = [40, 1000]")
+                        .replace("max_batch = [8, 32]", "max_batch = [8, 256]"))
+    assert request_slots(study) == [40, 40, 1000, 1000]  # a sweep: each its own bucket
+    assert request_slots(study, planned=True) == [1024] * 4
+    first, bound = groups(study, share_of(study, (0, 1)), set(), [1024] * 4, first_seats=128)
+    assert {g: len(v) for g, v in first.items()} == {Group(8, 1024): 4, Group(128, 1024): 4}
+    assert Group(256, 1024) in bound  # an overflow of the first try reruns with every seat
+    narrow, _ = groups(study, share_of(study, (0, 1)), set(), [1024] * 4)
+    assert Group(64, 1024) in narrow
 
 
 # --- per-request goodput -------------------------------------------------------------------------

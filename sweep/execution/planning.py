@@ -140,10 +140,12 @@ def request_slots(study: Study, planned: bool = False) -> list[int]:
 
 
 def groups(study: Study, mine: list[Sim], skip, slots: list[int],
-           first_seats: int = SMALL_SEATS) -> tuple[dict, dict]:
+           first_seats: int | None = None) -> tuple[dict, dict]:
     """The groups of ``mine`` less ``skip`` (the first try's, every simulation at most
-    ``first_seats`` seats; ``slots`` by grid point), and every group a simulation may run in
-    (its own seats, after overflowing the first try): group -> simulations."""
+    ``first_seats`` seats, default ``SMALL_SEATS``; ``slots`` by grid point), and every group a
+    simulation may run in (its own seats, after overflowing the first try): group ->
+    simulations."""
+    first_seats = first_seats or SMALL_SEATS
     first: dict[Group, list[Sim]] = {}
     bound: dict[Group, list[Sim]] = {}
     for s in mine:

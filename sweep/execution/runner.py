@@ -19,7 +19,7 @@ import jax
 import pandas as pd
 
 from sweep.analysis.tables import grid_table, requests_table, runs_table
-from sweep.execution.planning import SMALL_SEATS, plan_chunks
+from sweep.execution.planning import plan_chunks
 from sweep.execution.progress import Progress
 from sweep.execution.scheduler import Chunk, local_chunks
 from sweep.execution.workers import in_processes
@@ -43,7 +43,7 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
                 devices=None, skip=frozenset(), share: tuple[int, int] = (0, 1),
                 progress: Progress | None = None, stop: Callable[[], bool] | None = None,
                 processes: int = 1, compile_order: int = 0, shape_for: int = 0,
-                first_seats: int = SMALL_SEATS) -> Iterator[Chunk]:
+                first_seats: int | None = None) -> Iterator[Chunk]:
     """Simulate this process's share of the grid points x seeds, less the (design, seed) pairs
     in ``skip`` (already saved), yielding the finished rows call by call.
 
@@ -92,7 +92,7 @@ def run_study(study: Study, chunk_size: int | None = None, per_request: bool | N
 
 
 def simulate_rows(study: Study, skip=frozenset(), progress: Progress | None = None,
-                  shape_for: int = 0, first_seats: int = SMALL_SEATS) -> pd.DataFrame:
+                  shape_for: int = 0, first_seats: int | None = None) -> pd.DataFrame:
     """The metric rows (``design``, ``seed``, the metrics) of every grid point x seed of
     ``study`` less the (design, seed) pairs in ``skip``, in (design, seed) order: for a caller
     that keeps rows of its own, such as the capacity search."""

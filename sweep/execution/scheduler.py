@@ -30,8 +30,8 @@ from sweep.execution import topology
 from sweep.execution.batch import stack
 from sweep.execution.dispatch import NOTHING, dispatch, warm
 from sweep.execution.memory import widest
-from sweep.execution.planning import (SMALL_SEATS, Group, Shape, Sim, call_shape, groups,
-                                      plan_chunks, request_slots, share_of, split)
+from sweep.execution.planning import (Group, Shape, Sim, call_shape, groups, plan_chunks,
+                                      request_slots, share_of, split)
 from sweep.execution.progress import Progress, Tally
 from sweep.physics.numerics import float64
 from sweep.study.config import Study
@@ -54,7 +54,7 @@ class Chunk:
 def local_chunks(study: Study, chunk_size: int | None = None, per_request: bool | None = None,
                  devices=None, skip=frozenset(), share: tuple[int, int] = (0, 1),
                  progress: Progress | None = None, stop: Callable[[], bool] | None = None,
-                 compile_order: int = 0, shape_for: int = 0, first_seats: int = SMALL_SEATS
+                 compile_order: int = 0, shape_for: int = 0, first_seats: int | None = None
                  ) -> Iterator[Chunk]:
     """``runner.iter_chunks`` in this process: its calls' chunks as they finish."""
     scheduler = Scheduler(study, chunk_size, per_request, devices, skip, share, compile_order,
