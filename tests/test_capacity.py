@@ -17,7 +17,7 @@ from sweep.study.workload import Requests
 
 def _search(study):
     limits = capacity.load_limits(study)
-    runner = capacity.Runner(study, lambda sub, skip, **plan: simulate_rows(sub, skip, **plan))
+    runner = capacity.Runner(study, lambda sub, skip, planned: simulate_rows(sub, skip, planned=planned))
     found = capacity.search(study, runner, limits)
     return capacity_tables.table(study, runner, found, limits), found, runner, limits
 
@@ -168,7 +168,7 @@ def test_the_search_finds_the_seeds_quantile_and_runs_only_seeds_it_cannot_imply
     factor = np.linspace(0.85, 1.05, 16)[np.random.default_rng(0).permutation(16)]
     base = {8: 20.0, 32: 50.0}  # requests/s by max_batch
 
-    def run(sub, skip, **plan):
+    def run(sub, skip, planned):
         recs = []
         for k, point in enumerate(sub.points):
             for seed in sub.seeds:
@@ -189,12 +189,13 @@ def test_the_search_finds_the_seeds_quantile_and_runs_only_seeds_it_cannot_imply
 
 
 def test_a_planned_batch_runs_one_slot_count_and_a_wider_first_try():
-    from sweep.execution.planning import Group, groups, request_slots, share_of
+    from sweep.execution.planning import Group, Planned, groups, request_slots, share_of
 
     study = parse_study(TINY.replace("num_requests = 40", "num_requests = [40, 1000]")
                         .replace("max_batch = [8, 32]", "max_batch = [8, 256]"))
     assert request_slots(study) == [40, 40, 1000, 1000]  # a sweep: each its own bucket
-    assert request_slots(study, planned=True) == [1024] * 4
+    assert request_slots(study, Planned(100, 128)) == [1024] * 4
+    assert request_slots(study, Planned(100, 128, min_slots=4096)) == [4096] * 4
     first, bound = groups(study, share_of(study, (0, 1)), set(), [1024] * 4, first_seats=128)
     assert {g: len(v) for g, v in first.items()} == {Group(8, 1024): 4, Group(128, 1024): 4}
     assert Group(256, 1024) in bound  # an overflow of the first try reruns with every seat

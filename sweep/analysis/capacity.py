@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from sweep.analysis.metrics import METRICS
+from sweep.execution.planning import Planned, request_slots
 from sweep.physics.timing import pass_time
 from sweep.study.config import Limit, Point, Study
 
@@ -53,7 +54,7 @@ CONFIRM_SPLITS = 4  # parts a confirmation round cuts a bracket into, at most
 STEPS = (1, 3, 9)  # tolerances a confirmation round steps from an end the seeds overturned
 FIRST_SEEDS = 4  # seeds a confirmation tries first: failures there may decide a rate
 #: Seats of a simulation's first try (``scheduler``): near its capacity a design holds more
-#: requests at once than at a sweep's load, and the brief's search ran 1.25x faster with
+#: requests at once than at a sweep's load, and the brief's search ran 1.27x faster with
 #: 128 than with the sweep's 64 (benchmarks/README.md), which overflow more often into the
 #: costly full seat array.
 FIRST_TRY_SEATS = 128
@@ -162,15 +163,17 @@ class Runner:
     """Runs (design, rate) x seeds through the engine, remembering every row under its
     (design, fleet, rate, seed): ``fleet`` is 0 for the design itself, else the replicas of a
     fleet of it. A resumed search replays its rounds from ``saved`` without simulating them
-    again. ``run(sub, skip, **plan)`` simulates a sub-study's points x seeds less the
-    (point, seed) pairs in ``skip`` and returns their rows: ``runner.simulate_rows``, whose
-    keywords ``plan`` holds (call shapes planned for at least ``shape_for`` simulations, first
-    tries of ``first_seats`` seats)."""
+    again. ``run(sub, skip, planned=...)`` simulates a sub-study's points x seeds less the
+    (point, seed) pairs in ``skip`` and returns their rows (``runner.simulate_rows``), its
+    calls shaped as ``planning.Planned`` says: for ``nominal`` simulations, first tries of
+    ``FIRST_TRY_SEATS`` seats, and request slots that never shrink from batch to batch (each
+    shape compiles once)."""
 
     def __init__(self, study: Study, run: Callable[..., pd.DataFrame],
                  saved: pd.DataFrame | None = None, on_round: Callable | None = None):
         self.study, self.run, self.on_round = study, run, on_round
         self.nominal = 0  # simulations every batch's call shapes are planned for
+        self.slots = 0  # request slots of the batches so far
         self.columns = ["design", "fleet", "arrival_rate", "seed", *METRICS]
         self.rows: dict = {}
         if saved is not None:
@@ -192,7 +195,9 @@ class Runner:
         # A rate some seeds already ran (or need not run) runs only on the others.
         done = {(k, s) for k, (i, f, _, r) in enumerate(todo) for s in seeds
                 if not needs(i, f, r, s)}
-        runs = self.run(sub, done, shape_for=self.nominal, first_seats=FIRST_TRY_SEATS)
+        planned = Planned(self.nominal, FIRST_TRY_SEATS, self.slots)
+        self.slots = request_slots(sub, planned)[0]
+        runs = self.run(sub, done, planned=planned)
         new = []
         for rec in runs.to_dict("records"):
             i, f, _, r = todo[rec["design"]]

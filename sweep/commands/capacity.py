@@ -37,12 +37,12 @@ def cmd_capacity(args) -> int:
         write_capacity_part(out, rounds[0], rows.assign(round=rounds[0]))
         rounds[0] += 1
 
-    def run(sub, skip, **plan):
+    def run(sub, skip, planned):
         if not args.quiet:
             print(f"round {rounds[0] + 1}: {len(sub.points)} rates x {len(sub.seeds)} seeds"
                   + (f", {len(skip)} of them run before or implied" if skip else ""),
                   file=sys.stderr)
-        return simulate_rows(sub, skip, progress=progress, **plan)
+        return simulate_rows(sub, skip, progress=progress, planned=planned)
 
     runner = capacity.Runner(study, run, saved=None if saved is None else saved.drop(
         columns="round"), on_round=on_round)

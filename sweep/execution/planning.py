@@ -61,6 +61,15 @@ class Shape(NamedTuple):
     slots: int  # requests per simulation
 
 
+class Planned(NamedTuple):
+    """Shapes planned across the batches of a caller that runs many, such as a capacity search,
+    so that each is compiled once."""
+
+    simulations: int  # calls shaped for at least this many simulations
+    first_seats: int  # the seats of every simulation's first try (``groups``)
+    min_slots: int = 0  # request slots at least: a search's shapes only grow
+
+
 class ChunkPlan(NamedTuple):
     """How many simulations a call holds and how many it runs at once."""
 
@@ -119,20 +128,21 @@ def share_of(study: Study, share: tuple[int, int]) -> list[Sim]:
         (i, seed) for i in range(len(study.points)) for seed in study.seeds) if k % count == index]
 
 
-def request_slots(study: Study, planned: bool = False) -> list[int]:
+def request_slots(study: Study, planned: Planned | None = None) -> list[int]:
     """Each grid point's request slots. Points share calls by the power-of-two bucket of their
     workload's capacity (at least ``MIN_SLOTS``), so that a small workload never pays for a
     large one's slots; a bucket's slots are its largest capacity. When the caller ``planned``
-    shapes across studies, every point takes the study's largest bucket instead: one group per
-    seat tier, so that a batch of similar loads (a capacity search's round) runs as few, full
-    calls rather than one pair of part-empty calls per bucket (the brief's search ran ~15%
-    faster), and every shape is a power of two (compiled once). The draws of the slots in use
+    shapes across studies, every point takes the study's largest bucket instead (at least
+    ``planned.min_slots``): one group per seat tier, so that a batch of similar loads (a
+    capacity search's round) runs as few, full calls rather than one pair of part-empty calls
+    per bucket (the brief's search ran ~15% faster), and every shape is a power of two
+    (compiled once). The draws of the slots in use
     do not depend on how many there are, and a workload's requests outnumber its capacity with
     p < 1e-9 (``Workload.capacity``), so the slots change no result."""
     capacity = [p.workload.capacity for p in study.points]
     bucket = [max(MIN_SLOTS, 1 << (c - 1).bit_length()) for c in capacity]
     if planned:
-        return [max(bucket)] * len(bucket)
+        return [max(max(bucket), planned.min_slots)] * len(bucket)
     most: dict[int, int] = {}
     for b, c in zip(bucket, capacity):
         most[b] = max(most.get(b, 0), c)

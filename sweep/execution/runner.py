@@ -19,7 +19,7 @@ import jax
 import pandas as pd
 
 from sweep.analysis.tables import grid_table, requests_table, runs_table
-from sweep.execution.planning import plan_chunks
+from sweep.execution.planning import Planned, plan_chunks
 from sweep.execution.progress import Progress
 from sweep.execution.scheduler import Chunk, local_chunks
 from sweep.execution.workers import in_processes
@@ -42,8 +42,8 @@ class SweepResult:
 def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool | None = None,
                 devices=None, skip=frozenset(), share: tuple[int, int] = (0, 1),
                 progress: Progress | None = None, stop: Callable[[], bool] | None = None,
-                processes: int = 1, compile_order: int = 0, shape_for: int = 0,
-                first_seats: int | None = None) -> Iterator[Chunk]:
+                processes: int = 1, compile_order: int = 0, planned: Planned | None = None
+                ) -> Iterator[Chunk]:
     """Simulate this process's share of the grid points x seeds, less the (design, seed) pairs
     in ``skip`` (already saved), yielding the finished rows call by call.
 
@@ -58,31 +58,30 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
     ``processes > 1`` (a CPU only) splits the share over that many worker processes, each
     pinned to one core (``workers.in_processes``). ``compile_order`` rotates the order in which
     the groups compile: workers sharing a folder of executables (or JAX's cache) start on
-    different groups, so each is compiled once and loaded by the others. ``shape_for`` plans
-    the calls' shapes for at least that many simulations, with request slots in powers of two
-    (padding costs little), so that a caller with batches of varying size and load, such as a
-    capacity search, compiles each shape once. ``first_seats`` is the seat tier of every
-    simulation's first try (``scheduler``): wider for simulations expected to hold many
-    requests at once, such as a capacity search's near their capacity."""
+    different groups, so each is compiled once and loaded by the others. ``planned``
+    (``planning.Planned``) shapes the calls for a caller with batches of varying size and
+    load, such as a capacity search: for at least that many simulations, with request slots
+    in powers of two (padding costs little), so that each shape compiles once, and first tries
+    wider for simulations expected to hold many requests at once."""
     if processes == 1:
         yield from local_chunks(study, chunk_size, per_request, devices, skip, share, progress,
-                                stop, compile_order, shape_for, first_seats)
+                                stop, compile_order, planned)
         return
     if devices is not None:
         raise ValueError(f"processes: {processes}; allowed: 1 with devices given")
     yield from in_processes(study, processes, chunk_size=chunk_size, per_request=per_request,
                             skip=skip, share=share, progress=progress, stop=stop,
-                            shape_for=shape_for, first_seats=first_seats)
+                            planned=planned)
 
 
 def run_study(study: Study, chunk_size: int | None = None, per_request: bool | None = None,
-              progress: Progress | None = None, devices=None, processes: int = 1,
-              shape_for: int = 0) -> SweepResult:
+              progress: Progress | None = None, devices=None, processes: int = 1
+              ) -> SweepResult:
     """Simulate every grid point x seed of ``study`` in memory; rows come back in (design,
     seed) order (see ``iter_chunks``)."""
     t0 = time.perf_counter()
     chunks = list(iter_chunks(study, chunk_size, per_request, devices, progress=progress,
-                              processes=processes, shape_for=shape_for))
+                              processes=processes))
     runs = runs_table(grid_table(study), pd.concat([c.metrics for c in chunks]), study.seeds)
     requests = None
     if chunks and chunks[0].requests is not None:
@@ -92,12 +91,11 @@ def run_study(study: Study, chunk_size: int | None = None, per_request: bool | N
 
 
 def simulate_rows(study: Study, skip=frozenset(), progress: Progress | None = None,
-                  shape_for: int = 0, first_seats: int | None = None) -> pd.DataFrame:
+                  planned: Planned | None = None) -> pd.DataFrame:
     """The metric rows (``design``, ``seed``, the metrics) of every grid point x seed of
     ``study`` less the (design, seed) pairs in ``skip``, in (design, seed) order: for a caller
     that keeps rows of its own, such as the capacity search."""
-    chunks = list(iter_chunks(study, skip=skip, progress=progress, shape_for=shape_for,
-                              first_seats=first_seats))
+    chunks = list(iter_chunks(study, skip=skip, progress=progress, planned=planned))
     if not chunks:
         return pd.DataFrame(columns=["design", "seed"])
     rows = pd.concat([c.metrics for c in chunks], ignore_index=True)

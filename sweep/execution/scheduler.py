@@ -2,7 +2,7 @@
 on a background thread, run on worker threads, and their overflows rerun in a wider tier.
 
 Each simulation first runs with at most ``SMALL_SEATS`` seats (or the caller's
-``first_seats``), which is exact unless the narrow
+``Planned.first_seats``), which is exact unless the narrow
 seat array held back an admission (the engine flags it); those few rerun with all
 ``max_batch`` seats in a later call. Every group has one compiled shape, fixed up front, so
 that groups compile on a background thread: the narrowest tier's while the first calls sample
@@ -30,8 +30,8 @@ from sweep.execution import topology
 from sweep.execution.batch import stack
 from sweep.execution.dispatch import NOTHING, dispatch, warm
 from sweep.execution.memory import widest
-from sweep.execution.planning import (Group, Shape, Sim, call_shape, groups, plan_chunks,
-                                      request_slots, share_of, split)
+from sweep.execution.planning import (Group, Planned, Shape, Sim, call_shape, groups,
+                                      plan_chunks, request_slots, share_of, split)
 from sweep.execution.progress import Progress, Tally
 from sweep.physics.numerics import float64
 from sweep.study.config import Study
@@ -54,11 +54,10 @@ class Chunk:
 def local_chunks(study: Study, chunk_size: int | None = None, per_request: bool | None = None,
                  devices=None, skip=frozenset(), share: tuple[int, int] = (0, 1),
                  progress: Progress | None = None, stop: Callable[[], bool] | None = None,
-                 compile_order: int = 0, shape_for: int = 0, first_seats: int | None = None
-                 ) -> Iterator[Chunk]:
+                 compile_order: int = 0, planned: Planned | None = None) -> Iterator[Chunk]:
     """``runner.iter_chunks`` in this process: its calls' chunks as they finish."""
     scheduler = Scheduler(study, chunk_size, per_request, devices, skip, share, compile_order,
-                          shape_for, first_seats)
+                          planned)
     try:
         while (chunk := scheduler.next_chunk(stop)) is not None:
             scheduler.tally.report(progress)
@@ -73,7 +72,7 @@ class Scheduler:
 
     @float64()
     def __init__(self, study: Study, chunk_size, per_request, devices, skip, share,
-                 compile_order: int, shape_for: int, first_seats: int):
+                 compile_order: int, planned: Planned | None):
         self.study = study
         self.devices = list(devices or jax.local_devices())
         self.want_requests = study.per_request if per_request is None else per_request
@@ -84,8 +83,9 @@ class Scheduler:
         self.k_max = max(p.design.draft_tokens for p in study.points)
         self.widest = widest(study)
         mine = share_of(study, share)
-        self.pending, bound = groups(study, mine, skip, request_slots(study, shape_for > 0),
-                                     first_seats)
+        self.pending, bound = groups(study, mine, skip, request_slots(study, planned),
+                                     planned and planned.first_seats)
+        shape_for = planned.simulations if planned else 0
         plan = plan_chunks(study, chunk_size)
         self.workers = plan.calls
         # (Tiers of fewer lanes take more rounds: as many simulations per call.)
