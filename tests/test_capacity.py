@@ -11,7 +11,7 @@ from sweep.analysis.metrics import METRICS
 from sweep.cli import main
 from sweep.engine.reference import simulate_reference
 from sweep.execution.runner import run_study, simulate_rows
-from sweep.study.config import Point, parse_study
+from sweep.study.config import Limit, Point, parse_study
 from sweep.study.workload import Requests
 
 
@@ -158,13 +158,16 @@ def test_a_fleet_of_n_replicas_meets_the_brief_at_n_times_capacity(story):
 
 # --- the search's bookkeeping, on a stand-in for the engine --------------------------------------
 
-def test_the_search_finds_the_seeds_quantile_and_runs_only_seeds_it_cannot_imply():
+@pytest.mark.parametrize("at_capacity", [False, True])
+def test_the_search_finds_the_seeds_quantile_and_runs_only_seeds_it_cannot_imply(at_capacity):
     """Each seed meets the brief up to a capacity of its own. With 16 seeds at confidence 0.9,
     a design carries a rate when 15 seeds do: its capacity is the second-lowest seed's. A
-    seed's verdict at a rate that its runs at other rates imply is not simulated."""
+    seed's verdict at a rate that its runs at other rates imply is not simulated, unless the
+    brief limits a figure read at capacity: then every seed runs there."""
     study = parse_study(TINY)
     study = dataclasses.replace(study, seeds=list(range(16)), capacity={
-        **study.capacity, "rate_min": 2.0, "rate_max": 400.0})
+        **study.capacity, "rate_min": 2.0, "rate_max": 400.0},
+        brief=[Limit("utilization", min=0.0)] if at_capacity else [])
     factor = np.linspace(0.85, 1.05, 16)[np.random.default_rng(0).permutation(16)]
     base = {8: 20.0, 32: 50.0}  # requests/s by max_batch
 
@@ -186,6 +189,8 @@ def test_the_search_finds_the_seeds_quantile_and_runs_only_seeds_it_cannot_imply
         assert s.high / s.low <= 1 + study.capacity["tolerance"] + 1e-9
         ran = [key for key in runner.rows if key[0] == i]
         assert len(ran) < len(s.tried) * len(study.seeds)  # some verdicts were implied
+        at_max = {seed for _, _, r, seed in ran if r == s.low}
+        assert (at_max == set(study.seeds)) == at_capacity
 
 
 def test_a_planned_batch_runs_one_slot_count_and_a_wider_first_try():
