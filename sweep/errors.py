@@ -61,23 +61,15 @@ def key_text(parts) -> str:
     return ".".join(out)
 
 
+#: TOML value types and how a message names them; bool before int, which it subclasses.
+_KINDS = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
+          (dict, "a table"), (list, "an array"),
+          ((_dt.datetime, _dt.date, _dt.time), "a date/time"))
+
+
 def kind(v) -> str:
     """What sort of TOML value ``v`` is, with its article."""
-    if isinstance(v, bool):
-        return "a boolean"
-    if isinstance(v, int):
-        return "an integer"
-    if isinstance(v, float):
-        return "a float"
-    if isinstance(v, str):
-        return "a string"
-    if isinstance(v, dict):
-        return "a table"
-    if isinstance(v, list):
-        return "an array"
-    if isinstance(v, (_dt.datetime, _dt.date, _dt.time)):
-        return "a date/time"
-    return type(v).__name__
+    return next((name for t, name in _KINDS if isinstance(v, t)), type(v).__name__)
 
 
 def show(v) -> str:
