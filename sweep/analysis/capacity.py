@@ -211,6 +211,10 @@ class Runner:
     def rows_at(self, i: int, rate: float, seeds: list[int], fleet: int = 0) -> list[dict]:
         return [self.rows[(i, fleet, rate, s)] for s in seeds]
 
+    def runs_of(self, i: int) -> list[tuple[float, int]]:
+        """The (rate, seed) pairs simulated for design ``i`` itself (not its fleets)."""
+        return [(r, s) for d, f, r, s in self.rows if d == i and f == 0]
+
     def rows_done(self, i: int, rate: float, seeds: list[int], fleet: int = 0) -> list[dict]:
         """The rows of ``seeds`` simulated so far."""
         return [self.rows[k] for s in seeds if (k := (i, fleet, rate, s)) in self.rows]

@@ -19,7 +19,7 @@ def _mean(rows: list[dict], key: str) -> float:
 
 def _nearest_rows(runner: Runner, i: int, rate: float, seeds: list[int]) -> list[dict]:
     """Each seed's run at the rate nearest ``rate`` (on a log scale)."""
-    mine = [(r, s) for d, f, r, s in runner.rows if d == i and f == 0]
+    mine = runner.runs_of(i)
     out = []
     for seed in seeds:
         ran = [r for r, s in mine if s == seed]
@@ -54,7 +54,7 @@ def _failed_above(runner: Runner, i: int, rate: float, seeds: list[int],
     """The failed runs at the lowest rate above ``rate`` that has any: where the limits bind
     (a seed's failure just above capacity may have been implied, not run, at the bracket's
     end)."""
-    for r in sorted({r for d, f, r, _ in runner.rows if d == i and f == 0 and r > rate}):
+    for r in sorted({r for r, _ in runner.runs_of(i) if r > rate}):
         failed = [row for row in runner.rows_done(i, r, seeds) if failures(row, limits)]
         if failed:
             return failed
