@@ -2,24 +2,30 @@
 
     python validation/make_cases.py           # (re)write validation/fit/ and validation/holdout/
     python validation/make_cases.py --check   # exit 1 if the committed cases differ
-    python validation/make_cases.py --data RUNS --out DIR   # cases of other runs, same layout
+    python validation/make_cases.py --data RUNS --out DIR   # cases of other runs, either layout
 
-Reads ``validation/data/vllm-h100`` (see its README for provenance): per run, the server flags
+Reads ``validation/data/vllm-h100`` and ``validation/data/blis-vllm`` (see their README for
+provenance). vllm-h100 (``runs/``): per run, the server flags
 (``exp-config.yaml``), the load generator's spec (``profile.json``), its resolved config
 (``results/config.yaml``) and the measurements (``results/stage_N_lifecycle_metrics.json``).
 Runs of the ``general`` workload go to ``fit/`` (for tuning the model against), every other
 workload to ``holdout/`` (never tuned against). A stage that overloaded the server (requests
 failed, 1% or more, or a mean TTFT over 5 s: a queue, not a pass, set it) becomes a flag-only
 case (``[measured] unstable = true``): its latencies describe a growing queue. In the shipped
-data these are the ``reasoning`` runs. Standard library only:
-the two YAML files are read with a parser for their few ``key: value`` lines.
+data these are the ``reasoning`` runs. blis-vllm (``measured.csv``): per run and stage, the
+measured milliseconds, with the server and workload of ``specs.json`` (or, for a run without a
+spec, of the runs with one that ran the same named workload); ``BLIS_SPLIT`` says which runs are
+fitted. Standard library only: the two YAML files are read with a parser for their few
+``key: value`` lines.
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -38,6 +44,26 @@ PERCENTILES = (("mean", "mean"), ("median", "p50"), ("p90", "p90"), ("p95", "p95
 #: vLLM's KV block (its default) and the simulator's limit on distinct shared prefixes.
 BLOCK = 16
 MAX_PREFIXES = 128
+BLIS = HERE / "data" / "blis-vllm"
+#: The blis-vllm study's GPU names -> the catalog's.
+BLIS_GPUS = {"H100": "H100-SXM", "A100-80GB": "A100-80GB", "L40S": "L40S"}
+#: measured.csv's metrics -> (the results' metric, its factor from milliseconds).
+BLIS_METRICS = {"ttft_mean": ("mean_ttft_s", 1e-3), "ttft_p90": ("p90_ttft_s", 1e-3),
+                "ttft_p99": ("p99_ttft_s", 1e-3), "e2e_mean": ("mean_e2e_s", 1e-3),
+                "e2e_p90": ("p90_e2e_s", 1e-3), "e2e_p99": ("p99_e2e_s", 1e-3)}
+#: The study's server flags where a run has no spec (its docs: every run used these).
+BLIS_MAX_NUM_SEQS = 128
+BLIS_MAX_MODEL_LEN = 4096
+#: Groups x prompts per group, as every resolved config of the vllm-h100 runs shows.
+BLIS_GROUPS = (10, 10)
+#: Which runs (by exp_id) of the shipped blis-vllm data are fitted. H100: the general-lite runs
+#: and one long-context run (Llama-2-7B's reasoning-lite) are fitted, the other workloads held
+#: out, so every tensor-parallel degree has runs on both sides. A100 and L40S, with two runs and
+#: one: each run's first stage is fitted and its second (the higher rate) held out. Runs not named
+#: here (another folder's) are held out.
+BLIS_SPLIT = {"60": "fit", "62": "fit", "65": "fit", "67": "fit", "36": ("fit", "holdout"),
+              "40": ("fit", "holdout"), "54": ("fit", "holdout")}
+_BLIS_RUN = re.compile(r"^\d+-.+-tp\d+-(.+?)(?:-\d+)+$")
 _RUN = re.compile(r"^\d{8}-\d{6}-(.+)$")
 _STAGE = re.compile(r"^stage_(\d+)_lifecycle_metrics\.json$")
 
@@ -85,6 +111,70 @@ def relative(path: Path, start: Path) -> str:
     return Path(os.path.relpath(path, start)).as_posix()
 
 
+def stage_lines(rate, duration) -> list[str]:
+    """A stage's arrivals: its rate and duration, simulated with a 60 s drain."""
+    return [f"arrival_rate = {float(rate)!r}", f"duration_s = {float(duration)!r}",
+            "drain_s = 60.0"]
+
+
+def prompt_lines(groups: int, per_group: int, system: int, shortest: int, longest: int,
+                 lengths: str) -> list[str]:
+    """The shared-prefix workload: ``groups x per_group`` prompts of ``shortest`` to
+    ``longest`` tokens (``lengths`` says where those come from), each a system prompt of its
+    group plus a question, sent in turn."""
+    prompts = groups * per_group
+    if prompts <= MAX_PREFIXES:
+        # A prompt's full blocks are what vLLM can find cached; the shortest prompt's bound them.
+        count, cached = prompts, shortest // BLOCK * BLOCK
+        note = [
+            f"# {BLOCK}-token blocks cached while they survive in free memory, so every prompt is "
+            "a shared",
+            f"# prefix here, drawn at random per request: its first {cached} tokens (the "
+            f"shortest {lengths}",
+            f"# prompt's full blocks), then the rest of the {lengths} prompt length."]
+    else:  # more prompts than the simulator's prefixes: only the system prompts are shared
+        count, cached = groups, system
+        note = [
+            f"# {BLOCK}-token blocks cached while they survive in free memory; {prompts} prompts "
+            f"are more than the",
+            f"# simulator's {MAX_PREFIXES} prefixes, so only the {groups} system prompts are "
+            "shared prefixes here."]
+    return [
+        f"# each a {system}-token system prompt shared by its group plus a question, and sends "
+        "them in",
+        "# turn (request i sends prompt i mod count). With prefix caching vLLM finds a prompt's "
+        "full",
+        *note,
+        f"prefix_count = {count}",
+        f"prefix_tokens = {cached}",
+        "prefix_share = 1.0",
+        f'prompt_tokens = {{ dist = "uniform", low = {shortest - cached}, '
+        f'high = {longest - cached} }}']
+
+
+def server_lines(tp: int, max_num_seqs: int, batched_tokens: int, max_model_len: int,
+                 extra=()) -> list[str]:
+    """The server's flags as levers (and ``extra`` lines), the seeds and the head of the
+    measured table."""
+    return [
+        "[levers]  # the server flags; the rest at vLLM v1's defaults",
+        'batching = "continuous"',
+        'kv_cache = "paged"',
+        "block_size = 16",
+        f"gpus = {tp}",
+        f"max_batch = {max_num_seqs}",
+        f"max_num_batched_tokens = {batched_tokens}",
+        f"max_seq_len = {max_model_len}",
+        "prefix_cache = true",
+        *extra,
+        "",
+        "[run]",
+        "seeds = 3",
+        "",
+        "[measured]",
+    ]
+
+
 def case_text(run: Path, stage: int, data: Path = DATA, out: Path = HERE
               ) -> tuple[str, str, str]:
     """(group, name, TOML text) of one stage of a run of ``data``, for a case under ``out``."""
@@ -119,23 +209,7 @@ def case_text(run: Path, stage: int, data: Path = DATA, out: Path = HERE
     lat = ok["latency"]
     ttft, e2e = lat["time_to_first_token"], lat["request_latency"]
     groups = int(resolved["num_groups"])
-    prompts = groups * int(resolved["num_prompts_per_group"])
-    if prompts <= MAX_PREFIXES:
-        # A prompt's full blocks are what vLLM can find cached; the shortest prompt's bound them.
-        count, cached = prompts, int(prompt["min"]) // BLOCK * BLOCK
-        prefix_note = [
-            f"# {BLOCK}-token blocks cached while they survive in free memory, so every prompt is "
-            "a shared",
-            f"# prefix here, drawn at random per request: its first {cached} tokens (the "
-            "shortest measured",
-            "# prompt's full blocks), then the rest of the measured prompt length."]
-    else:  # more prompts than the simulator's prefixes: only the system prompts are shared
-        count, cached = groups, system
-        prefix_note = [
-            f"# {BLOCK}-token blocks cached while they survive in free memory; {prompts} prompts "
-            f"are more than the",
-            f"# simulator's {MAX_PREFIXES} prefixes, so only the {groups} system prompts are "
-            "shared prefixes here."]
+    per_group = int(resolved["num_prompts_per_group"])
     lines = [
         f"{HEADER} from {relative(run, out)} (stage {stage}); do not "
         "edit.",
@@ -162,39 +236,17 @@ def case_text(run: Path, stage: int, data: Path = DATA, out: Path = HERE
         "",
         "[workload]",
         arrival[load["type"]],
-        f"arrival_rate = {float(rate)!r}",
-        f"duration_s = {float(duration)!r}",
-        "drain_s = 60.0",
+        *stage_lines(rate, duration),
         "# The generator makes num_groups x num_prompts_per_group prompts (results/config.yaml,",
-        f"# its resolved config: {groups} x {resolved['num_prompts_per_group']}; profile.json's "
+        f"# its resolved config: {groups} x {per_group}; profile.json's "
         f"num_unique_system_prompts, {spec['num_unique_system_prompts']}, is not what ran),",
-        f"# each a {system}-token system prompt shared by its group plus a question, and sends "
-        "them in",
-        "# turn (request i sends prompt i mod count). With prefix caching vLLM finds a prompt's "
-        "full",
-        *prefix_note,
-        f"prefix_count = {count}",
-        f"prefix_tokens = {cached}",
-        "prefix_share = 1.0",
-        f'prompt_tokens = {{ dist = "uniform", low = {int(prompt["min"]) - cached}, '
-        f'high = {int(prompt["max"]) - cached} }}',
+        *prompt_lines(groups, per_group, system, int(prompt["min"]), int(prompt["max"]),
+                      "measured"),
         *output_comment(output, ttft, e2e),
         f"output_tokens = {out_tokens}",
         "",
-        "[levers]  # the server flags; the rest at vLLM v1's defaults",
-        'batching = "continuous"',
-        'kv_cache = "paged"',
-        "block_size = 16",
-        f"gpus = {int(server['tensor_parallelism'])}",
-        f"max_batch = {int(server['max_num_seqs'])}",
-        f"max_num_batched_tokens = {int(server['max_num_batched_tokens'])}",
-        f"max_seq_len = {int(server['max_model_len'])}",
-        "prefix_cache = true",
-        "",
-        "[run]",
-        "seeds = 3",
-        "",
-        "[measured]",
+        *server_lines(int(server["tensor_parallelism"]), int(server["max_num_seqs"]),
+                      int(server["max_num_batched_tokens"]), int(server["max_model_len"])),
     ]
     sent = meas["load_summary"]["count"]
     if failed["count"] >= OVERLOAD_FAILED * sent or ttft["mean"] > OVERLOAD_TTFT_S:
@@ -221,8 +273,165 @@ def case_text(run: Path, stage: int, data: Path = DATA, out: Path = HERE
     return group, name, "\n".join(lines) + "\n"
 
 
+def prompt_ratios(data: Path = DATA) -> tuple[float, float]:
+    """The shortest and the longest measured prompt over the spec's ``system_prompt_len +
+    question_len`` (medians over the stages of ``data``'s runs): the tokenizer and template add
+    a few per cent, which a run that recorded no lengths gets too."""
+    lows, highs = [], []
+    for run in sorted(p for p in (data / "runs").iterdir() if p.is_dir()):
+        spec = json.loads((run / "profile.json").read_text())["data"]["shared_prefix"]
+        asked = int(spec["system_prompt_len"]) + int(spec["question_len"])
+        for f in sorted((run / "results").glob("stage_*_lifecycle_metrics.json")):
+            ok = json.loads(f.read_text())["successes"]
+            if ok["count"]:
+                lows.append(ok["prompt_len"]["min"] / asked)
+                highs.append(ok["prompt_len"]["max"] / asked)
+    return statistics.median(lows), statistics.median(highs)
+
+
+def blis_specs(data: Path, rows) -> dict[str, dict]:
+    """Per run (experiment folder): its server and workload spec: ``specs.json``'s entry, or
+    for a run without one, the workload its folder names as the runs with specs ran it."""
+    specs = {str(e["id"]): e for e in json.loads((data / "specs.json").read_text())[
+        "experiments"]}
+    by_workload: dict[str, dict] = {}
+    for folder, r in rows.items():
+        e = specs.get(str(r["exp_id"]))
+        if e is not None:
+            shape = e["workload"]["inference_perf"]
+            if by_workload.setdefault(r["workload"], shape) != shape:
+                raise ValueError(f"{data}: runs of workload {r['workload']!r} differ in spec")
+    out = {}
+    for folder, r in rows.items():
+        e = specs.get(str(r["exp_id"]))
+        if e is None:
+            if r["workload"] not in by_workload:
+                raise ValueError(f"{data}: run {folder}: no spec, and no run with one names "
+                                 f"workload {r['workload']!r}")
+            e = {"max_num_seqs": BLIS_MAX_NUM_SEQS,
+                 "workload": {"inference_perf": by_workload[r["workload"]]}}
+        out[folder] = e
+    return out
+
+
+def blis_rows(data: Path) -> dict[str, dict]:
+    """``measured.csv`` by run: its columns of the first row (``workload`` as the folder names
+    it: the column says ``general`` for ``general-lite``), and ``stages``: stage index ->
+    metric -> the measured milliseconds (the whole run, stage -1, left out)."""
+    runs: dict[str, dict] = {}
+    with open(data / "measured.csv", newline="") as fh:
+        for row in csv.DictReader(fh):
+            m = _BLIS_RUN.match(row["experiment_folder"])
+            if not m:
+                raise ValueError(f"{data}: run {row['experiment_folder']!r}: a run folder is "
+                                 "named ID-MODEL-tpN-WORKLOAD-N")
+            r = runs.setdefault(row["experiment_folder"], {**row, "workload": m[1], "stages": {}})
+            stage = int(row["stage_index"])
+            if stage >= 0:
+                r["stages"].setdefault(stage, {})[row["metric_name"]] = float(row["actual"])
+    return runs
+
+
+def blis_case_text(folder: str, r: dict, spec: dict, stage: int, ratios, data: Path, out: Path
+                   ) -> tuple[str, str, str]:
+    """(group, name, TOML text) of one stage of a run in ``measured.csv``."""
+    name = f"{folder}-stage{stage}"
+    split = BLIS_SPLIT.get(r["exp_id"], "holdout")
+    group = split if isinstance(split, str) else split[stage]
+    gpu = BLIS_GPUS.get(r["hardware"])
+    if gpu is None:
+        raise ValueError(f"{data}: run {folder}: hardware {r['hardware']!r}; allowed: "
+                         f"{', '.join(BLIS_GPUS)}")
+    model_file = r["model"].rsplit("/", 1)[-1].lower() + ".json"
+    if not (data / "models" / model_file).is_file():
+        raise ValueError(f"{data}: run {folder}: no models/{model_file}")
+    shape = spec["workload"]["inference_perf"]
+    prefix, stages = shape["shared_prefix"], shape["stages"]
+    rate, duration = stages[stage]["rate"], stages[stage]["duration"]
+    system = int(prefix["system_prompt_len"])
+    asked = system + int(prefix["question_len"])
+    shortest, longest = round(asked * ratios[0]), round(asked * ratios[1])
+    measured = r["stages"][stage]
+    if "total_kv_blocks" in spec:
+        blocks = [f"kv_blocks = {int(spec['total_kv_blocks'])}  # as the server's log reported"]
+        where = "specs.json"
+    else:
+        blocks = []
+        where = f"no spec of this run: the '{r['workload']}' runs' specs"
+    utilization = float(r["gpu_mem_util"]) if r["gpu_mem_util"] else 0.9
+    tp = int(r["tp"])
+    lines = [
+        f"{HEADER} from {relative(data / 'measured.csv', out)} (run {folder}, stage "
+        f"{stage}); do not edit.",
+        f"# vLLM 0.15 on {tp} x {gpu}, {r['model']}, the '{r['workload']}' workload ({where}).",
+        f"# Stage {stage} of {len(stages)}: {rate} requests/s for {duration} s (simulated on its "
+        "own, from an idle server).",
+        "# No lengths were recorded: prompts are the spec's system_prompt_len + question_len = "
+        f"{asked}",
+        f"# tokens times the measured ratio of the vllm-h100 runs ({ratios[0]:.3f} to "
+        f"{ratios[1]:.3f}: tokenizer and template);",
+        f"# outputs the spec's output_len, {prefix['output_len']}, generated in full "
+        "(ignore_eos).",
+        f'name = "{name}"',
+        "",
+        "[hardware]",
+        f'gpu = "{gpu}"',
+        f"gpu_memory_utilization = {utilization!r}" + ("" if r["gpu_mem_util"] else
+                                                       "  # vLLM's default"),
+        "",
+        "[model]",
+        f'config_json = "{relative(data / "models" / model_file, out / group)}"',
+        "",
+        "[workload]",
+        'arrival = "constant"  # the generator sends evenly spaced requests',
+        *stage_lines(rate, duration),
+        f"# The generator makes {BLIS_GROUPS[0]} x {BLIS_GROUPS[1]} prompts (every resolved "
+        "config of the vllm-h100 runs;",
+        f"# the spec's {prefix['num_unique_system_prompts']} system prompts x "
+        f"{prefix['num_users_per_system_prompt']} users is not what ran there),",
+        *prompt_lines(*BLIS_GROUPS, system, shortest, longest, "estimated"),
+        f"output_tokens = {int(prefix['output_len'])}",
+        "",
+        *server_lines(tp, int(spec["max_num_seqs"]), int(float(r["max_num_batched_tokens"])),
+                      BLIS_MAX_MODEL_LEN, blocks),
+    ]
+    if measured["ttft_mean"] * 1e-3 > OVERLOAD_TTFT_S:
+        lines += [f"# The server was overloaded: mean TTFT {measured['ttft_mean'] * 1e-3:.1f} s. "
+                  "Only the flag is compared.", "unstable = true"]
+    else:
+        lines.append("# Client-side latencies, seconds.")
+        for metric, (key, scale) in BLIS_METRICS.items():
+            if metric in measured:
+                lines.append(f"{key} = {num(measured[metric] * scale)}")
+        out_tokens = int(prefix["output_len"])
+        tpot = (measured["e2e_mean"] - measured["ttft_mean"]) / (out_tokens - 1)
+        lines += [
+            f"# (mean E2E - mean TTFT) / (output_tokens - 1), with output_tokens = {out_tokens} "
+            "above (the",
+            "# study's itl_mean divides by the counted outputs, which undercount: see "
+            "data/README.md).",
+            f"mean_tpot_ms = {num(tpot)}"]
+    return group, name, "\n".join(lines) + "\n"
+
+
+def blis_cases(data: Path, out: Path) -> dict[Path, str]:
+    """Every case of a folder in the ``blis-vllm`` layout: its path -> its text."""
+    rows = blis_rows(data)
+    specs = blis_specs(data, rows)
+    ratios = prompt_ratios()
+    found = {}
+    for folder, r in rows.items():
+        for stage in sorted(r["stages"]):
+            group, name, text = blis_case_text(folder, r, specs[folder], stage, ratios, data, out)
+            found[out / group / f"{name}.toml"] = text
+    return found
+
+
 def cases(data: Path = DATA, out: Path = HERE) -> dict[Path, str]:
-    """Every case file's path -> its text."""
+    """Every case file's path -> its text: of runs in the vllm-h100 layout, or of a
+    ``measured.csv`` in the blis-vllm layout."""
+    if (data / "measured.csv").is_file():
+        return blis_cases(data, out)
     found: dict[Path, str] = {}
     for run in sorted(p for p in (data / "runs").iterdir() if p.is_dir()):
         stages = sorted(int(m[1]) for m in map(_STAGE.match,
@@ -244,13 +453,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true",
                     help="write nothing; exit 1 if the cases on disk differ from what would be "
                          "written")
-    ap.add_argument("--data", type=Path, default=DATA,
-                    help="a folder of runs/ and models/ in this layout (default: the shipped one)")
+    ap.add_argument("--data", type=Path, action="append",
+                    help="a folder of runs in either layout (repeatable; default: the shipped "
+                         "vllm-h100 and blis-vllm folders)")
     ap.add_argument("--out", type=Path, default=HERE,
                     help="where fit/ and holdout/ are written (default: beside this script)")
     args = ap.parse_args(argv)
-    data, out = args.data.resolve(), args.out.resolve()
-    want = cases(data, out)
+    out = args.out.resolve()
+    want = {}
+    for data in args.data or (DATA, BLIS):
+        want.update(cases(data.resolve(), out))
     stale = [p for p in generated(out) if p not in want]
     differ = [p for p, text in want.items() if not p.is_file() or p.read_text() != text]
     if args.check:

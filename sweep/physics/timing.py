@@ -15,6 +15,7 @@ and the event-driven twin evaluate the very same arithmetic, in the same order.
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -37,7 +38,7 @@ class TimingParams(NamedTuple):
     bytes_per_s: float  # achievable for weights: eff_b x bandwidth x tp
     kv_bytes_per_s: float  # achievable for the KV cache: eff_kv x bandwidth x tp
     allreduces: float  # all-reduces per pass (2 per layer under tensor parallelism, else 0)
-    allreduce_latency_s: float
+    allreduce_latency_s: float  # one all-reduce's latency among the tp GPUs
     allreduce_s_per_token: float  # ring all-reduce of one token's activations, seconds
     overhead_s: float
     seq_overhead_s: float  # host time per decoding sequence per pass (scheduling, sampling)
@@ -56,7 +57,8 @@ def timing_params(model: Model, gpu: GPU, *, tp: int = 1, weight_bits: int = 16,
                   kv_bandwidth_efficiency: float | None = None,
                   decode_attention_efficiency: float | None = None,
                   overhead_ms: float | None = None,
-                  seq_overhead_us: float | None = None, draft_tokens: int = 0,
+                  seq_overhead_us: float | None = None,
+                  allreduce_latency_us: float | None = None, draft_tokens: int = 0,
                   draft_cost: float = 0.1) -> TimingParams:
     """A design's constants; a factor left at None is the GPU's default, and the KV cache's
     bandwidth efficiency the weights'. Decode attention has its own term only where
@@ -74,7 +76,9 @@ def timing_params(model: Model, gpu: GPU, *, tp: int = 1, weight_bits: int = 16,
     overhead_ms = gpu.overhead_ms if overhead_ms is None else overhead_ms
     seq_overhead_us = gpu.seq_overhead_us if seq_overhead_us is None else seq_overhead_us
     ar = 2.0 * model.layers if tp > 1 else 0.0
-    # Ring all-reduce moves 2 (tp-1)/tp of the message over each link; activations are 16-bit.
+    alpha_us = gpu.allreduce_latency_us if allreduce_latency_us is None else allreduce_latency_us
+    # An all-reduce among tp GPUs waits log2(tp) rounds of its latency (alpha is 2 GPUs'), and
+    # moves 2 (tp-1)/tp of the message over each link, as a ring does; activations are 16-bit.
     link = gpu.interconnect_gbs * 1e9
     ar_per_token = (2.0 * (tp - 1) / tp * model.hidden * 2.0 / link) if tp > 1 and link > 0 else 0.0
     lin = gpu.linear
@@ -90,7 +94,7 @@ def timing_params(model: Model, gpu: GPU, *, tp: int = 1, weight_bits: int = 16,
         bytes_per_s=bandwidth_efficiency * gpu.bandwidth_tbs * 1e12 * tp,
         kv_bytes_per_s=kv_bandwidth_efficiency * gpu.bandwidth_tbs * 1e12 * tp,
         allreduces=ar,
-        allreduce_latency_s=gpu.allreduce_latency_us * 1e-6,
+        allreduce_latency_s=alpha_us * 1e-6 * math.log2(tp),
         allreduce_s_per_token=ar_per_token,
         overhead_s=overhead_ms * 1e-3,
         seq_overhead_s=seq_overhead_us * 1e-6,

@@ -60,6 +60,7 @@ class Design:
     prefix_cache: bool = declared("prefix_cache")
     prefill_chunk_tokens: int = declared("prefill_chunk_tokens")
     max_num_batched_tokens: int = declared("max_num_batched_tokens")
+    allreduce_latency_us: float | None = declared("allreduce_latency_us")
 
     @property
     def gpu_spec(self) -> GPU:
@@ -198,7 +199,8 @@ class Design:
             kv_bandwidth_efficiency=self.kv_bandwidth_efficiency,
             decode_attention_efficiency=self.decode_attention_efficiency,
             overhead_ms=self.overhead_ms,
-            seq_overhead_us=self.seq_overhead_us, draft_tokens=self.draft_tokens,
+            seq_overhead_us=self.seq_overhead_us,
+            allreduce_latency_us=self.allreduce_latency_us, draft_tokens=self.draft_tokens,
             draft_cost=self.draft_cost)
 
     def _one_server_features(self) -> None:

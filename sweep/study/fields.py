@@ -262,6 +262,10 @@ FIELDS: tuple[Field, ...] = (
     _lever("kv_blocks", range=Range(1, MAX_KV_BLOCKS), unit="blocks", shown="from memory",
            help="KV blocks of `block_size` tokens, as a server log reports",
            short="as a server log reports"),
+    _hw("allreduce_latency_us", range=Range(0.0, 1e4), unit="us", gpu_default=True,
+        help="latency of one all-reduce between 2 GPUs; `n` GPUs take log2(n) times it, plus "
+             "the activations' bytes over the interconnect ([model.md](model.md))",
+        short="all-reduce latency, 2 GPUs"),
 )
 
 #: section -> key -> Field, in declaration order.
