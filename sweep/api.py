@@ -20,17 +20,19 @@ class Result:
 
 
 def simulate(designs: Design | list[Design], workload: Workload, seeds: int | list[int] = 1,
-             max_steps: int | None = None) -> Result:
+             max_steps: int | None = None, model_error: bool = True) -> Result:
     """Simulate every design with every seed (common random numbers: a seed's requests are the
     same for every design with the same context limit). ``seeds`` is a count (0..n-1) or a list.
-    Simulation ``sim`` of the requests table is row ``sim`` of the metrics table."""
+    ``model_error`` draws the model's own error per seed, as ``[run] model_error`` does (seed 0
+    is the central prediction). Simulation ``sim`` of the requests table is row ``sim`` of the
+    metrics table."""
     designs = [designs] if isinstance(designs, Design) else list(designs)
     seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     workload.validate()
     study = Study(name="simulate", path=None, text="",
                   points=[Point(d, workload, {}) for d in designs], axes=[], skipped=[],
                   seeds=seeds, brief=[], chunk_size=None, per_request=True,
-                  max_designs=len(designs), max_steps=max_steps)
+                  max_designs=len(designs), max_steps=max_steps, model_error=model_error)
     res = run_study(study)
     rows = pd.DataFrame([{"design": i, **_lever_columns(d), "seed": seed}
                          for i, d in enumerate(designs) for seed in seeds])

@@ -29,14 +29,16 @@ PINNED_COLUMNS = [
     "arrival_cv", "trace", "trace_time_scale",
     "replicas", "router", "prefill_gpus", "decode_gpus", "kv_link_gbps",
     "prefix_count", "prefix_tokens", "prefix_share", "prefix_cache", "prefill_chunk_tokens",
-    "max_num_batched_tokens", "kv_blocks",
+    "max_num_batched_tokens", "kv_blocks", "allreduce_latency_us",
+    "allreduce_bandwidth_efficiency", "calibration",
 ]
 
 
 def test_columns_are_pinned():
     assert COLUMNS == PINNED_COLUMNS
     assert set(TEXT_COLUMNS) == {"gpu", "model", "arrival", "prompt_tokens_dist",
-                                 "output_tokens_dist", "batching", "kv_cache", "trace", "router"}
+                                 "output_tokens_dist", "batching", "kv_cache", "trace", "router",
+                                 "calibration"}
 
 
 @pytest.mark.parametrize("cls,declared", [(Design, DESIGN_FIELDS), (Workload, WORKLOAD_FIELDS)])

@@ -1,82 +1,111 @@
-"""Fit the H100's default factors on the fit cases, and the A100's from its measured ratio to
-the H100 (docs/validation.md says how, and why).
+"""Fit the serving engine's and every measured GPU's default factors on the fit cases, and the
+model's error on the held-out ones (docs/validation.md says how, and why).
 
-    python validation/fit.py [--duration S] [--seeds N]
+    python validation/fit.py [--seeds N] [--duration S]
 
-1. The H100's: ``sweep calibrate validation/fit`` does the same (``sweep.analysis.calibrate``'s serving
-   fit): every fit case (``validation/fit/*.toml``: the ``general`` runs, both stages, of the
-   three models) is simulated over ``SERVING_GRID`` (compute and bandwidth efficiency, the
-   per-pass and the per-sequence overhead, decode attention's efficiency), one vectorised sweep per case on the first
-   ``--duration`` seconds of its stage; the grid point with the least squared relative error
-   of mean, p50 and p95 end-to-end latency is kept; then ``request_overhead_ms`` and
-   ``request_lag_passes`` are solved from mean, p50 and p95 TTFT by least squares.
-2. The A100's: the H100's scaled by the ratio of the A100's to the H100's measured pass times
-   in the Splitwise data (``validation/data/splitwise/perf_model.csv``), against the ratio of
-   their datasheet peaks: compute from prefills of 1,024 tokens or more, bandwidth from decode
-   steps of batches up to 16 (compute capped at the H100 search's 90%; decode attention
-   scaled like compute). Its host-side terms are the H100's.
+1. The factors (``sweep.analysis.serving_fit``): every case of ``validation/fit/`` (vLLM runs on
+   H100, A100 and L40S) is simulated, one vectorised sweep per case and iteration, and a bounded
+   Levenberg-Marquardt search fits the serving engine's terms on every GPU's cases together (the
+   host's time per pass and per decoding sequence, the all-reduce's latency and share of the link)
+   and each GPU's bandwidth efficiencies on its own
+   (the L40S's one load does not identify its KV-read efficiency: it keeps the A100's ratio to
+   the weights', as the catalog gives it). A request's time outside the
+   passes (``request_overhead_ms``, ``request_lag_passes``) is solved from TTFT.
+2. The model's error: every numeric case of ``validation/holdout/`` is simulated at the fitted
+   factors; per GPU, the RMS of the held-out log errors of mean end-to-end latency (the speed)
+   and of mean TTFT beyond it (the lag, relative to the lag's share of TTFT), each shrunk toward
+   the pooled RMS of every GPU with the weight of ``PRIOR_CASES`` cases.
 
-It prints the fitted numbers; ``sweep/physics/hardware.py`` carries them. Nothing of the holdout cases
-is read.
+It prints the numbers; ``sweep/physics/hardware.py`` carries them (``VLLM`` and ``FITS``).
 """
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
-from sweep.analysis.calibrate import SERVING_GRID, SERVING_KEYS, fit_serving, serving_table
+from sweep.analysis.serving_fit import Param, fit_serving, simulate_settings, with_kv_ratio
 from sweep.analysis.validate import load_cases
-from sweep.physics.hardware import get_gpu
+from sweep.physics.hardware import CATALOG, FITS, VLLM
 
 HERE = Path(__file__).parent
+#: Shared by every GPU's cases: the serving engine's.
+SHARED = ("overhead_ms", "seq_overhead_us", "allreduce_latency_us",
+          "allreduce_bandwidth_efficiency")
+#: Each GPU's own, and the GPUs that share one (a factor their runs do not identify).
+OWN = [("bandwidth_efficiency", ("H100-SXM",)), ("kv_bandwidth_efficiency", ("H100-SXM",)),
+       ("bandwidth_efficiency", ("A100-80GB",)), ("kv_bandwidth_efficiency", ("A100-80GB",)),
+       ("bandwidth_efficiency", ("L40S",))]
+#: How many cases' worth of weight the pooled error has in a GPU's own estimate.
+PRIOR_CASES = 2.0
 
 
-def a100_ratios(path: Path) -> dict:
-    """The A100's measured slowdown against the H100 and the datasheet's, per regime."""
-    d = pd.read_csv(path)
-    d = d[d.hardware.isin(["a100-80gb", "h100-80gb"])]
-    keys = ["model", "tensor_parallel", "prompt_size", "batch_size"]
-    g = d.groupby(keys + ["hardware"])[["prompt_time", "token_time"]].median().unstack()
-    tokens = g.index.get_level_values("prompt_size") * g.index.get_level_values("batch_size")
-    compute = g[tokens >= 1024]
-    decode = g[g.index.get_level_values("batch_size") <= 16]
-    a100, h100 = get_gpu("A100-80GB"), get_gpu("H100-SXM")
-    return {
-        "compute_slowdown": float(np.median(compute["prompt_time", "a100-80gb"]
-                                            / compute["prompt_time", "h100-80gb"])),
-        "compute_peak_ratio": h100.tflops_16bit / a100.tflops_16bit,
-        "bandwidth_slowdown": float(np.median(decode["token_time", "a100-80gb"]
-                                              / decode["token_time", "h100-80gb"])),
-        "bandwidth_peak_ratio": h100.bandwidth_tbs / a100.bandwidth_tbs}
+def params() -> tuple[list[Param], dict]:
+    """The fitted factors and their starting values (the catalog's)."""
+    ps = [Param(k) for k in SHARED] + [Param(k, gpus) for k, gpus in OWN]
+    start = {p: (VLLM.nvlink_allreduce_us if p.key == "allreduce_latency_us"
+                 else getattr(VLLM, p.key) if not p.gpus
+                 else getattr(CATALOG[p.gpus[0]], p.key))
+             for p in ps}
+    return ps, start
+
+
+def held_out_errors(fit, seeds: int | None) -> dict[str, list[tuple[float, float]]]:
+    """Per GPU, each held-out case's (log error of mean E2E, log error of mean TTFT beyond it
+    over the lag's share of TTFT), at the fitted factors."""
+    cases = [c for c in load_cases([HERE / "holdout"], seeds)
+             if "mean_e2e_s" in c.study.measured]
+    settings = [[with_kv_ratio({p.key: v for p, v in fit.values.items() if p.applies(c)}, c)]
+                for c in cases]
+    out: dict[str, list[tuple[float, float]]] = {}
+    for case, table in zip(cases, simulate_settings(cases, settings, seeds=seeds)):
+        row = table.iloc[0]
+        lag = fit.outside["request_lag_passes"] * row["mean_tpot_ms"] * 1e-3
+        extra = fit.outside["request_overhead_ms"] * 1e-3 + lag
+        m = case.study.measured
+        speed = math.log(m["mean_e2e_s"] / (row["mean_e2e_s"] + extra))
+        ttft = math.log(m["mean_ttft_s"] / (row["mean_ttft_s"] + extra))
+        share = lag / (row["mean_ttft_s"] + extra)
+        out.setdefault(case.study.points[0].design.gpu_spec.name, []).append(
+            (speed, (ttft - speed) / share))
+    return out
+
+
+def shrunk(values: list[float], pooled: float) -> float:
+    """RMS of ``values``, shrunk toward ``pooled`` with the weight of ``PRIOR_CASES``."""
+    return math.sqrt((sum(v * v for v in values) + PRIOR_CASES * pooled ** 2)
+                     / (len(values) + PRIOR_CASES))
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--duration", type=float, default=120.0,
-                    help="seconds of each fit stage to simulate (default 120)")
     ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--duration", type=float, default=None,
+                    help="seconds of each stage to simulate (default: all of it)")
     args = ap.parse_args(argv)
-    cases = load_cases([HERE / "fit"], args.seeds)
-    f = fit_serving(serving_table([c.study for c in cases], args.duration))
-    h100 = f.factors
-    print("H100-SXM:", ", ".join(f"{k} = {h100[k]:.4g}" for k in SERVING_KEYS),
-          f"(RMS error {100 * f.rms_e2e_error:.2f}% end to end, {100 * f.rms_ttft_error:.2f}% "
-          "TTFT)")
-    r = a100_ratios(HERE / "data" / "splitwise" / "perf_model.csv")
-    print("A100 against H100:", ", ".join(f"{k} {v:.3f}" for k, v in r.items()))
-    # Capped where the H100's search stops: no kernel sustains its dense datasheet peak.
-    cap = max(SERVING_GRID["compute_efficiency"])
-    ce = min(cap, h100["compute_efficiency"] * r["compute_peak_ratio"] / r["compute_slowdown"])
-    be = min(1.0, h100["bandwidth_efficiency"] * r["bandwidth_peak_ratio"]
-             / r["bandwidth_slowdown"])
-    # Decode attention is a tensor-core kernel too: its efficiency scales like compute's.
-    att = h100["decode_attention_efficiency"] * r["compute_peak_ratio"] / r["compute_slowdown"]
-    print(f"A100-80GB: compute_efficiency = {ce:.3f}, bandwidth_efficiency = {be:.3f}, "
-          f"decode_attention_efficiency = {att:.3f}, and the H100's host-side terms")
+    ps, start = params()
+    fit = fit_serving(load_cases([HERE / "fit"], args.seeds), ps, start, args.duration,
+                      args.seeds)
+    print(f"fit: {fit.cases} cases, {fit.iterations} iterations, RMS error "
+          f"{100 * fit.rms_e2e_error:.2f}% end to end, {100 * fit.rms_ttft_error:.2f}% TTFT")
+    for p, v in fit.values.items():
+        print(f"  {p} = {v:.4g}")
+    for k, v in fit.outside.items():
+        print(f"  {k} = {v:.4g}")
+    errors = held_out_errors(fit, args.seeds)
+    pooled = [np.sqrt(np.mean([e[j] ** 2 for es in errors.values() for e in es]))
+              for j in (0, 1)]
+    print(f"model error, pooled over {sum(map(len, errors.values()))} held-out cases: speed "
+          f"{100 * pooled[0]:.1f}%, lag {100 * pooled[1]:.1f}%")
+    for gpu in FITS:
+        es = errors.get(gpu, [])
+        speed, lag = (shrunk([e[j] for e in es], pooled[j]) for j in (0, 1))
+        bias = 100 * float(np.mean([e[0] for e in es])) if es else math.nan
+        print(f"  {gpu}: {len(es)} cases, speed_sd = {speed:.3f}, lag_sd = {lag:.3f} "
+              f"(mean log error of E2E {bias:+.1f}%)")
     return 0
 
 

@@ -58,11 +58,12 @@ BLIS_MAX_MODEL_LEN = 4096
 BLIS_GROUPS = (10, 10)
 #: Which runs (by exp_id) of the shipped blis-vllm data are fitted. H100: the general-lite runs
 #: and one long-context run (Llama-2-7B's reasoning-lite) are fitted, the other workloads held
-#: out, so every tensor-parallel degree has runs on both sides. A100 and L40S, with two runs and
-#: one: each run's first stage is fitted and its second (the higher rate) held out. Runs not named
-#: here (another folder's) are held out.
-BLIS_SPLIT = {"60": "fit", "62": "fit", "65": "fit", "67": "fit", "36": ("fit", "holdout"),
-              "40": ("fit", "holdout"), "54": ("fit", "holdout")}
+#: out, so every tensor-parallel degree has runs on both sides. A100: CodeLlama-34B fitted (two
+#: loads: what identifies its KV-read efficiency), Qwen3-14B held out. L40S, with one run: its
+#: first stage fitted, its second (the higher rate) held out. Runs not named here (another
+#: folder's) are held out.
+BLIS_SPLIT = {"60": "fit", "62": "fit", "65": "fit", "67": "fit", "40": "fit",
+              "54": ("fit", "holdout")}
 _BLIS_RUN = re.compile(r"^\d+-.+-tp\d+-(.+?)(?:-\d+)+$")
 _RUN = re.compile(r"^\d{8}-\d{6}-(.+)$")
 _STAGE = re.compile(r"^stage_(\d+)_lifecycle_metrics\.json$")

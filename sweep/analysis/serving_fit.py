@@ -8,10 +8,11 @@ iteration simulates every case at the current factors and at one step of each fa
 on, as one vectorised sweep per case (the product's own use). The time a request spends outside
 the passes (``request_overhead_ms + request_lag_passes x mean TPOT``, which changes no pass) is
 solved at every evaluation by non-negative least squares on the TTFT metrics. The objective is the
-squared relative error of the measured end-to-end metrics, plus half weight on TTFT's.
+squared relative error of the measured mean and median end-to-end latency, plus half weight on
+TTFT's.
 
-A factor is shared by every case, or belongs to one GPU (``Param.gpu``) and is fitted on that
-GPU's cases only: ``validation/fit.py`` fits the serving engine's host terms on every GPU's runs
+A factor is shared by every case, or belongs to some GPUs (``Param.gpus``) and is fitted on
+their cases only: ``validation/fit.py`` fits the serving engine's host terms on every GPU's runs
 together and each GPU's efficiencies on its own.
 """
 from __future__ import annotations
@@ -23,8 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-E2E = ("mean_e2e_s", "p50_e2e_s", "p90_e2e_s", "p95_e2e_s")
-TTFT = ("mean_ttft_s", "p50_ttft_s", "p90_ttft_s", "p95_ttft_s")
+#: The metrics fitted: the centre of each distribution. The tails' spread comes from what the
+#: factors do not set (jitter, the real lengths' spread), and is left to the model error.
+E2E = ("mean_e2e_s", "p50_e2e_s")
+TTFT = ("mean_ttft_s", "p50_ttft_s")
 OUTSIDE = ("request_overhead_ms", "request_lag_passes")
 TTFT_WEIGHT = 0.5
 #: Factors a simulation depends on: (lowest, highest, finite-difference step). Steps are large
@@ -32,31 +35,33 @@ TTFT_WEIGHT = 0.5
 SIMULATED = {
     "compute_efficiency": (0.05, 1.0, 0.04),
     "bandwidth_efficiency": (0.05, 1.0, 0.03),
-    "decode_attention_efficiency": (0.002, 1.0, 0.003),
+    "kv_bandwidth_efficiency": (0.05, 1.0, 0.03),
+    "decode_attention_efficiency": (0.002, 1.0, 0.01),
     "overhead_ms": (0.0, 50.0, 0.3),
     "seq_overhead_us": (0.0, 1000.0, 3.0),
     "allreduce_latency_us": (0.0, 1000.0, 3.0),
+    "allreduce_bandwidth_efficiency": (0.01, 1.0, 0.05),
 }
 MAX_ITERATIONS = 12
 
 
 @dataclass(frozen=True)
 class Param:
-    """A fitted factor: shared by every case (``gpu`` None) or one GPU's."""
+    """A fitted factor: shared by every case (``gpus`` empty) or by the cases on these GPUs."""
 
     key: str
-    gpu: str | None = None
+    gpus: tuple[str, ...] = ()
 
     def applies(self, case) -> bool:
         """Does ``case``'s simulation depend on it? (The all-reduce only under tensor
         parallelism.)"""
         design = case.study.points[0].design
-        if self.gpu is not None and design.gpu_spec.name != self.gpu:
+        if self.gpus and design.gpu_spec.name not in self.gpus:
             return False
-        return self.key != "allreduce_latency_us" or design.gpus > 1
+        return not self.key.startswith("allreduce") or design.gpus > 1
 
     def __str__(self) -> str:
-        return self.key if self.gpu is None else f"{self.gpu} {self.key}"
+        return self.key if not self.gpus else f"{self.key} ({', '.join(self.gpus)})"
 
 
 @dataclass(frozen=True)
@@ -70,8 +75,21 @@ class ServingFit:
 
     def factors(self, gpu: str | None = None) -> dict:
         """Key -> value of the shared factors and ``gpu``'s, and the outside terms."""
-        out = {p.key: v for p, v in self.values.items() if p.gpu in (None, gpu)}
+        out = {p.key: v for p, v in self.values.items() if not p.gpus or gpu in p.gpus}
         return {**out, **self.outside}
+
+
+def with_kv_ratio(setting: dict, case) -> dict:
+    """A setting of the weights' bandwidth efficiency without the KV cache's keeps the KV
+    reads at the GPU's ratio of the two (a stated ``bandwidth_efficiency`` alone would carry
+    the KV reads with it)."""
+    if "bandwidth_efficiency" in setting and "kv_bandwidth_efficiency" not in setting:
+        gpu = case.study.points[0].design.gpu_spec
+        ratio = (gpu.kv_bandwidth_efficiency or gpu.bandwidth_efficiency) / \
+            gpu.bandwidth_efficiency
+        setting = {**setting, "kv_bandwidth_efficiency": min(1.0, setting[
+            "bandwidth_efficiency"] * ratio)}
+    return setting
 
 
 def measured_metrics(case) -> tuple[list[str], list[str]]:
@@ -162,19 +180,19 @@ def fit_serving(cases, params: list[Param], start: dict, duration=None, seeds=No
     step = np.array([SIMULATED[p.key][2] for p in params])
     theta = np.clip(np.array([start[p] for p in params], dtype=np.float64), lo, hi)
 
-    def setting(values, case_params):
-        return {params[j].key: float(values[j]) for j in case_params}
+    def setting(values, case_params, case):
+        return with_kv_ratio({params[j].key: float(values[j]) for j in case_params}, case)
 
     def evaluate(values):
         """Rows at ``values`` and at one step of each factor a case depends on."""
         steps = []
-        for mine in uses:
-            base = setting(values, mine)
+        for mine, case in zip(uses, cases):
+            base = setting(values, mine, case)
             moved = []
             for j in mine:
                 v = values.copy()
                 v[j] = v[j] + step[j] if v[j] + step[j] <= hi[j] else v[j] - step[j]
-                moved.append(setting(v, mine))
+                moved.append(setting(v, mine, case))
             steps.append([base] + moved)
         return simulate_settings(cases, steps, duration, seeds, progress)
 

@@ -117,11 +117,19 @@ def meets(df: pd.DataFrame, brief) -> pd.Series:
     return ok
 
 
+#: The latency metrics, which get a 90% prediction interval over the seeds.
+LATENCY = tuple(m for m in METRICS if m.split("_")[1:2] in (["ttft"], ["tpot"], ["itl"], ["e2e"]))
+#: The prediction interval's quantiles over the seeds.
+INTERVAL = (0.05, 0.95)
+
+
 def aggregate(runs: pd.DataFrame, brief, drawn=()) -> pd.DataFrame:
     """One row per design: lever columns, ``seeds``, and for every metric m: m (mean), m_std,
-    m_ci_low, m_ci_high (95% CI of the mean, Student t); ``p_pass`` (share of seeds whose run
-    meets the brief) and ``meets_brief`` (the means meet every limit). The columns ``drawn``
-    (factors drawn per seed) hold their mean over the seeds."""
+    m_ci_low, m_ci_high (95% CI of the mean, Student t), and for a latency metric m_lo and m_hi
+    (its 5% and 95% quantiles over the seeds: a 90% prediction interval that holds the model's
+    error where the seeds draw it); ``p_pass`` (share of seeds whose run meets the brief) and
+    ``meets_brief`` (the means meet every limit). The columns ``drawn`` (factors drawn per seed)
+    hold their mean over the seeds."""
     lever_cols = [c for c in runs.columns if c not in METRICS and c != "seed"]
     runs = runs.assign(_pass=meets(runs, brief).astype("float64"))
     g = runs.groupby("design", sort=True, observed=True)
@@ -139,6 +147,9 @@ def aggregate(runs: pd.DataFrame, brief, drawn=()) -> pd.DataFrame:
         out[f"{m}_std"] = std
         out[f"{m}_ci_low"] = mean - half * std
         out[f"{m}_ci_high"] = mean + half * std
+        if m in LATENCY:
+            q = x.groupby(runs["design"]).quantile(list(INTERVAL)).unstack()
+            out[f"{m}_lo"], out[f"{m}_hi"] = (q[k].to_numpy() for k in INTERVAL)
     out["p_pass"] = g["_pass"].mean().to_numpy()
     agg = pd.concat([first, pd.DataFrame(out)], axis=1)
     agg["meets_brief"] = meets(agg, brief).to_numpy()

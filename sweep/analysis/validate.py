@@ -51,22 +51,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from statistics import NormalDist
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import pandas as pd
 
-from sweep.analysis.metrics import METRICS
+from sweep.analysis.validation_report import FLAGS, plot, render
+from sweep.study import model_error
 from sweep.study.config import ConfigError, Study, load_study
 
 DEFAULT_OUT = Path("results") / "validation"
 FILES = ("validation.parquet", "validation.png", "validation.svg")
-#: Metrics stated as flags (true or false) rather than numbers.
-FLAGS = tuple(m for m, kind in METRICS.items() if kind == "b")
-COLUMNS = ("case", "file", "group", "metric", "measured", "predicted", "error_pct",
-           "flagged_share", "passed", "seeds")
-_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+COLUMNS = ("case", "file", "group", "gpu", "gpus", "metric", "measured", "predicted",
+           "predicted_lo", "predicted_hi", "error_pct", "flagged_share", "passed", "seeds")
+#: The standard normal's 95% quantile: a 90% interval's half-width in standard deviations.
+_Z90 = NormalDist().inv_cdf(0.95)
 
 
 class ValidationError(ValueError):
@@ -144,7 +145,8 @@ def batches(cases: list[Case]) -> list[tuple[Study, list[int]]]:
     groups: dict[tuple, list[int]] = {}
     for i, c in enumerate(cases):
         s = c.study
-        key = (tuple(s.seeds), s.max_steps, s.chunk_size, repr(sorted(s.uncertain.items())))
+        key = (tuple(s.seeds), s.max_steps, s.chunk_size, repr(sorted(s.uncertain.items())),
+               s.model_error)
         groups.setdefault(key, []).append(i)
     out = []
     for members in groups.values():
@@ -180,18 +182,43 @@ def plan(cases: list[Case]) -> list[tuple[Study, list[int]]]:
 
 # --- simulating and comparing ------------------------------------------------------------------
 
+@dataclass
+class Simulated:
+    """A case's simulations: every seed at the central factors, and its first seed at the
+    quantiles ``model_error.INTERVAL`` of the model's error (None where it has none)."""
+
+    runs: pd.DataFrame
+    spread: pd.DataFrame | None = None
+
+
 def simulate(cases: list[Case], runs=None,
              progress: Callable[[int, int, int, int, float], None] | None = None
-             ) -> list[pd.DataFrame]:
-    """Every case's rows of the runs table (one per seed), in case order."""
+             ) -> list[Simulated]:
+    """Every case's simulations, in case order."""
     from sweep.execution.runner import run_study
 
-    out: list[pd.DataFrame | None] = [None] * len(cases)
+    out: list[Simulated | None] = [None] * len(cases)
     for study, members in runs if runs is not None else plan(cases):
-        res = run_study(study, chunk_size=study.chunk_size, per_request=False,
+        central = replace(study, model_error=False)
+        res = run_study(central, chunk_size=study.chunk_size, per_request=False,
                         progress=progress)
+        ends, erring = [], []
         for design, i in enumerate(members):
-            out[i] = res.runs[res.runs["design"] == design].reset_index(drop=True)
+            out[i] = Simulated(res.runs[res.runs["design"] == design].reset_index(drop=True))
+            point = cases[i].study.points[0]
+            if study.model_error and model_error.distributions(point.design):
+                erring.append(i)
+                ends += [replace(point, design=point.design.replace(
+                    **model_error.factors_at(point.design, u))) for u in model_error.INTERVAL]
+        if ends:
+            spread = run_study(replace(central, points=ends, seeds=central.seeds[:1],
+                                       max_designs=max(central.max_designs, len(ends))),
+                               chunk_size=study.chunk_size, per_request=False,
+                               progress=progress).runs
+            k = len(model_error.INTERVAL)
+            for j, i in enumerate(erring):
+                out[i].spread = spread[spread["design"].between(k * j, k * j + k - 1)] \
+                    .reset_index(drop=True)
     return out
 
 
@@ -204,38 +231,62 @@ def flagged(runs: pd.DataFrame, metric: str = "unstable") -> np.ndarray:
     return runs[metric].astype(bool).to_numpy()
 
 
-def compare(cases: list[Case], runs: list[pd.DataFrame]) -> pd.DataFrame:
+def interval(sim: Simulated, metric: str, predicted: float) -> tuple[float, float]:
+    """The 90% prediction interval of ``metric`` around ``predicted``: the model error's ends
+    (the first seed's values at the interval's quantiles, relative to its central value),
+    widened by 1.645 standard deviations of the seeds (the workload's own noise)."""
+    vals = sim.runs[metric].to_numpy(dtype=float)
+    lo = hi = predicted
+    if sim.spread is not None:
+        centre = vals[0]
+        ends = sim.spread[metric].to_numpy(dtype=float) / centre * predicted
+        if np.isfinite(ends).all():
+            lo, hi = float(ends.min()), float(ends.max())
+    ok = vals[~np.isnan(vals)]
+    noise = _Z90 * float(ok.std(ddof=1)) if ok.size > 1 else 0.0
+    return min(lo, predicted) - noise, max(hi, predicted) + noise
+
+
+def compare(cases: list[Case], sims: list[Simulated]) -> pd.DataFrame:
     """One row per case and measured metric (``COLUMNS``)."""
     rows = []
-    for case, r in zip(cases, runs):
+    for case, sim in zip(cases, sims):
+        r = sim.runs
         n = len(r)
         for metric, meas in case.study.measured.items():
+            design = case.study.points[0].design
             row = {"case": case.name, "file": str(case.path), "group": case.group,
-                   "metric": metric, "measured": float(meas), "seeds": n}
+                   "gpu": design.gpu_spec.name, "gpus": design.gpus, "metric": metric,
+                   "measured": float(meas), "seeds": n}
             if metric in FLAGS:
                 share = float(flagged(r, metric).mean()) if n else math.nan
-                row.update(predicted=share, error_pct=math.nan, flagged_share=share,
+                row.update(predicted=share, predicted_lo=math.nan, predicted_hi=math.nan,
+                           error_pct=math.nan, flagged_share=share,
                            passed=bool(share >= 0.5) if meas else bool(share < 0.5))
             else:
                 vals = r[metric].to_numpy(dtype=float)
                 vals = vals[~np.isnan(vals)]
                 pred = float(vals.mean()) if vals.size else math.nan
                 err = (pred - meas) / meas * 100 if meas != 0 else math.nan
-                row.update(predicted=pred, error_pct=err, flagged_share=math.nan, passed=None)
+                lo, hi = interval(sim, metric, pred) if vals.size else (math.nan, math.nan)
+                row.update(predicted=pred, predicted_lo=lo, predicted_hi=hi, error_pct=err,
+                           flagged_share=math.nan, passed=None)
             rows.append(row)
     table = pd.DataFrame(rows, columns=list(COLUMNS))
-    for col in ("measured", "predicted", "error_pct", "flagged_share"):
+    for col in ("measured", "predicted", "predicted_lo", "predicted_hi", "error_pct",
+                "flagged_share"):
         table[col] = table[col].astype("float64")
     table["passed"] = table["passed"].astype("boolean")
-    table["seeds"] = table["seeds"].astype("int64")
+    for col in ("seeds", "gpus"):
+        table[col] = table[col].astype("int64")
     return table
 
 
-def overloaded(cases: list[Case], runs: list[pd.DataFrame]) -> list[str]:
+def overloaded(cases: list[Case], sims: list[Simulated]) -> list[str]:
     """A note per case that states no flag but whose simulation is flagged in some seed: its
     predictions describe a server whose queue grows."""
     notes = []
-    for case, r in zip(cases, runs):
+    for case, r in zip(cases, (sim.runs for sim in sims)):
         if any(m in FLAGS for m in case.study.measured) or not len(r):
             continue
         k = int(flagged(r).sum())
@@ -244,160 +295,6 @@ def overloaded(cases: list[Case], runs: list[pd.DataFrame]) -> list[str]:
                          f"requests or the step bound hit) in {k}/{len(r)} seeds; its predictions "
                          "describe a growing queue")
     return notes
-
-
-def summary(table: pd.DataFrame) -> pd.DataFrame:
-    """Per numeric metric: cases, median and largest absolute error (%) and its case, and the
-    median per group."""
-    num = table[~table["metric"].isin(FLAGS)].copy()
-    num["abs_err"] = num["error_pct"].abs()
-    groups = sorted(num["group"].unique())
-    rows = []
-    for metric in dict.fromkeys(num["metric"]):
-        m = num[num["metric"] == metric]
-        ok = m[m["abs_err"].notna()]
-        row = {"metric": metric, "cases": len(m),
-               "median_abs_error_pct": float(ok["abs_err"].median()) if len(ok) else math.nan}
-        if len(groups) > 1:
-            for g in groups:
-                mg = ok[ok["group"] == g]
-                row[f"median_{g}"] = float(mg["abs_err"].median()) if len(mg) else math.nan
-        if len(ok):
-            worst = ok.loc[ok["abs_err"].idxmax()]
-            row.update(max_abs_error_pct=float(worst["abs_err"]), worst_case=worst["case"])
-        else:
-            row.update(max_abs_error_pct=math.nan, worst_case="-")
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def _fmt(v: float) -> str:
-    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4g}"
-
-
-def _pct(v: float) -> str:
-    return "n/a" if math.isnan(v) else f"{v:+.1f}%"
-
-
-def _columns(rows: list[list[str]], right: set[int]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.rjust(w) if i in right else c.ljust(w)
-                               for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-                     for r in rows)
-
-
-def render(table: pd.DataFrame, notes=()) -> str:
-    """The comparison table, ``notes`` (lines), the error summary per metric and the flag
-    checks, as text."""
-    rows = [["case", "metric", "measured", "predicted", "error"]]
-    for r in table.itertuples(index=False):
-        if r.metric in FLAGS:
-            k = round(r.flagged_share * r.seeds)
-            rows.append([r.case, r.metric, "true" if r.measured else "false",
-                         f"flagged in {k}/{r.seeds} seeds", "PASS" if r.passed else "FAIL"])
-        else:
-            rows.append([r.case, r.metric, _fmt(r.measured), _fmt(r.predicted),
-                         _pct(r.error_pct)])
-    parts = [_columns(rows, {2, 3, 4})]
-    if notes:
-        parts.append("\n".join(notes))
-    s = summary(table)
-    if len(s):
-        head = ["metric", "cases", "median"]
-        extra = [c for c in s.columns if c.startswith("median_") and c != "median_abs_error_pct"]
-        head += [c[len("median_"):] for c in extra] + ["max", "worst case"]
-        rows = [head]
-        for r in s.to_dict("records"):
-            rows.append([r["metric"], str(r["cases"]), _abs(r["median_abs_error_pct"])]
-                        + [_abs(r[c]) for c in extra]
-                        + [_abs(r["max_abs_error_pct"]), str(r["worst_case"])])
-        groups = f"; by group: {', '.join(c[len('median_'):] for c in extra)}" if extra else ""
-        parts.append(f"median |error| % per metric over the cases{groups}; max: the largest "
-                     "|error| % and its case:\n" + _columns(rows, set(range(1, len(head) - 1))))
-    flags = table[table["metric"].isin(FLAGS)]
-    if len(flags):
-        failed = flags[~flags["passed"].astype(bool)]
-        line = f"flag checks: {int(flags['passed'].sum())} of {len(flags)} passed"
-        if len(failed):
-            line += " (failed: " + ", ".join(f"{c} {m}" for c, m in
-                                             zip(failed["case"], failed["metric"])) + ")"
-        parts.append(line)
-    return "\n\n".join(parts)
-
-
-def _abs(v: float) -> str:
-    return "n/a" if math.isnan(v) else f"{v:.1f}%"
-
-
-# --- writing -----------------------------------------------------------------------------------
-
-def plot(table: pd.DataFrame, path_png, path_svg=None) -> tuple[str, ...]:
-    """Predicted against measured (log-log) for the numeric rows, with y = x and +-10% / +-25%
-    bands. Matplotlib's object API on the Agg canvas; each file written atomically."""
-    import matplotlib
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
-
-    from sweep.analysis.results import _write_file
-
-    num = table[~table["metric"].isin(FLAGS)]
-    ok = num[(num["measured"] > 0) & (num["predicted"] > 0)
-             & np.isfinite(num["measured"]) & np.isfinite(num["predicted"])]
-    metrics = list(dict.fromkeys(num["metric"]))
-    groups = sorted(num["group"].unique())
-    palette = list(matplotlib.colormaps["tab10"].colors) + list(
-        matplotlib.colormaps["Dark2"].colors)
-    colour = {m: palette[i % len(palette)] for i, m in enumerate(metrics)}
-    marker = {g: _MARKERS[i % len(_MARKERS)] for i, g in enumerate(groups)}
-
-    fig = Figure(figsize=(9.5, 6.5), dpi=110)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 1, 1)
-    if len(ok):
-        values = np.concatenate([ok["measured"].to_numpy(), ok["predicted"].to_numpy()])
-        lo, hi = values.min() / 1.5, values.max() * 1.5
-    else:
-        lo, hi = 0.01, 100.0
-    x = np.geomspace(lo, hi, 200)
-    ax.fill_between(x, x * 0.75, x * 1.25, color="tab:gray", alpha=0.15, linewidth=0,
-                    label="within ±25%")
-    ax.fill_between(x, x * 0.9, x * 1.1, color="tab:gray", alpha=0.3, linewidth=0,
-                    label="within ±10%")
-    ax.plot(x, x, color="black", linewidth=0.8, label="predicted = measured")
-    for (m, g), part in ok.groupby(["metric", "group"], sort=False):
-        ax.scatter(part["measured"], part["predicted"], s=30, color=colour[m], marker=marker[g],
-                   edgecolors="black", linewidths=0.4, zorder=3)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(lo, hi)
-    ax.set_ylim(lo, hi)
-    ax.set_aspect("equal")
-    ax.set_xlabel("measured (each metric in its unit: s or ms)")
-    ax.set_ylabel("predicted (mean over seeds)")
-    off = len(num) - len(ok)
-    ax.set_title(f"servesweep against measurements: {ok['case'].nunique()} cases, {len(ok)} "
-                 f"comparisons" + (f" ({off} off the plot: not positive)" if off else ""),
-                 fontsize=10)
-    ax.grid(True, which="major", alpha=0.3)
-    bands = ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    ax.add_artist(bands)
-    handles = [Line2D([], [], linestyle="", marker="o", color=colour[m], markeredgecolor="black",
-                      markeredgewidth=0.4, label=m) for m in metrics]
-    handles += [Line2D([], [], linestyle="", marker=marker[g], color="white",
-                       markeredgecolor="black", label=g) for g in groups]
-    if handles:
-        ax.legend(handles=handles, fontsize=8, loc="lower left", bbox_to_anchor=(1.02, 0.0))
-    fig.tight_layout()
-    written = []
-    _write_file(Path(path_png), lambda fh: fig.savefig(fh, format="png"))
-    written.append(str(path_png))
-    if path_svg is not None:
-        with matplotlib.rc_context({"svg.hashsalt": "servesweep"}):
-            _write_file(Path(path_svg),
-                        lambda fh: fig.savefig(fh, format="svg", metadata={"Date": None}))
-        written.append(str(path_svg))
-    return tuple(written)
 
 
 def write(out: Path, table: pd.DataFrame, meta: dict) -> tuple[str, ...]:

@@ -35,6 +35,7 @@ from sweep.execution.planning import (Group, Planned, Shape, Sim, call_shape, gr
 from sweep.execution.progress import Progress, Tally
 from sweep.physics.numerics import float64
 from sweep.study.config import Study
+from sweep.study import model_error
 from sweep.study.uncertainty import draws
 from sweep.study.workload import sample_args, sample_batch
 
@@ -218,15 +219,21 @@ def with_slo(plan: topology.Plan, slo: dict) -> topology.Plan:
 
 
 def _uncertain_params(study: Study, params: list, drawn: dict) -> Callable:
-    """A simulation's plan: its design's, with the seed's draws of the uncertain factors when
-    there are any (the same draw for every design: common random numbers)."""
-    if not study.uncertain:
+    """A simulation's plan: its design's, with the seed's draws of the uncertain factors and of
+    the model's error when there are any (the same draw for every design: common random
+    numbers)."""
+    erring = study.model_error and any(model_error.distributions(p.design)
+                                       for p in study.points)
+    if not study.uncertain and not erring:
         return lambda s: params[s.point]
     cache: dict = {}
 
     def sim_params(s: Sim):
         if (s.point, s.seed) not in cache:
             design = study.points[s.point].design.replace(**drawn[s.seed])
+            if erring:
+                design = design.replace(**model_error.factors_at(
+                    design, model_error.seed_quantile(s.seed)))
             cache[(s.point, s.seed)] = with_slo(topology.plan(design), study.slo)
         return cache[(s.point, s.seed)]
 

@@ -9,7 +9,11 @@ Each entry picks its timing model: ``"roofline"`` (datasheet peaks x efficiency 
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
+
+import numpy as np
 
 #: The 'Serve a Model' brief's efficiency factors ("60% of peak compute and 80% of peak bandwidth
 #: plus 0.2 ms per pass"): the roofline's factors for a GPU that has not been calibrated on real
@@ -55,6 +59,8 @@ class GPU:
     # Fraction of the 16-bit tensor peak that decode attention reaches, its time added to the
     # pass (timing.py); 0: decode attention FLOPs join the roofline's, as in the brief.
     decode_attention_efficiency: float = 0.0
+    # Share of peak bandwidth reading the KV cache, where it differs from the weights' (None).
+    kv_bandwidth_efficiency: float | None = None
     # Host time per decoding sequence per pass, microseconds: an engine's scheduler, sampler
     # and output processing visit every running request each step. 0 in the brief.
     seq_overhead_us: float = 0.0
@@ -66,6 +72,12 @@ class GPU:
     # schedules the next step while one runs and streams a step's output during the next); each
     # counts the run's mean time per output token. 0 in the brief.
     request_lag_passes: float = 0.0
+    # Share of interconnect_gbs that an all-reduce of a pass's activations reaches.
+    allreduce_bandwidth_efficiency: float = 1.0
+    generation: str = ""  # the architecture, for transferring another GPU's fitted factors
+    # Where the factors above come from: "fitted" on this GPU's runs, or "transferred:<GPU>".
+    calibration: str = "fitted"
+    model_error: ModelError | None = None
     source: str = field(default="", compare=False)
 
     def tflops(self, activation_bits: int) -> float:
@@ -84,7 +96,9 @@ class GPU:
 
 
 # NCCL's small-message all-reduce latency inside one NVLink/xGMI node is a few microseconds
-# (nccl-tests all_reduce_perf, 8-byte messages); PCIe parts are slower.
+# (nccl-tests all_reduce_perf, 8-byte messages); PCIe parts are about three times slower. These
+# are the datasheet entries' priors: a served GPU takes the serving engine's fitted latency for
+# its kind of link (ServingEngine.allreduce_latency_us).
 _NVLINK_AR_US = 5.0
 _PCIE_AR_US = 15.0
 
@@ -101,55 +115,152 @@ LESSON_LAPTOP_FIT = LinearTiming(
            "median TTFT)",
 )
 
-#: The H100's factors fitted on real vLLM 0.15.1 runs (validation/fit.py on validation/fit/:
-#: the 'general' workload of Llama-2-7B, CodeLlama-34B and Mixtral-8x7B, both stages; see
-#: docs/validation.md). The A100's are these scaled by its measured ratio to the H100 in the
-#: Splitwise pass times (compute 2.26x slower against a 3.17x datasheet ratio, capped at 90%,
-#: and decode attention's efficiency scaled alike; bandwidth 1.47x slower against 1.64x); its
-#: host-side terms are the H100's.
-H100_VLLM_FIT = {"compute_efficiency": 0.9, "bandwidth_efficiency": 0.85, "overhead_ms": 1.5,
-                 "decode_attention_efficiency": 0.02, "request_overhead_ms": 0.0,
-                 "request_lag_passes": 1.69}
 
-CATALOG: dict[str, GPU] = {
-    g.name: g
-    for g in (
-        GPU("H100-SXM", 80, 3.35, 989.4, 1978.9, 1978.9, 450, _NVLINK_AR_US, 2.0,
-            compute_efficiency=H100_VLLM_FIT["compute_efficiency"],
-            bandwidth_efficiency=H100_VLLM_FIT["bandwidth_efficiency"],
-            overhead_ms=H100_VLLM_FIT["overhead_ms"],
-            decode_attention_efficiency=H100_VLLM_FIT["decode_attention_efficiency"],
-            request_overhead_ms=H100_VLLM_FIT["request_overhead_ms"],
-            request_lag_passes=H100_VLLM_FIT["request_lag_passes"],
-            source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): 3.35 TB/s HBM3, BF16 989 TF, "
-                   "FP8 1979 TF dense; NVLink 4 900 GB/s bidirectional; no INT4 tensor cores; "
-                   "$2/GPU-h per the 'Serve a Model' brief"),
-        GPU("H200", 141, 4.8, 989.4, 1978.9, 1978.9, 450, _NVLINK_AR_US, 3.0,
-            source="NVIDIA H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, same compute as H100; "
-                   "price an assumed cloud on-demand rate"),
-        GPU("A100-80GB", 80, 2.039, 312.0, 624.0, 1248.0, 300, _NVLINK_AR_US, 1.5,
-            compute_efficiency=0.9, bandwidth_efficiency=0.948, decode_attention_efficiency=0.028,
-            overhead_ms=H100_VLLM_FIT["overhead_ms"],
-            request_overhead_ms=H100_VLLM_FIT["request_overhead_ms"],
-            request_lag_passes=H100_VLLM_FIT["request_lag_passes"],
-            source="NVIDIA A100 datasheet (80GB SXM): 2,039 GB/s HBM2e, BF16 312 TF, INT8 624 TOPS, "
-                   "INT4 1248 TOPS dense; NVLink 3 600 GB/s bidirectional; price assumed"),
-        GPU("L40S", 48, 0.864, 362.05, 733.0, 733.0, 32, _PCIE_AR_US, 1.0,
-            source="NVIDIA L40S datasheet: 48 GB GDDR6, 864 GB/s, BF16 362 TF, FP8 733 TF dense; "
-                   "PCIe Gen4 x16 64 GB/s bidirectional; price assumed"),
-        GPU("B200", 180, 8.0, 2250.0, 4500.0, 9000.0, 900, _NVLINK_AR_US, 5.0,
-            source="NVIDIA HGX B200 datasheet: 180 GB HBM3e, 8 TB/s, BF16 2.25 PF, FP8 4.5 PF, "
-                   "FP4 9 PF dense; NVLink 5 1.8 TB/s bidirectional; price assumed"),
-        GPU("MI300X", 192, 5.3, 1307.4, 2614.9, 2614.9, 448, _NVLINK_AR_US, 2.5,
-            source="AMD Instinct MI300X datasheet: 192 GB HBM3, 5.3 TB/s, FP16 1307 TF, FP8 2615 TF "
-                   "dense; 7 Infinity Fabric links, 896 GB/s aggregate; no INT4 peak; price assumed"),
-        GPU("Apple-M3-Max", 48, 0.4, 14.2, 14.2, 14.2, 0.0, 0.0, 0.1,
-            timing="linear", linear=LESSON_LAPTOP_FIT,
-            source="Apple M3 Max (16-core CPU, 40-core GPU) specifications: 400 GB/s unified memory, "
-                   "~14.2 TFLOP/s FP32/FP16 GPU (no faster low-precision path); single GPU, no "
-                   "tensor parallelism; price an assumed laptop amortisation"),
-    )
+@dataclass(frozen=True)
+class ModelError:
+    """How far the model's predictions on one GPU stray from real runs it was not fitted on, as
+    relative standard deviations of its factors: ``speed_sd`` of the GPU-side efficiencies
+    (compute, bandwidth and decode attention, which err together: a GPU that runs slow runs slow
+    in every kernel) and ``lag_sd`` of ``request_lag_passes`` (TTFT's error beyond the speed's)."""
+
+    speed_sd: float
+    lag_sd: float
+    source: str = field(default="", compare=False)
+
+
+@dataclass(frozen=True)
+class ServingEngine:
+    """The serving engine's own costs, the same on every GPU it drives: the host's time per pass
+    and per decoding sequence, a request's time outside the passes, and its all-reduce's latency
+    and share of the link's bandwidth. Fitted on every GPU's real runs together."""
+
+    name: str
+    overhead_ms: float
+    seq_overhead_us: float
+    request_overhead_ms: float
+    request_lag_passes: float
+    nvlink_allreduce_us: float  # one all-reduce between 2 GPUs over NVLink (or xGMI)
+    allreduce_bandwidth_efficiency: float
+    source: str = field(default="", compare=False)
+
+    def allreduce_latency_us(self, gpu: "GPU") -> float:
+        """Over NVLink the fitted latency; over PCIe (no runs) the same times the priors'
+        PCIe-to-NVLink ratio."""
+        nvlink = gpu.allreduce_latency_us <= _NVLINK_AR_US
+        return self.nvlink_allreduce_us * (1.0 if nvlink else _PCIE_AR_US / _NVLINK_AR_US)
+
+
+@dataclass(frozen=True)
+class GpuFit:
+    """A GPU's own factors, fitted on real serving runs of it, and its model error."""
+
+    compute_efficiency: float
+    bandwidth_efficiency: float
+    kv_bandwidth_efficiency: float | None  # None: not identified by the GPU's runs
+    decode_attention_efficiency: float
+    error: ModelError
+    source: str = field(default="", compare=False)
+
+
+#: vLLM 0.15, fitted by validation/fit.py on the fit cases of every GPU (docs/validation.md).
+VLLM = ServingEngine("vLLM 0.15", overhead_ms=1.07, seq_overhead_us=0.0,
+                     request_overhead_ms=4.13, request_lag_passes=1.35,
+                     nvlink_allreduce_us=4.50, allreduce_bandwidth_efficiency=0.347,
+                     source="validation/fit.py on validation/fit/ (H100, A100 and L40S runs)")
+
+#: The GPUs with real runs: their factors, fitted by validation/fit.py on their fit cases, and
+#: their model error, from their held-out cases (docs/validation.md). Compute efficiency is not
+#: identified by these runs (their prefills are short: prompts are cached) and stays at 0.9, as
+#: no real kernel sustains its dense datasheet peak; decode attention is not identified either
+#: once KV reads have their own efficiency, and stays inside the roofline (0). The L40S's one
+#: load does not identify its KV-read efficiency: it takes the A100's ratio of KV-read to
+#: weight-read efficiency (``_served``).
+FITS = {
+    "H100-SXM": GpuFit(0.9, 0.808, 0.839, 0.0, ModelError(0.045, 0.221),
+                       source="vLLM 0.15.1 runs at TP 1, 2 and 4 (vllm-h100, blis-vllm)"),
+    "A100-80GB": GpuFit(0.9, 0.727, 0.369, 0.0, ModelError(0.055, 0.356),
+                        source="vLLM 0.15 runs at TP 1 and 2 (blis-vllm)"),
+    "L40S": GpuFit(0.9, 0.890, None, 0.0, ModelError(0.038, 1.25),
+                   source="a vLLM 0.15 run at TP 1 (blis-vllm)"),
 }
+
+
+def transfer_source(gpu: "GPU", fitted: dict) -> str:
+    """The fitted GPU whose factors ``gpu`` takes: its own fit, else a fitted GPU of its
+    generation, else the fitted GPU nearest in peak memory bandwidth (on a log scale)."""
+    if gpu.name in fitted:
+        return gpu.name
+    same = [n for n, g in fitted.items() if g.generation == gpu.generation]
+    pool = same or list(fitted)
+    return min(pool, key=lambda n: (abs(math.log(fitted[n].bandwidth_tbs / gpu.bandwidth_tbs)), n))
+#: Datasheet figures; every roofline entry then takes the serving engine's host terms and a
+#: fitted GPU's factors (``_served``).
+_DATASHEETS = (
+    GPU("H100-SXM", 80, 3.35, 989.4, 1978.9, 1978.9, 450, _NVLINK_AR_US, 2.0, generation="Hopper",
+        source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): 3.35 TB/s HBM3, BF16 989 TF, "
+               "FP8 1979 TF dense; NVLink 4 900 GB/s bidirectional; no INT4 tensor cores; "
+               "$2/GPU-h per the 'Serve a Model' brief"),
+    GPU("H200", 141, 4.8, 989.4, 1978.9, 1978.9, 450, _NVLINK_AR_US, 3.0, generation="Hopper",
+        source="NVIDIA H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, same compute as H100; "
+               "price an assumed cloud on-demand rate"),
+    GPU("A100-80GB", 80, 2.039, 312.0, 624.0, 1248.0, 300, _NVLINK_AR_US, 1.5,
+        generation="Ampere",
+        source="NVIDIA A100 datasheet (80GB SXM): 2,039 GB/s HBM2e, BF16 312 TF, INT8 624 TOPS, "
+               "INT4 1248 TOPS dense; NVLink 3 600 GB/s bidirectional; price assumed"),
+    GPU("L40S", 46068 / 1024, 0.864, 362.05, 733.0, 733.0, 32, _PCIE_AR_US, 1.0,
+        generation="Ada",
+        source="NVIDIA L40S datasheet: 48 GB GDDR6, 864 GB/s, BF16 362 TF, FP8 733 TF dense; "
+               "PCIe Gen4 x16 64 GB/s bidirectional; nvidia-smi reports 46,068 MiB (ECC on, "
+               "its default: github.com/akash-network/provider-configs pull 99); price assumed"),
+    GPU("B200", 180, 8.0, 2250.0, 4500.0, 9000.0, 900, _NVLINK_AR_US, 5.0, generation="Blackwell",
+        source="NVIDIA HGX B200 datasheet: 180 GB HBM3e, 8 TB/s, BF16 2.25 PF, FP8 4.5 PF, "
+               "FP4 9 PF dense; NVLink 5 1.8 TB/s bidirectional; price assumed"),
+    GPU("MI300X", 192, 5.3, 1307.4, 2614.9, 2614.9, 448, _NVLINK_AR_US, 2.5, generation="CDNA3",
+        source="AMD Instinct MI300X datasheet: 192 GB HBM3, 5.3 TB/s, FP16 1307 TF, FP8 2615 TF "
+               "dense; 7 Infinity Fabric links, 896 GB/s aggregate; no INT4 peak; price assumed"),
+    GPU("Apple-M3-Max", 48, 0.4, 14.2, 14.2, 14.2, 0.0, 0.0, 0.1,
+        timing="linear", linear=LESSON_LAPTOP_FIT, generation="Apple",
+        source="Apple M3 Max (16-core CPU, 40-core GPU) specifications: 400 GB/s unified memory, "
+               "~14.2 TFLOP/s FP32/FP16 GPU (no faster low-precision path); single GPU, no "
+               "tensor parallelism; price an assumed laptop amortisation"),
+)
+
+
+def _served(gpu: GPU, sheets: dict[str, GPU]) -> GPU:
+    """A roofline entry with the serving engine's host terms and the factors of the fitted GPU
+    ``transfer_source`` names. Across generations its model error widens by how far the
+    fitted GPUs' bandwidth efficiencies differ among themselves (their log's sd). A fitted GPU
+    whose runs do not identify its KV-read efficiency takes, by the same rule among the other
+    fitted GPUs, one's ratio of KV-read to weight-read efficiency."""
+    if gpu.timing != "roofline":
+        return gpu
+    fitted = {n: sheets[n] for n in FITS}
+    donor = transfer_source(gpu, fitted)
+    fit = FITS[donor]
+    kv = fit.kv_bandwidth_efficiency
+    if kv is None:
+        other = FITS[transfer_source(gpu, {n: g for n, g in fitted.items() if n != donor})]
+        kv = fit.bandwidth_efficiency * other.kv_bandwidth_efficiency / other.bandwidth_efficiency
+    error = fit.error
+    if fitted[donor].generation != gpu.generation:
+        spread = float(np.std([math.log(f.bandwidth_efficiency) for f in FITS.values()]))
+        error = ModelError(math.hypot(error.speed_sd, spread), error.lag_sd,
+                           source=f"{donor}'s, widened across generations")
+    return dataclasses.replace(
+        gpu, compute_efficiency=fit.compute_efficiency,
+        bandwidth_efficiency=fit.bandwidth_efficiency, kv_bandwidth_efficiency=kv,
+        decode_attention_efficiency=fit.decode_attention_efficiency,
+        overhead_ms=VLLM.overhead_ms, seq_overhead_us=VLLM.seq_overhead_us,
+        request_overhead_ms=VLLM.request_overhead_ms,
+        request_lag_passes=VLLM.request_lag_passes,
+        allreduce_latency_us=VLLM.allreduce_latency_us(gpu),
+        allreduce_bandwidth_efficiency=VLLM.allreduce_bandwidth_efficiency,
+        calibration="fitted" if donor == gpu.name else f"transferred:{donor}",
+        model_error=error)
+
+
+CATALOG: dict[str, GPU] = {g.name: _served(g, {s.name: s for s in _DATASHEETS})
+                           for g in _DATASHEETS}
 
 
 def get_gpu(name: str) -> GPU:

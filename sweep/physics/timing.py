@@ -15,7 +15,6 @@ and the event-driven twin evaluate the very same arithmetic, in the same order.
 """
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import numpy as np
@@ -39,7 +38,7 @@ class TimingParams(NamedTuple):
     kv_bytes_per_s: float  # achievable for the KV cache: eff_kv x bandwidth x tp
     allreduces: float  # all-reduces per pass (2 per layer under tensor parallelism, else 0)
     allreduce_latency_s: float  # one all-reduce's latency among the tp GPUs
-    allreduce_s_per_token: float  # ring all-reduce of one token's activations, seconds
+    allreduce_s_per_token: float  # one token's activations through an all-reduce, seconds
     overhead_s: float
     seq_overhead_s: float  # host time per decoding sequence per pass (scheduling, sampling)
     linear: float  # 1.0 selects the linear (measured) model
@@ -58,17 +57,20 @@ def timing_params(model: Model, gpu: GPU, *, tp: int = 1, weight_bits: int = 16,
                   decode_attention_efficiency: float | None = None,
                   overhead_ms: float | None = None,
                   seq_overhead_us: float | None = None,
-                  allreduce_latency_us: float | None = None, draft_tokens: int = 0,
+                  allreduce_latency_us: float | None = None,
+                  allreduce_bandwidth_efficiency: float | None = None, draft_tokens: int = 0,
                   draft_cost: float = 0.1) -> TimingParams:
     """A design's constants; a factor left at None is the GPU's default, and the KV cache's
-    bandwidth efficiency the weights'. Decode attention has its own term only where
+    bandwidth efficiency the GPU's where the weights' is the GPU's too, else the weights'.
+    Decode attention has its own term only where
     ``decode_attention_efficiency`` (or the GPU's default) is above 0."""
     if compute_efficiency is None:
         compute_efficiency = gpu.compute_efficiency
+    if kv_bandwidth_efficiency is None:  # the GPU's with its weights', else the weights'
+        kv_bandwidth_efficiency = (gpu.kv_bandwidth_efficiency if bandwidth_efficiency is None
+                                   else None) or bandwidth_efficiency or gpu.bandwidth_efficiency
     bandwidth_efficiency = (gpu.bandwidth_efficiency if bandwidth_efficiency is None
                             else bandwidth_efficiency)
-    if kv_bandwidth_efficiency is None:
-        kv_bandwidth_efficiency = bandwidth_efficiency
     if decode_attention_efficiency is None:
         decode_attention_efficiency = gpu.decode_attention_efficiency
     attn_s_per_flop = (1.0 / (decode_attention_efficiency * gpu.tflops_16bit * 1e12 * tp)
@@ -77,9 +79,12 @@ def timing_params(model: Model, gpu: GPU, *, tp: int = 1, weight_bits: int = 16,
     seq_overhead_us = gpu.seq_overhead_us if seq_overhead_us is None else seq_overhead_us
     ar = 2.0 * model.layers if tp > 1 else 0.0
     alpha_us = gpu.allreduce_latency_us if allreduce_latency_us is None else allreduce_latency_us
-    # An all-reduce among tp GPUs waits log2(tp) rounds of its latency (alpha is 2 GPUs'), and
-    # moves 2 (tp-1)/tp of the message over each link, as a ring does; activations are 16-bit.
-    link = gpu.interconnect_gbs * 1e9
+    if allreduce_bandwidth_efficiency is None:
+        allreduce_bandwidth_efficiency = gpu.allreduce_bandwidth_efficiency
+    # The ring all-reduce's cost (Patarasuk and Yuan, JPDC 69(2), 2009): 2 (tp-1) steps of
+    # latency (alpha is 2 GPUs', two steps) and 2 (tp-1)/tp of the message over each link, at
+    # the share of its bandwidth a pass's activations reach; activations are 16-bit.
+    link = gpu.interconnect_gbs * 1e9 * allreduce_bandwidth_efficiency
     ar_per_token = (2.0 * (tp - 1) / tp * model.hidden * 2.0 / link) if tp > 1 and link > 0 else 0.0
     lin = gpu.linear
     return TimingParams(
@@ -94,7 +99,7 @@ def timing_params(model: Model, gpu: GPU, *, tp: int = 1, weight_bits: int = 16,
         bytes_per_s=bandwidth_efficiency * gpu.bandwidth_tbs * 1e12 * tp,
         kv_bytes_per_s=kv_bandwidth_efficiency * gpu.bandwidth_tbs * 1e12 * tp,
         allreduces=ar,
-        allreduce_latency_s=alpha_us * 1e-6 * math.log2(tp),
+        allreduce_latency_s=alpha_us * 1e-6 * (tp - 1),
         allreduce_s_per_token=ar_per_token,
         overhead_s=overhead_ms * 1e-3,
         seq_overhead_s=seq_overhead_us * 1e-6,

@@ -64,6 +64,9 @@ class Study:
     slo: dict = field(default_factory=dict)
     # [capacity], CAPACITY_DEFAULTS filled in; read by ``sweep capacity`` only.
     capacity: dict = field(default_factory=lambda: dict(CAPACITY_DEFAULTS))
+    # Draw the model's own error per seed (sweep.study.model_error) for the factors the config
+    # leaves to the GPU.
+    model_error: bool = True
 
 
 class _Parser(Reader):
@@ -89,7 +92,7 @@ class _Parser(Reader):
             sections[sec] = v
         self.apply_profile(sections["hardware"])
         run = parse_run(self, sections["run"], seeds_override, max_designs_override)
-        seeds, chunk_size, per_request, max_designs, max_steps = run
+        seeds, chunk_size, per_request, max_designs, max_steps, model_error = run
         slo = parse_request_limits(self, sections["brief"])
         brief = parse_brief(self, sections["brief"])
         measured = parse_measured(self, doc)
@@ -102,7 +105,8 @@ class _Parser(Reader):
                      text=self.text, points=points, axes=axes, skipped=skipped, seeds=seeds,
                      brief=brief, chunk_size=chunk_size, per_request=per_request,
                      max_designs=max_designs, uncertain=dict(self.uncertain),
-                     max_steps=max_steps, measured=measured, slo=slo, capacity=capacity)
+                     max_steps=max_steps, measured=measured, slo=slo, capacity=capacity,
+                     model_error=model_error)
 
     def syntax_error(self, exc: Exception) -> ConfigError:
         """tomllib's message carries the line; the key on that line names the refusal."""

@@ -16,6 +16,9 @@ from sweep.physics.timing import TimingParams, timing_params
 from sweep.study.fields import (ACTIVATION_BITS, DEFAULT_KV_LINK_GBPS, DESIGN_FIELDS,
                                 MAX_DRAFT_TOKENS, Range, check, declared)
 
+#: The factors a GPU's runs fit (``calibration`` says whose they are).
+GPU_SIDE = ("compute_efficiency", "bandwidth_efficiency", "kv_bandwidth_efficiency",
+            "decode_attention_efficiency")
 #: Checked value by value; ``gpu`` and ``model`` may be catalog objects and are checked by
 #: resolving them.
 _CHECKED = tuple(f for attr, f in DESIGN_FIELDS.items() if attr not in ("gpu", "model"))
@@ -61,6 +64,7 @@ class Design:
     prefill_chunk_tokens: int = declared("prefill_chunk_tokens")
     max_num_batched_tokens: int = declared("max_num_batched_tokens")
     allreduce_latency_us: float | None = declared("allreduce_latency_us")
+    allreduce_bandwidth_efficiency: float | None = declared("allreduce_bandwidth_efficiency")
 
     @property
     def gpu_spec(self) -> GPU:
@@ -69,6 +73,14 @@ class Design:
     @property
     def model_spec(self) -> Model:
         return self.model if isinstance(self.model, Model) else get_model(self.model)
+
+    @property
+    def calibration(self) -> str:
+        """Where the GPU-side factors come from: ``stated`` (the config gives any of them), else
+        the GPU's ``fitted`` or ``transferred:<GPU>``."""
+        if any(getattr(self, k) is not None for k in GPU_SIDE):
+            return "stated"
+        return self.gpu_spec.calibration
 
     @property
     def disaggregated(self) -> bool:
@@ -200,7 +212,9 @@ class Design:
             decode_attention_efficiency=self.decode_attention_efficiency,
             overhead_ms=self.overhead_ms,
             seq_overhead_us=self.seq_overhead_us,
-            allreduce_latency_us=self.allreduce_latency_us, draft_tokens=self.draft_tokens,
+            allreduce_latency_us=self.allreduce_latency_us,
+            allreduce_bandwidth_efficiency=self.allreduce_bandwidth_efficiency,
+            draft_tokens=self.draft_tokens,
             draft_cost=self.draft_cost)
 
     def _one_server_features(self) -> None:

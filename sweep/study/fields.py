@@ -136,9 +136,10 @@ FIELDS: tuple[Field, ...] = (
     _hw("bandwidth_efficiency", range=_SHARE, gpu_default=True,
         help="share of peak bandwidth reached reading the weights",
         short="share of peak bandwidth, weights"),
-    _hw("kv_bandwidth_efficiency", range=_SHARE, shown="the weights'",
-        help="share of peak bandwidth reached reading the KV cache; unset: "
-             "`bandwidth_efficiency`", short="share of peak bandwidth, KV cache"),
+    _hw("kv_bandwidth_efficiency", range=_SHARE, gpu_default=True,
+        help="share of peak bandwidth reached reading the KV cache; unset: the GPU's where "
+             "`bandwidth_efficiency` is the GPU's too, else `bandwidth_efficiency`",
+        short="share of peak bandwidth, KV cache"),
     _hw("decode_attention_efficiency", range=Range(0.0, 1.0), gpu_default=True,
         help="share of the 16-bit tensor peak that decode attention reaches; 0 = inside the "
              "roofline (the GPU's: H100 0.02, A100 0.028, else 0)",
@@ -263,9 +264,12 @@ FIELDS: tuple[Field, ...] = (
            help="KV blocks of `block_size` tokens, as a server log reports",
            short="as a server log reports"),
     _hw("allreduce_latency_us", range=Range(0.0, 1e4), unit="us", gpu_default=True,
-        help="latency of one all-reduce between 2 GPUs; `n` GPUs take log2(n) times it, plus "
+        help="latency of one all-reduce between 2 GPUs; `n` GPUs take `n - 1` times it, plus "
              "the activations' bytes over the interconnect ([model.md](model.md))",
         short="all-reduce latency, 2 GPUs"),
+    _hw("allreduce_bandwidth_efficiency", range=_SHARE, gpu_default=True,
+        help="share of the interconnect's bandwidth an all-reduce of a pass's activations "
+             "reaches", short="share of link bandwidth, all-reduce"),
 )
 
 #: section -> key -> Field, in declaration order.
@@ -275,11 +279,14 @@ KEYS: dict[str, dict[str, Field]] = {s: {f.key: f for f in FIELDS if f.section =
 DESIGN_FIELDS = {f.attr: f for f in FIELDS if f.attr and f.section != "workload"}
 WORKLOAD_FIELDS = {f.attr: f for f in FIELDS if f.attr and f.section == "workload"}
 ATTRS = {**DESIGN_FIELDS, **WORKLOAD_FIELDS}
+#: Columns that follow from the keys: where the GPU-side factors come from (``fitted``,
+#: ``transferred:<GPU>`` or ``stated``).
+DERIVED_COLUMNS = ("calibration",)
 #: The results' columns of a grid point, in order (pinned: outside readers rely on them).
-COLUMNS: list[str] = [c for f in FIELDS for c in f.columns]
+COLUMNS: list[str] = [c for f in FIELDS for c in f.columns] + list(DERIVED_COLUMNS)
 #: Columns that hold strings (a brief limit on them makes no sense).
 TEXT_COLUMNS = tuple(c for f in FIELDS for c in f.columns
-                     if f.kind in ("str", "trace") or c.endswith("_dist"))
+                     if f.kind in ("str", "trace") or c.endswith("_dist")) + DERIVED_COLUMNS
 NUMERIC_COLUMNS = [c for c in COLUMNS if c not in TEXT_COLUMNS]
 
 

@@ -98,6 +98,7 @@ def build(r: Reader, keys, excludes):
         if dkey not in designs:
             designs[dkey] = _check_design(r, Design(**dkw), cols, axes)
         design, reason = designs[dkey]
+        cols["calibration"] = design.calibration
         if reason is not None:
             skipped.append((cols, reason))
             continue
@@ -150,7 +151,9 @@ def _fill(cols, dkw, wkw) -> None:
     gpu = GPU_CATALOG[dkw["gpu"]]
     for c in _GPU_DEFAULTS:
         if dkw[c] is None:
-            cols[c] = float(getattr(gpu, c))
+            cols[c] = float(getattr(gpu, c) or gpu.bandwidth_efficiency)
+    if dkw["kv_bandwidth_efficiency"] is None and dkw["bandwidth_efficiency"] is not None:
+        cols["kv_bandwidth_efficiency"] = cols["bandwidth_efficiency"]  # the weights', stated
     gamma = wkw["arrival"] == "gamma"
     if not gamma:
         wkw["arrival_cv"] = WORKLOAD_FIELDS["arrival_cv"].default

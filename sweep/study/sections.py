@@ -18,7 +18,7 @@ DEFAULT_SEEDS = 1  # like sweep.api.simulate
 MAX_SEEDS = 100_000
 MAX_SEED = 2**32 - 1  # seeds are uint32 in the workload sampler
 MAX_STEPS = 2**31 - 1  # the engine counts steps in int32
-RUN_KEYS = ("seeds", "chunk_size", "per_request", "max_designs", "max_steps")
+RUN_KEYS = ("seeds", "chunk_size", "per_request", "max_designs", "max_steps", "model_error")
 #: The brief's per-request limits (``{ max = x }``): what a request must meet to count in
 #: ``slo_attainment`` and ``goodput_rps``; not limits on a column.
 REQUEST_LIMITS = ("request_ttft_s", "request_tpot_ms")
@@ -49,8 +49,8 @@ class Limit:
 
 
 def parse_run(r: Reader, run, seeds_override, max_designs_override):
-    """``[run]``: (seeds, chunk_size, per_request, max_designs, max_steps), the overrides (the
-    command line's) taking the place of the file's values."""
+    """``[run]``: (seeds, chunk_size, per_request, max_designs, max_steps, model_error), the
+    overrides (the command line's) taking the place of the file's values."""
     r.table(["run"], run, RUN_KEYS)
     if seeds_override is not None:
         seeds = parse_seeds(r, ["run", "seeds"], seeds_override, " (the seeds override)")
@@ -62,9 +62,11 @@ def parse_run(r: Reader, run, seeds_override, max_designs_override):
         if chunk_size < 1:
             raise r.err(["run", "chunk_size"], f"must be positive, got {chunk_size}; "
                                                "allowed: an integer >= 1")
-    per_request = run.get("per_request", False)
-    if not isinstance(per_request, bool):
-        raise r.err(["run", "per_request"], f"must be true or false, got {got(per_request)}")
+    per_request, model_error = (run.get(k, default) for k, default in (("per_request", False),
+                                                                       ("model_error", True)))
+    for key, v in (("per_request", per_request), ("model_error", model_error)):
+        if not isinstance(v, bool):
+            raise r.err(["run", key], f"must be true or false, got {got(v)}")
     md_key = ["run", "max_designs"]
     md = run.get("max_designs", DEFAULT_MAX_DESIGNS)
     suffix = ""
@@ -80,7 +82,7 @@ def parse_run(r: Reader, run, seeds_override, max_designs_override):
         if not 1 <= max_steps <= MAX_STEPS:
             raise r.err(["run", "max_steps"], f"{show(max_steps)} is out of range; "
                                               f"allowed: an integer in [1, {MAX_STEPS}]")
-    return seeds, chunk_size, per_request, md, max_steps
+    return seeds, chunk_size, per_request, md, max_steps, model_error
 
 
 def parse_seeds(r: Reader, parts, v, suffix="") -> list[int]:

@@ -1,0 +1,71 @@
+"""The model's own error, drawn per seed, so that the seeds' spread covers it.
+
+A GPU's model error (``physics.hardware.ModelError``: how far predictions on it strayed from real
+runs held out of the fit) is a relative standard deviation of its speed (every GPU-side
+efficiency, together) and of ``request_lag_passes``. In the ``[hardware]`` distribution syntax
+each factor is ``{ dist = "normal", mean = <the GPU's>, sd = <mean x relative sd>, low, high }``,
+truncated at ``TRUNCATE`` standard deviations (and an efficiency at 1).
+
+Every seed draws one quantile ``u``: the radical inverse in base 2 of ``seed + 1`` (0.5, 0.25,
+0.75, 0.125, ...), so the first ``n`` seeds spread evenly over (0, 1) and seed 0 is the central
+prediction. Every factor takes its quantile at ``u``: the efficiencies at ``u`` and the lag at
+``1 - u``, so a low ``u`` is a slow GPU in every term, as the held-out runs err (a GPU slower
+than predicted is slower in every kernel). A metric that grows with time then has its quantiles
+at the factors' quantiles: ``sweep validate`` takes its 90% interval from ``u`` = 0.05 and 0.95.
+A factor the config states is its own and has no model error.
+"""
+from __future__ import annotations
+
+from sweep.study.uncertainty import Uncertain
+
+#: The GPU-side efficiencies, which err together (the speed).
+SPEED = ("compute_efficiency", "bandwidth_efficiency", "kv_bandwidth_efficiency",
+         "decode_attention_efficiency")
+LAG = "request_lag_passes"
+TRUNCATE = 3.0
+#: The quantiles of a 90% interval.
+INTERVAL = (0.05, 0.95)
+
+
+def _normal(mean: float, relative_sd: float, highest: float) -> Uncertain:
+    sd = mean * relative_sd
+    return Uncertain("normal", low=max(mean - TRUNCATE * sd, 0.0),
+                     high=min(mean + TRUNCATE * sd, highest), mean=mean, sd=sd)
+
+
+def distributions(design) -> dict[str, Uncertain]:
+    """The factors ``design`` leaves to its GPU, as the GPU's model error spreads them (none
+    for a GPU without one, or a factor the config states)."""
+    gpu = design.gpu_spec
+    err = gpu.model_error
+    if err is None:
+        return {}
+    out = {}
+    for key in SPEED:
+        central = getattr(gpu, key)
+        if key == "kv_bandwidth_efficiency":  # it follows the weights' where not the GPU's own
+            if design.bandwidth_efficiency is not None:
+                continue
+            central = central or gpu.bandwidth_efficiency
+        if getattr(design, key) is None and central > 0:
+            out[key] = _normal(central, err.speed_sd, 1.0)
+    if design.request_lag_passes is None and gpu.request_lag_passes > 0:
+        out[LAG] = _normal(gpu.request_lag_passes, err.lag_sd, 100.0)
+    return out
+
+
+def factors_at(design, u: float) -> dict[str, float]:
+    """``design``'s model-error factors at quantile ``u`` of its speed (low: slow)."""
+    return {k: float(d.quantile(u if k in SPEED else 1.0 - u))
+            for k, d in distributions(design).items()}
+
+
+def seed_quantile(seed: int) -> float:
+    """The radical inverse in base 2 of ``seed + 1``: a point of (0, 1), evenly spread over the
+    first seeds."""
+    n, u, scale = seed + 1, 0.0, 0.5
+    while n:
+        u += scale * (n & 1)
+        n >>= 1
+        scale /= 2
+    return u
