@@ -26,8 +26,9 @@ DATA = Path(__file__).parent / "data"
 # 1. Catalog completeness.
 # --------------------------------------------------------------------------------------------
 
-#: Datasheet memory (GB as marketed; the catalog's GiB-class figure).
-GPU_MEMORY = {"H100-SXM": 80, "H200": 141, "A100-80GB": 80, "L40S": 48, "B200": 180,
+#: Memory as the catalog has it: the marketed figure for HBM parts (GiB-class), and what
+#: nvidia-smi reports for the L40S (46,068 MiB: its ECC, on by default, holds the rest of 48 GB).
+GPU_MEMORY = {"H100-SXM": 80, "H200": 141, "A100-80GB": 80, "L40S": 46068 / 1024, "B200": 180,
               "MI300X": 192}
 
 

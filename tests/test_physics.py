@@ -5,6 +5,7 @@ Fast: plain numpy arithmetic, no JAX compilation.
 """
 from __future__ import annotations
 
+import math
 import dataclasses
 
 import numpy as np
@@ -196,7 +197,7 @@ def test_real_context_decode_is_bandwidth_bound_prefill_compute_bound(name, tp):
     assert c > 3 * b, "a 4096-token prefill should be compute-bound"
     # pass_time is max(roofline terms) + all-reduces + overhead.
     t = float(timing.pass_time(p, L, L * (L + 1) / 2, 0, 0))
-    ar = p.allreduces * (p.allreduce_latency_s + p.allreduce_s_per_token * L)
+    ar = timing.allreduce_time(p, L)
     assert t == pytest.approx(max(c, b) + ar + p.overhead_s, rel=1e-12)
 
 
@@ -248,8 +249,12 @@ def test_tensor_parallel_divides_roofline_and_adds_allreduce(tp):
     m, g = get_model("Llama-3-8B"), get_gpu("H100-SXM")
     p1, t1 = _decode1()
     pt, tt = _decode1(tp=tp)
-    ar = 2 * m.layers * (g.allreduce_latency_us * 1e-6
-                         + 2 * (tp - 1) / tp * m.hidden * 2 / (g.interconnect_gbs * 1e9))
+    # tp - 1 latencies of 2 GPUs' all-reduce, and one token's 16-bit activations by the
+    # one-shot algorithm (each GPU reads every other's message) over the link at the share of
+    # its bandwidth an all-reduce reaches.
+    ar = 2 * m.layers * ((tp - 1) * g.allreduce_latency_us * 1e-6
+                         + (tp - 1) * m.hidden * 2
+                         / (g.interconnect_gbs * 1e9 * g.allreduce_bandwidth_efficiency))
     assert ar > 0
     assert pt.allreduces == 2 * m.layers
     assert p1.allreduces == 0
@@ -317,3 +322,19 @@ def test_pass_time_vectorises_over_numpy_arrays():
     assert np.all(np.diff(t) > 0)
     for i, s in enumerate(seqs):
         assert t[i] == pytest.approx(float(timing.pass_time(p, 0.0, 0.0, s, s * 1000)))
+
+
+@pytest.mark.parametrize("tp, limit", [(2, math.inf), (4, 512 * 1024), (8, 256 * 1024)])
+def test_allreduce_takes_vllms_algorithm_by_message_size(tp, limit):
+    """Below vLLM's one-shot limit each GPU reads every other's message ((tp - 1) x bytes);
+    above it reduce-scatter and all-gather move 2 (tp - 1) / tp of it; at 2 GPUs they agree."""
+    m, g = get_model("Llama-3-70B"), get_gpu("H100-SXM")
+    p = timing.timing_params(m, g, tp=tp)
+    link = g.interconnect_gbs * 1e9 * g.allreduce_bandwidth_efficiency
+    per_token = m.hidden * 2
+    for tokens in (8, 64, 2048):
+        factor = tp - 1 if tokens * per_token < limit else 2 * (tp - 1) / tp
+        expect = 2 * m.layers * ((tp - 1) * g.allreduce_latency_us * 1e-6
+                                 + factor * tokens * per_token / link)
+        assert float(timing.allreduce_time(p, tokens)) == pytest.approx(expect, rel=1e-12)
+    assert timing.allreduce_time(timing.timing_params(m, g, tp=1), 64) == 0.0

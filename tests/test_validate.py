@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sweep.analysis.validate import COLUMNS, Case, compare, load_cases, overloaded, render
+from sweep.analysis.validate import (_Z90, COLUMNS, Case, Simulated, compare, load_cases,
+                                     overloaded, render)
 from sweep.cli import main
 from sweep.study.config import ConfigError, parse_study
 
@@ -79,6 +80,13 @@ def test_validate_end_to_end(validated, capsys):
     assert (table["seeds"] == 2).all()
     num = table[table["metric"] != "unstable"]
     assert (num["predicted"] > 0).all() and num["flagged_share"].isna().all()
+    assert (table["gpu"] == "H100-SXM").all() and (table["gpus"] == 1).all()
+    # The 90% interval holds the prediction; the H100's model error widens it beyond the seeds'
+    # own noise, and a slower draw of the GPU lengthens every latency.
+    tiny = num[num["case"] == "tiny"]
+    assert (tiny["predicted_lo"] < tiny["predicted"]).all()
+    assert (tiny["predicted"] < tiny["predicted_hi"]).all()
+    assert "coverage of the predicted 90% intervals:" in io.out
     assert num["passed"].isna().all()
     err = (num["predicted"] - num["measured"]) / num["measured"] * 100
     assert (err - num["error_pct"]).abs().max() < 1e-9
@@ -166,7 +174,7 @@ def test_flags_and_notes_without_simulating():
                          "truncated": [False, False], "p50_ttft_s": [0.01, 0.03],
                          "mean_ttft_s": [0.02, np.nan], "p95_e2e_s": [1.0, 1.0],
                          "p50_tpot_ms": [7.0, 7.0]})
-    table = compare([case, flag], [runs, runs])
+    table = compare([case, flag], [Simulated(runs), Simulated(runs)])
     row = table.set_index(["case", "metric"])
     assert row.loc[("tiny", "p50_ttft_s"), "predicted"] == pytest.approx(0.02)
     assert row.loc[("tiny", "p50_ttft_s"), "error_pct"] == pytest.approx(0.0)
@@ -176,7 +184,9 @@ def test_flags_and_notes_without_simulating():
     assert not row.loc[("x", "unstable"), "passed"]  # false wants fewer than half
     assert row.loc[("x", "truncated"), "flagged_share"] == 0.0
     assert not row.loc[("x", "truncated"), "passed"]
-    text = render(table, overloaded([case, flag], [runs, runs]))
+    assert row.loc[("tiny", "p50_ttft_s"), "predicted_lo"] == pytest.approx(
+        0.02 - _Z90 * np.std([0.01, 0.03], ddof=1))  # no model error: the seeds' noise alone
+    text = render(table, overloaded([case, flag], [Simulated(runs), Simulated(runs)]))
     assert "note: tiny: simulated as overloaded" in text and "in 1/2 seeds" in text
     assert "note: x" not in text  # it states a flag: checked, not noted
     assert "flag checks: 0 of 2 passed (failed: x unstable, x truncated)" in text
@@ -208,13 +218,26 @@ def test_make_cases_check_notices_a_change(tmp_path):
 
 def test_committed_cases_parse():
     cases = load_cases([ROOT / "validation" / "fit", ROOT / "validation" / "holdout"])
-    assert len(cases) == 18
+    assert len(cases) == 37
     groups = {c.name: c.group for c in cases}
-    assert sum(g == "fit" for g in groups.values()) == 6
+    assert sum(g == "fit" for g in groups.values()) == 16
+    split = {"60": "fit", "62": "fit", "65": "fit", "67": "fit", "40": "fit"}
     for c in cases:
-        assert ("-general-" in c.name) == (c.group == "fit")
-        if "-reasoning-" in c.name:
+        blis = c.name.split("-")[0].isdigit()
+        if not blis:
+            assert ("-general-" in c.name) == (c.group == "fit")
+        elif c.name.startswith("54-"):  # the L40S's one run: its first stage is fitted
+            assert (c.group == "fit") == c.name.endswith("stage0")
+        else:
+            assert c.group == split.get(c.name.split("-")[0], "holdout"), c.name
+        if "-reasoning-stage" in c.name:  # the vLLM runs that overloaded the server
             assert c.study.measured == {"unstable": True}
+        elif blis:
+            assert set(c.study.measured) == {"mean_ttft_s", "p90_ttft_s", "p99_ttft_s",
+                                             "mean_e2e_s", "p90_e2e_s", "p99_e2e_s",
+                                             "mean_tpot_ms"}
         else:
             assert len(c.study.measured) == 11 and "mean_tpot_ms" in c.study.measured
         assert len(c.study.points) == 1 and c.study.seeds == [0, 1, 2]
+    gpus = {c.study.points[0].design.gpu_spec.name for c in cases}
+    assert gpus == {"H100-SXM", "A100-80GB", "L40S"}

@@ -7,7 +7,8 @@ import pytest
 
 from sweep.engine.reference import simulate_reference, summarize_reference
 from sweep.physics import timing
-from sweep.physics.hardware import get_gpu
+from sweep.physics.hardware import CATALOG as GPU_CATALOG
+from sweep.physics.hardware import FITS, VLLM, get_gpu
 from sweep.physics.memory import GIB
 from sweep.physics.models import load_hf_config
 from sweep.study.config import ConfigError, load_study, parse_study
@@ -78,28 +79,26 @@ def test_decode_attention_adds_only_the_compute_that_outlasts_its_kv_reads(name,
     base = timing.pass_time(inside, 0.0, 0.0, seqs, context)
     flops, weights, kv = timing.pass_work(inside, seqs, context, context)
     assert base == pytest.approx(max(flops / inside.flops_per_s, weights / inside.bytes_per_s
-                                     + kv / inside.kv_bytes_per_s) + inside.allreduces * (
-        inside.allreduce_latency_s + inside.allreduce_s_per_token * seqs) + inside.overhead_s,
+                                     + kv / inside.kv_bytes_per_s)
+                         + timing.allreduce_time(inside, seqs) + inside.overhead_s,
         rel=1e-12)
     compute = 4 * m.layers * m.heads * m.head_dim * context / (0.02 * gpu.tflops_16bit * 1e12 * 2)
-    reads = m.kv_bytes_per_token(16) * context / (gpu.bandwidth_efficiency
+    reads = m.kv_bytes_per_token(16) * context / (gpu.kv_bandwidth_efficiency
                                                   * gpu.bandwidth_tbs * 1e12 * 2)
     assert (compute > reads) == (heads_per_kv == 8)
     assert timing.pass_time(own, 0.0, 0.0, seqs, context) == pytest.approx(
         base + max(0.0, compute - reads), rel=1e-12)
 
 
-def test_decode_attention_is_the_gpus_default_and_a_config_key():
-    assert Design().timing().decode_attn_s_per_flop == pytest.approx(
-        1 / (0.02 * get_gpu("H100-SXM").tflops_16bit * 1e12))
-    assert Design(gpu="H200").timing().decode_attn_s_per_flop == 0.0  # inside the roofline
+def test_decode_attention_is_a_config_key_inside_the_roofline_by_default():
+    assert Design().timing().decode_attn_s_per_flop == 0.0  # no fitted GPU identifies it
     s = parse_study(BASE.format(hw="decode_attention_efficiency = [0.05, 0.5]", levers=""))
     assert [p.design.decode_attention_efficiency for p in s.points] == [0.05, 0.5]
     assert [p.columns["decode_attention_efficiency"] for p in s.points] == [0.05, 0.5]
+    assert s.points[0].design.timing().decode_attn_s_per_flop == pytest.approx(
+        1 / (0.05 * get_gpu("H100-SXM").tflops_16bit * 1e12))
     cols = parse_study(BASE.format(hw="", levers="")).points[0].columns
     assert cols["decode_attention_efficiency"] == get_gpu("H100-SXM").decode_attention_efficiency
-    h200 = parse_study(BASE.format(hw="", levers="").replace("H100-SXM", "H200")).points[0]
-    assert h200.columns["decode_attention_efficiency"] == 0.0
 
 
 # --- weight-only quantization -------------------------------------------------------------------
@@ -197,15 +196,44 @@ def test_request_overhead_and_lag_add_to_ttft_and_latency_only():
         assert b[key] == a[key], key
 
 
-def test_the_h100_defaults_are_fitted_and_other_gpus_keep_the_brief():
-    h100, h200 = get_gpu("H100-SXM"), get_gpu("H200")
-    assert (h200.compute_efficiency, h200.bandwidth_efficiency, h200.overhead_ms) == (0.6, 0.8,
-                                                                                     0.2)
-    assert (h200.request_overhead_ms, h200.request_lag_passes) == (0.0, 0.0)
-    assert (h100.compute_efficiency, h100.bandwidth_efficiency) != (0.6, 0.8)
+def test_every_roofline_gpu_takes_the_engines_terms_and_a_fitted_gpus_factors():
+    own = ("compute_efficiency", "bandwidth_efficiency", "kv_bandwidth_efficiency",
+           "decode_attention_efficiency")
+    host = ("overhead_ms", "seq_overhead_us", "request_overhead_ms", "request_lag_passes",
+            "allreduce_bandwidth_efficiency")
+    for name, g in GPU_CATALOG.items():
+        if g.timing != "roofline":
+            assert g.calibration == "fitted" and g.model_error is None  # the lesson's own fit
+            continue
+        assert all(getattr(g, k) == getattr(VLLM, k) for k in host), name
+        source = name if name in FITS else g.calibration.removeprefix("transferred:")
+        assert g.calibration == ("fitted" if name in FITS else f"transferred:{source}")
+        assert source in FITS
+        assert all(getattr(g, k) == getattr(GPU_CATALOG[source], k) for k in own), name
+        if GPU_CATALOG[source].generation != g.generation:  # across generations, a wider error
+            assert g.model_error.speed_sd > GPU_CATALOG[source].model_error.speed_sd
+    # Its own generation first (H200: Hopper), else the nearest peak bandwidth.
+    assert get_gpu("H200").calibration == "transferred:H100-SXM"
+    assert get_gpu("B200").calibration == "transferred:H100-SXM"
+    assert get_gpu("L40S").kv_bandwidth_efficiency == pytest.approx(
+        FITS["L40S"].bandwidth_efficiency * FITS["A100-80GB"].kv_bandwidth_efficiency
+        / FITS["A100-80GB"].bandwidth_efficiency)  # the A100's ratio: its runs do not identify it
+    nvlink, pcie = get_gpu("H100-SXM").allreduce_latency_us, get_gpu("L40S").allreduce_latency_us
+    assert nvlink == VLLM.nvlink_allreduce_us and pcie > nvlink
     t = Design().timing()
+    h100 = get_gpu("H100-SXM")
     assert t.flops_per_s == pytest.approx(h100.compute_efficiency * h100.tflops_16bit * 1e12)
     assert t.overhead_s == pytest.approx(h100.overhead_ms * 1e-3)
+
+
+def test_the_calibration_column_says_whose_factors_a_row_ran_with():
+    cols = [p.columns["calibration"] for p in parse_study(BASE.format(
+        hw="", levers="").replace('gpu = "H100-SXM"', 'gpu = ["H100-SXM", "H200"]')).points]
+    assert cols == ["fitted", "transferred:H100-SXM"]
+    stated = parse_study(BASE.format(hw="bandwidth_efficiency = 0.7", levers="")).points[0]
+    assert stated.columns["calibration"] == "stated"
+    host = parse_study(BASE.format(hw="overhead_ms = 2.0", levers="")).points[0]
+    assert host.columns["calibration"] == "fitted"  # the engine's terms are not the GPU's own
 
 
 # --- config keys --------------------------------------------------------------------------------

@@ -9,12 +9,14 @@ model's error on the held-out ones (docs/validation.md says how, and why).
    host's time per pass and per decoding sequence, the all-reduce's latency and share of the link)
    and each GPU's bandwidth efficiencies on its own
    (the L40S's one load does not identify its KV-read efficiency: it keeps the A100's ratio to
-   the weights', as the catalog gives it). A request's time outside the
+   the weights', as the catalog gives it and ``timing.kv_efficiency`` keeps it for a stated
+   weights' efficiency). A request's time outside the
    passes (``request_overhead_ms``, ``request_lag_passes``) is solved from TTFT.
 2. The model's error: every numeric case of ``validation/holdout/`` is simulated at the fitted
-   factors; per GPU, the RMS of the held-out log errors of mean end-to-end latency (the speed)
-   and of mean TTFT beyond it (the lag, relative to the lag's share of TTFT), each shrunk toward
-   the pooled RMS of every GPU with the weight of ``PRIOR_CASES`` cases.
+   factors; per GPU, the RMS of the held-out log errors of the end-to-end metrics (mean, p50,
+   p90, p95 where measured: the speed) and of the TTFT metrics beyond the mean's speed error
+   (the lag, relative to the lag's share of TTFT), each shrunk toward the pooled RMS of every
+   GPU with the weight of ``PRIOR_CASES`` errors.
 
 It prints the numbers; ``sweep/physics/hardware.py`` carries them (``VLLM`` and ``FITS``).
 """
@@ -27,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sweep.analysis.serving_fit import Param, fit_serving, simulate_settings, with_kv_ratio
+from sweep.analysis.serving_fit import Param, fit_serving, simulate_settings
 from sweep.analysis.validate import load_cases
 from sweep.physics.hardware import CATALOG, FITS, VLLM
 
@@ -39,8 +41,12 @@ SHARED = ("overhead_ms", "seq_overhead_us", "allreduce_latency_us",
 OWN = [("bandwidth_efficiency", ("H100-SXM",)), ("kv_bandwidth_efficiency", ("H100-SXM",)),
        ("bandwidth_efficiency", ("A100-80GB",)), ("kv_bandwidth_efficiency", ("A100-80GB",)),
        ("bandwidth_efficiency", ("L40S",))]
-#: How many cases' worth of weight the pooled error has in a GPU's own estimate.
+#: How many errors' worth of weight the pooled error has in a GPU's own estimate.
 PRIOR_CASES = 2.0
+#: The headline metrics whose held-out errors make the model's error (the tails, p99, are
+#: beyond what the factors set).
+HEADLINE_E2E = ("mean_e2e_s", "p50_e2e_s", "p90_e2e_s", "p95_e2e_s")
+HEADLINE_TTFT = ("mean_ttft_s", "p50_ttft_s", "p90_ttft_s", "p95_ttft_s")
 
 
 def params() -> tuple[list[Param], dict]:
@@ -54,23 +60,26 @@ def params() -> tuple[list[Param], dict]:
 
 
 def held_out_errors(fit, seeds: int | None) -> dict[str, list[tuple[float, float]]]:
-    """Per GPU, each held-out case's (log error of mean E2E, log error of mean TTFT beyond it
-    over the lag's share of TTFT), at the fitted factors."""
+    """Per GPU, each held-out case's errors at the fitted factors, one per measured headline
+    metric (mean, p50, p90 and p95): (log error of an end-to-end metric, log error of a TTFT
+    metric beyond the speed's, over the lag's share of TTFT)."""
     cases = [c for c in load_cases([HERE / "holdout"], seeds)
              if "mean_e2e_s" in c.study.measured]
-    settings = [[with_kv_ratio({p.key: v for p, v in fit.values.items() if p.applies(c)}, c)]
-                for c in cases]
+    settings = [[{p.key: v for p, v in fit.values.items() if p.applies(c)}] for c in cases]
     out: dict[str, list[tuple[float, float]]] = {}
-    for case, table in zip(cases, simulate_settings(cases, settings, seeds=seeds)):
+    for case, table in zip(cases, simulate_settings(cases, settings, seeds=seeds,
+                                                    metrics=HEADLINE_E2E + HEADLINE_TTFT)):
         row = table.iloc[0]
         lag = fit.outside["request_lag_passes"] * row["mean_tpot_ms"] * 1e-3
         extra = fit.outside["request_overhead_ms"] * 1e-3 + lag
         m = case.study.measured
         speed = math.log(m["mean_e2e_s"] / (row["mean_e2e_s"] + extra))
-        ttft = math.log(m["mean_ttft_s"] / (row["mean_ttft_s"] + extra))
-        share = lag / (row["mean_ttft_s"] + extra)
-        out.setdefault(case.study.points[0].design.gpu_spec.name, []).append(
-            (speed, (ttft - speed) / share))
+        for e2e, ttft in zip(HEADLINE_E2E, HEADLINE_TTFT):
+            if e2e in m and ttft in m:
+                share = lag / (row[ttft] + extra)
+                out.setdefault(case.study.points[0].design.gpu_spec.name, []).append(
+                    (math.log(m[e2e] / (row[e2e] + extra)),
+                     (math.log(m[ttft] / (row[ttft] + extra)) - speed) / share))
     return out
 
 
@@ -98,13 +107,13 @@ def main(argv=None) -> int:
     errors = held_out_errors(fit, args.seeds)
     pooled = [np.sqrt(np.mean([e[j] ** 2 for es in errors.values() for e in es]))
               for j in (0, 1)]
-    print(f"model error, pooled over {sum(map(len, errors.values()))} held-out cases: speed "
+    print(f"model error, pooled over {sum(map(len, errors.values()))} held-out errors: speed "
           f"{100 * pooled[0]:.1f}%, lag {100 * pooled[1]:.1f}%")
     for gpu in FITS:
         es = errors.get(gpu, [])
         speed, lag = (shrunk([e[j] for e in es], pooled[j]) for j in (0, 1))
         bias = 100 * float(np.mean([e[0] for e in es])) if es else math.nan
-        print(f"  {gpu}: {len(es)} cases, speed_sd = {speed:.3f}, lag_sd = {lag:.3f} "
+        print(f"  {gpu}: {len(es)} errors, speed_sd = {speed:.3f}, lag_sd = {lag:.3f} "
               f"(mean log error of E2E {bias:+.1f}%)")
     return 0
 

@@ -22,13 +22,8 @@ repeats until no pass changes side (from a few starts; the best fit is kept). A 
 depends on (no compute-bound pass, say) is not identified and keeps its default.
 
 ``sweep calibrate CASES`` (a validation case, or a folder of them: configs of one design with a
-``[measured]`` table of mean, p50 and p95 TTFT and end-to-end latency, as
-``validation/make_cases.py`` writes from measured vLLM runs) fits to serving runs instead: each
-case is simulated over ``SERVING_GRID`` (one vectorised sweep per case, on its first
-``--duration`` seconds); at each grid point the request's time outside the passes
-(``request_overhead_ms``, ``request_lag_passes``) is solved from TTFT by least squares, and the
-point whose end-to-end latency, that time included, has the least squared relative error is
-kept.
+``[measured]`` table of at least mean TTFT and end-to-end latency, as ``validation/make_cases.py``
+writes from measured vLLM runs) fits to serving runs instead (``sweep.analysis.serving_fit``).
 
 The result is a hardware profile (TOML) that a config names with ``[hardware] profile``.
 """
@@ -43,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from sweep.physics.hardware import CATALOG, GPU, get_gpu
-from sweep.physics.timing import pass_time, pass_work, timing_params
+from sweep.physics.timing import allreduce_time, pass_time, pass_work, timing_params
 from sweep.study.fields import GPUS, KV_BITS, WEIGHT_BITS
 
 PASS_COLUMNS = ("prefill_tokens", "decode_seqs", "context_tokens", "seconds")
@@ -245,7 +240,7 @@ def _terms(tp, m: Passes):
     flops, weights, kv = pass_work(tp, tokens, m.prefill_pairs + (0.0 if own else
                                                                   m.context_tokens),
                                    m.context_tokens)
-    fixed = (tp.allreduces * (tp.allreduce_latency_s + tp.allreduce_s_per_token * tokens)
+    fixed = (allreduce_time(tp, tokens)
              + tp.attn_flops_per_pair * m.context_tokens * tp.decode_attn_s_per_flop
              + tp.seq_overhead_s * m.decode_seqs)
     return flops / tp.flops_per_s, weights / tp.bytes_per_s + kv / tp.kv_bytes_per_s, fixed
@@ -337,117 +332,5 @@ def profile_text(f: Fit, gpu: str, model: str, gpus: int, weight_bits: int, kv_b
         f"r2 = {f.r2!r}" if math.isfinite(f.r2) else "r2 = nan",
         f"rmse_ms = {f.rmse_ms!r}",
         f"max_relative_error = {f.max_relative_error!r}",
-        "",
-    ])
-
-
-# --- serving runs ---------------------------------------------------------------------------
-#: What a fit to measured serving runs searches: the pass-time factors on a grid (the host's
-#: per-sequence cost and decode attention's own efficiency included; at 1.0 decode attention
-#: never outlasts its KV reads, the roofline alone), then the request's time outside the passes
-#: by least squares. Compute stops at 90% of the dense datasheet peak, which no real kernel
-#: sustains (measured large BF16 GEMMs on H100 reach ~75-85%).
-SERVING_GRID = {"compute_efficiency": (0.7, 0.8, 0.9),
-                "bandwidth_efficiency": (0.8, 0.85, 0.9, 0.95),
-                "overhead_ms": (1.0, 1.5, 2.0),
-                "seq_overhead_us": (0.0, 20.0),
-                "decode_attention_efficiency": (0.01, 0.015, 0.02, 0.03, 1.0)}
-SERVING_E2E = ("mean_e2e_s", "p50_e2e_s", "p95_e2e_s")
-SERVING_TTFT = ("mean_ttft_s", "p50_ttft_s", "p95_ttft_s")
-SERVING_KEYS = tuple(SERVING_GRID) + ("request_overhead_ms", "request_lag_passes")
-
-
-@dataclass(frozen=True)
-class ServingFit:
-    factors: dict  # SERVING_KEYS -> value
-    rms_e2e_error: float  # relative, over the cases and SERVING_E2E
-    rms_ttft_error: float  # relative, over the cases and SERVING_TTFT
-    cases: int
-
-
-def serving_grid(study, duration: float, grid=SERVING_GRID):
-    """A one-design study as a sweep over ``grid`` (no time outside the passes), its arrivals
-    cut to the first ``duration`` seconds."""
-    (point,) = study.points
-    wl = point.workload
-    if wl.duration_s is not None:
-        wl = dataclasses.replace(wl, duration_s=min(duration, wl.duration_s))
-    points = []
-    for values in itertools.product(*grid.values()):
-        factors = dict(zip(grid, values), request_overhead_ms=0.0, request_lag_passes=0.0)
-        points.append(dataclasses.replace(point, design=point.design.replace(**factors),
-                                          workload=wl, columns={**point.columns, **factors}))
-    return dataclasses.replace(study, points=points, axes=list(grid), brief=[])
-
-
-def serving_table(studies, duration: float = 120.0, grid=SERVING_GRID, progress=None):
-    """Per case and grid point: the predicted metrics (mean over seeds) beside the measured."""
-    import pandas as pd
-
-    from sweep.execution.runner import run_study
-
-    rows = []
-    for study in studies:
-        runs = run_study(serving_grid(study, duration, grid), progress=progress).runs
-        mean = runs.groupby(list(grid), sort=False)[
-            list(SERVING_E2E + SERVING_TTFT) + ["mean_tpot_ms"]].mean().reset_index()
-        for m in SERVING_E2E + SERVING_TTFT:
-            mean[m + "_measured"] = study.measured[m]
-        mean["case"] = study.name
-        rows.append(mean)
-    return pd.concat(rows, ignore_index=True)
-
-
-def _outside(at) -> tuple[np.ndarray, float]:
-    """(request_overhead_s, request_lag_passes), non-negative, that best close the relative
-    TTFT gaps of the rows ``at``: ``predicted + overhead + lag x mean TPOT = measured``; and
-    the RMS relative TTFT error left."""
-    meas = np.concatenate([at[m + "_measured"] for m in SERVING_TTFT])
-    gap = np.concatenate([at[m + "_measured"] - at[m] for m in SERVING_TTFT]) / meas
-    tpot = np.tile(at["mean_tpot_ms"].to_numpy() * 1e-3, len(SERVING_TTFT))
-    a = np.stack([np.ones_like(tpot), tpot], axis=1) / meas[:, None]
-    x = np.linalg.lstsq(a, gap, rcond=None)[0]
-    if (x < 0).any():  # one term alone, the better of the two
-        fits = []
-        for j in range(2):
-            one = np.zeros(2)
-            one[j] = max(0.0, float(np.linalg.lstsq(a[:, [j]], gap, rcond=None)[0][0]))
-            fits.append(one)
-        x = min(fits, key=lambda f: float(np.sum((a @ f - gap) ** 2)))
-    return x, float(np.sqrt(np.mean((a @ x - gap) ** 2)))
-
-
-def fit_serving(table, grid=SERVING_GRID) -> ServingFit:
-    """At every grid point, the request's time outside the passes (``request_overhead_ms`` and
-    ``request_lag_passes``, non-negative) by least squares on TTFT; then the point whose
-    end-to-end latency, that time included, has the least mean squared relative error."""
-    keys = list(grid)
-    best = None
-    for point, at in table.groupby(keys, sort=False):
-        x, ttft_rms = _outside(at)
-        extra = x[0] + x[1] * at["mean_tpot_ms"].to_numpy() * 1e-3
-        e2e = np.mean([((at[m] + extra) / at[m + "_measured"] - 1) ** 2 for m in SERVING_E2E])
-        if best is None or e2e < best[0]:
-            best = (e2e, point if isinstance(point, tuple) else (point,), x, ttft_rms,
-                    at["case"].nunique())
-    e2e, point, x, ttft_rms, cases = best
-    factors = {k: float(v) for k, v in zip(keys, point)}
-    factors["request_overhead_ms"] = round(float(x[0]) * 1e3, 1)
-    factors["request_lag_passes"] = round(float(x[1]), 2)
-    return ServingFit(factors, float(np.sqrt(e2e)), ttft_rms, int(cases))
-
-
-def serving_profile_text(f: ServingFit, gpu: str, source: str) -> str:
-    """A hardware profile from a serving fit."""
-    return "\n".join([
-        f"# servesweep hardware profile, written by 'sweep calibrate' from {source}",
-        "[hardware]",
-        f'gpu = "{gpu}"',
-        *(f"{k} = {f.factors[k]!r}" for k in SERVING_KEYS),
-        "",
-        "[fit]  # not read by configs",
-        f"cases = {f.cases}",
-        f"rms_e2e_error = {f.rms_e2e_error!r}",
-        f"rms_ttft_error = {f.rms_ttft_error!r}",
         "",
     ])

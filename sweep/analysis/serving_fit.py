@@ -30,17 +30,18 @@ E2E = ("mean_e2e_s", "p50_e2e_s")
 TTFT = ("mean_ttft_s", "p50_ttft_s")
 OUTSIDE = ("request_overhead_ms", "request_lag_passes")
 TTFT_WEIGHT = 0.5
-#: Factors a simulation depends on: (lowest, highest, finite-difference step). Steps are large
-#: enough that a step moves a run's latencies well beyond the discreteness of its passes.
+#: Factors a simulation depends on: (lowest, highest, finite-difference step). A step moves a
+#: run's latencies by 1-2%: beyond the discreteness of its passes (smaller steps make a noisy
+#: Jacobian), and small enough that the fit lands within about 1% of a factor's best value.
 SIMULATED = {
-    "compute_efficiency": (0.05, 1.0, 0.04),
-    "bandwidth_efficiency": (0.05, 1.0, 0.03),
-    "kv_bandwidth_efficiency": (0.05, 1.0, 0.03),
-    "decode_attention_efficiency": (0.002, 1.0, 0.01),
-    "overhead_ms": (0.0, 50.0, 0.3),
-    "seq_overhead_us": (0.0, 1000.0, 3.0),
-    "allreduce_latency_us": (0.0, 1000.0, 3.0),
-    "allreduce_bandwidth_efficiency": (0.01, 1.0, 0.05),
+    "compute_efficiency": (0.05, 1.0, 0.02),
+    "bandwidth_efficiency": (0.05, 1.0, 0.015),
+    "kv_bandwidth_efficiency": (0.05, 1.0, 0.015),
+    "decode_attention_efficiency": (0.002, 1.0, 0.005),
+    "overhead_ms": (0.0, 50.0, 0.15),
+    "seq_overhead_us": (0.0, 1000.0, 2.0),
+    "allreduce_latency_us": (0.0, 1000.0, 1.5),
+    "allreduce_bandwidth_efficiency": (0.01, 1.0, 0.03),
 }
 MAX_ITERATIONS = 12
 
@@ -79,19 +80,6 @@ class ServingFit:
         return {**out, **self.outside}
 
 
-def with_kv_ratio(setting: dict, case) -> dict:
-    """A setting of the weights' bandwidth efficiency without the KV cache's keeps the KV
-    reads at the GPU's ratio of the two (a stated ``bandwidth_efficiency`` alone would carry
-    the KV reads with it)."""
-    if "bandwidth_efficiency" in setting and "kv_bandwidth_efficiency" not in setting:
-        gpu = case.study.points[0].design.gpu_spec
-        ratio = (gpu.kv_bandwidth_efficiency or gpu.bandwidth_efficiency) / \
-            gpu.bandwidth_efficiency
-        setting = {**setting, "kv_bandwidth_efficiency": min(1.0, setting[
-            "bandwidth_efficiency"] * ratio)}
-    return setting
-
-
 def measured_metrics(case) -> tuple[list[str], list[str]]:
     """The end-to-end and TTFT metrics a case measured."""
     m = case.study.measured
@@ -99,8 +87,9 @@ def measured_metrics(case) -> tuple[list[str], list[str]]:
 
 
 def _settings_study(case, settings: list[dict], duration: float | None, seeds):
-    """A case's study as one sweep over ``settings`` (factor values), nothing outside the
-    passes, its arrivals cut to ``duration`` seconds where given."""
+    """A case's study as one sweep over ``settings`` (factor values) at the central factors
+    (no model error), nothing outside the passes, its arrivals cut to ``duration`` seconds
+    where given."""
     (point,) = case.study.points
     wl = point.workload
     if duration is not None and wl.duration_s is not None:
@@ -110,18 +99,18 @@ def _settings_study(case, settings: list[dict], duration: float | None, seeds):
         factors = {**s, "request_overhead_ms": 0.0, "request_lag_passes": 0.0}
         points.append(dataclasses.replace(point, design=point.design.replace(**factors),
                                           workload=wl, columns={**point.columns, **factors}))
-    return dataclasses.replace(case.study, points=points, axes=[], brief=[],
+    return dataclasses.replace(case.study, points=points, axes=[], brief=[], model_error=False,
                                max_designs=max(case.study.max_designs, len(points)),
                                seeds=case.study.seeds if seeds is None else list(range(seeds)))
 
 
 def simulate_settings(cases, settings: list[list[dict]], duration=None, seeds=None,
-                      progress=None) -> list[pd.DataFrame]:
-    """Per case, the mean over seeds of the E2E and TTFT metrics and mean TPOT (no time
-    outside the passes), one row per setting."""
+                      progress=None, metrics=E2E + TTFT) -> list[pd.DataFrame]:
+    """Per case, the mean over seeds of ``metrics`` and mean TPOT (no time outside the
+    passes), one row per setting."""
     from sweep.execution.runner import run_study
 
-    keys = list(E2E + TTFT) + ["mean_tpot_ms"]
+    keys = list(metrics) + ["mean_tpot_ms"]
     out = []
     for case, mine in zip(cases, settings):
         runs = run_study(_settings_study(case, mine, duration, seeds), progress=progress).runs
@@ -180,19 +169,19 @@ def fit_serving(cases, params: list[Param], start: dict, duration=None, seeds=No
     step = np.array([SIMULATED[p.key][2] for p in params])
     theta = np.clip(np.array([start[p] for p in params], dtype=np.float64), lo, hi)
 
-    def setting(values, case_params, case):
-        return with_kv_ratio({params[j].key: float(values[j]) for j in case_params}, case)
+    def setting(values, case_params):
+        return {params[j].key: float(values[j]) for j in case_params}
 
     def evaluate(values):
         """Rows at ``values`` and at one step of each factor a case depends on."""
         steps = []
-        for mine, case in zip(uses, cases):
-            base = setting(values, mine, case)
+        for mine in uses:
+            base = setting(values, mine)
             moved = []
             for j in mine:
                 v = values.copy()
                 v[j] = v[j] + step[j] if v[j] + step[j] <= hi[j] else v[j] - step[j]
-                moved.append(setting(v, mine, case))
+                moved.append(setting(v, mine))
             steps.append([base] + moved)
         return simulate_settings(cases, steps, duration, seeds, progress)
 
@@ -214,7 +203,7 @@ def fit_serving(cases, params: list[Param], start: dict, duration=None, seeds=No
         a = jac.T @ jac
         delta = np.linalg.solve(a + damping * np.diag(np.diag(a) + 1e-12), -g)
         trial = np.clip(theta + delta, lo, hi)
-        if np.all(np.abs(trial - theta) < 0.25 * step):
+        if np.all(np.abs(trial - theta) < 0.1 * step):
             break
         trial_tables = evaluate(trial)
         r_new, x_new = _objective([t.iloc[0] for t in trial_tables], cases)
@@ -231,3 +220,39 @@ def fit_serving(cases, params: list[Param], start: dict, duration=None, seeds=No
                       rms_e2e_error=float(np.sqrt(np.mean(e2e ** 2))),
                       rms_ttft_error=float(np.sqrt(np.mean(ttft ** 2))) if len(ttft) else
                       math.nan, cases=len(cases), iterations=done)
+
+
+def gpu_params(cases) -> list[Param]:
+    """What ``sweep calibrate CASES`` fits on one GPU's cases: the host's costs per pass and
+    per decoding sequence, the weights' and the KV cache's bandwidth efficiency, and under
+    tensor parallelism the all-reduce's latency and share of the link."""
+    keys = ["overhead_ms", "seq_overhead_us", "bandwidth_efficiency", "kv_bandwidth_efficiency"]
+    if any(c.study.points[0].design.gpus > 1 for c in cases):
+        keys += ["allreduce_latency_us", "allreduce_bandwidth_efficiency"]
+    return [Param(k) for k in keys]
+
+
+def gpu_value(gpu, key: str) -> float:
+    """A GPU's own value of a factor (its KV cache's read efficiency: the weights' if it has
+    none of its own)."""
+    v = getattr(gpu, key)
+    return float(gpu.bandwidth_efficiency if v is None else v)
+
+
+def profile_text(fit: ServingFit, gpu, source: str) -> str:
+    """A hardware profile (``[hardware] profile``) from a fit on one GPU's cases; the factors
+    it did not fit are the GPU's."""
+    factors = fit.factors()
+    return "\n".join([
+        f"# servesweep hardware profile, written by 'sweep calibrate' from {source}",
+        "[hardware]",
+        f'gpu = "{gpu.name}"',
+        f"compute_efficiency = {gpu.compute_efficiency!r}  # the GPU's (not fitted)",
+        *(f"{k} = {v!r}" for k, v in factors.items()),
+        "",
+        "[fit]  # not read by configs",
+        f"cases = {fit.cases}",
+        f"rms_e2e_error = {fit.rms_e2e_error!r}",
+        f"rms_ttft_error = {fit.rms_ttft_error!r}",
+        "",
+    ])

@@ -206,7 +206,7 @@ def simulate(cases: list[Case], runs=None,
         for design, i in enumerate(members):
             out[i] = Simulated(res.runs[res.runs["design"] == design].reset_index(drop=True))
             point = cases[i].study.points[0]
-            if study.model_error and model_error.distributions(point.design):
+            if study.model_error and model_error.spreads(point.design):
                 erring.append(i)
                 ends += [replace(point, design=point.design.replace(
                     **model_error.factors_at(point.design, u))) for u in model_error.INTERVAL]

@@ -42,8 +42,7 @@ def cmd_calibrate(args) -> int:
 
 def _calibrate_serving(args, meas: Path) -> int:
     """``sweep calibrate CASES``: the factors that best replay measured serving runs."""
-    from sweep.analysis.calibrate import (SERVING_KEYS, fit_serving, serving_profile_text,
-                                          serving_table)
+    from sweep.analysis.serving_fit import fit_serving, gpu_params, gpu_value, profile_text
     from sweep.analysis.validate import load_cases
 
     if not 0 < args.duration < float("inf"):
@@ -53,7 +52,7 @@ def _calibrate_serving(args, meas: Path) -> int:
     if len(gpus) != 1 or (args.gpu is not None and args.gpu != gpus[0]):
         raise UsageError(f"{meas}: cases on {', '.join(gpus)}; allowed: cases of one GPU"
                          + (f" ({args.gpu}, as --gpu says)" if args.gpu else ""))
-    need = ("mean_e2e_s", "p50_e2e_s", "p95_e2e_s", "mean_ttft_s", "p50_ttft_s", "p95_ttft_s")
+    need = ("mean_e2e_s", "mean_ttft_s")
     for c in cases:
         missing = [m for m in need if m not in c.study.measured]
         if missing:
@@ -62,14 +61,17 @@ def _calibrate_serving(args, meas: Path) -> int:
     out = Path(args.out) if args.out else meas.with_suffix(".profile.toml")
     if out.exists() and not args.force:
         raise UsageError(f"{out}: already exists; use --force to overwrite")
-    f = fit_serving(serving_table([c.study for c in cases], args.duration))
+    params = gpu_params(cases)
+    gpu = cases[0].study.points[0].design.gpu_spec
+    f = fit_serving(cases, params, {p: gpu_value(gpu, p.key) for p in params},
+                    duration=args.duration)
     print(f"{gpus[0]}, {f.cases} serving cases: " + ", ".join(
-        f"{k} {f.factors[k]:.4g}" for k in SERVING_KEYS))
+        f"{k} {v:.4g}" for k, v in f.factors().items()))
     print(f"fit: RMS relative error {100 * f.rms_e2e_error:.2f}% (end to end), "
           f"{100 * f.rms_ttft_error:.2f}% (TTFT)")
     tmp = out.with_name(f".{out.name}.tmp")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp.write_text(serving_profile_text(f, gpus[0], meas.name))
+    tmp.write_text(profile_text(f, gpu, meas.name))
     tmp.replace(out)
     print(f"-> {out} (name it in a config: [hardware] profile = \"{out.name}\")")
     return 0

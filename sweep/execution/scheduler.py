@@ -222,7 +222,7 @@ def _uncertain_params(study: Study, params: list, drawn: dict) -> Callable:
     """A simulation's plan: its design's, with the seed's draws of the uncertain factors and of
     the model's error when there are any (the same draw for every design: common random
     numbers)."""
-    erring = study.model_error and any(model_error.distributions(p.design)
+    erring = study.model_error and any(model_error.spreads(p.design)
                                        for p in study.points)
     if not study.uncertain and not erring:
         return lambda s: params[s.point]

@@ -15,6 +15,7 @@ and the event-driven twin evaluate the very same arithmetic, in the same order.
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -38,7 +39,10 @@ class TimingParams(NamedTuple):
     kv_bytes_per_s: float  # achievable for the KV cache: eff_kv x bandwidth x tp
     allreduces: float  # all-reduces per pass (2 per layer under tensor parallelism, else 0)
     allreduce_latency_s: float  # one all-reduce's latency among the tp GPUs
-    allreduce_s_per_token: float  # one token's activations through an all-reduce, seconds
+    allreduce_token_bytes: float  # one token's 16-bit activations
+    allreduce_oneshot_bytes: float  # messages below this take the one-shot algorithm
+    allreduce_oneshot_s_per_byte: float  # each GPU reads every other's message
+    allreduce_ring_s_per_byte: float  # reduce-scatter and all-gather: 2 (tp-1)/tp of it
     overhead_s: float
     seq_overhead_s: float  # host time per decoding sequence per pass (scheduling, sampling)
     linear: float  # 1.0 selects the linear (measured) model
@@ -61,16 +65,15 @@ def timing_params(model: Model, gpu: GPU, *, tp: int = 1, weight_bits: int = 16,
                   allreduce_bandwidth_efficiency: float | None = None, draft_tokens: int = 0,
                   draft_cost: float = 0.1) -> TimingParams:
     """A design's constants; a factor left at None is the GPU's default, and the KV cache's
-    bandwidth efficiency the GPU's where the weights' is the GPU's too, else the weights'.
-    Decode attention has its own term only where
+    bandwidth efficiency keeps the GPU's ratio to the weights' (``kv_efficiency``). Decode
+    attention has its own term only where
     ``decode_attention_efficiency`` (or the GPU's default) is above 0."""
     if compute_efficiency is None:
         compute_efficiency = gpu.compute_efficiency
-    if kv_bandwidth_efficiency is None:  # the GPU's with its weights', else the weights'
-        kv_bandwidth_efficiency = (gpu.kv_bandwidth_efficiency if bandwidth_efficiency is None
-                                   else None) or bandwidth_efficiency or gpu.bandwidth_efficiency
-    bandwidth_efficiency = (gpu.bandwidth_efficiency if bandwidth_efficiency is None
-                            else bandwidth_efficiency)
+    if bandwidth_efficiency is None:
+        bandwidth_efficiency = gpu.bandwidth_efficiency
+    if kv_bandwidth_efficiency is None:
+        kv_bandwidth_efficiency = kv_efficiency(gpu, bandwidth_efficiency)
     if decode_attention_efficiency is None:
         decode_attention_efficiency = gpu.decode_attention_efficiency
     attn_s_per_flop = (1.0 / (decode_attention_efficiency * gpu.tflops_16bit * 1e12 * tp)
@@ -81,11 +84,8 @@ def timing_params(model: Model, gpu: GPU, *, tp: int = 1, weight_bits: int = 16,
     alpha_us = gpu.allreduce_latency_us if allreduce_latency_us is None else allreduce_latency_us
     if allreduce_bandwidth_efficiency is None:
         allreduce_bandwidth_efficiency = gpu.allreduce_bandwidth_efficiency
-    # The ring all-reduce's cost (Patarasuk and Yuan, JPDC 69(2), 2009): 2 (tp-1) steps of
-    # latency (alpha is 2 GPUs', two steps) and 2 (tp-1)/tp of the message over each link, at
-    # the share of its bandwidth a pass's activations reach; activations are 16-bit.
     link = gpu.interconnect_gbs * 1e9 * allreduce_bandwidth_efficiency
-    ar_per_token = (2.0 * (tp - 1) / tp * model.hidden * 2.0 / link) if tp > 1 and link > 0 else 0.0
+    per_byte = 1.0 / link if tp > 1 and link > 0 else 0.0
     lin = gpu.linear
     return TimingParams(
         flops_per_token=2.0 * model.active_params,
@@ -100,7 +100,10 @@ def timing_params(model: Model, gpu: GPU, *, tp: int = 1, weight_bits: int = 16,
         kv_bytes_per_s=kv_bandwidth_efficiency * gpu.bandwidth_tbs * 1e12 * tp,
         allreduces=ar,
         allreduce_latency_s=alpha_us * 1e-6 * (tp - 1),
-        allreduce_s_per_token=ar_per_token,
+        allreduce_token_bytes=model.hidden * 2.0,
+        allreduce_oneshot_bytes=oneshot_bytes(tp),
+        allreduce_oneshot_s_per_byte=(tp - 1) * per_byte,
+        allreduce_ring_s_per_byte=2.0 * (tp - 1) / tp * per_byte,
         overhead_s=overhead_ms * 1e-3,
         seq_overhead_s=seq_overhead_us * 1e-6,
         linear=1.0 if gpu.timing == "linear" else 0.0,
@@ -111,6 +114,35 @@ def timing_params(model: Model, gpu: GPU, *, tp: int = 1, weight_bits: int = 16,
         draft_tokens=float(draft_tokens),
         draft_cost=float(draft_cost),
     )
+
+
+def oneshot_bytes(tp: int) -> float:
+    """The largest message vLLM's custom all-reduce sends by its one-shot algorithm (every GPU
+    reads every other's whole message) rather than reduce-scatter and all-gather: any at 2 GPUs
+    (the two cost the same there), 512 KiB at 3-4, 256 KiB at 5-8 (vLLM's
+    csrc/custom_all_reduce.cuh, ``REDUCE_CASE``)."""
+    return math.inf if tp <= 2 else 512 * 1024.0 if tp <= 4 else 256 * 1024.0
+
+
+def allreduce_time(p: TimingParams, tokens, xp=np):
+    """The all-reduces of a pass of ``tokens`` tokens: each ``(tp - 1) x alpha`` of latency (the
+    ring's steps, alpha being 2 GPUs') and its message (the tokens' 16-bit activations) over
+    the link: one-shot below ``oneshot_bytes``, each GPU reading every other's message, else
+    ``2 (tp - 1) / tp`` of it."""
+    message = p.allreduce_token_bytes * tokens
+    per_byte = xp.where(message < p.allreduce_oneshot_bytes, p.allreduce_oneshot_s_per_byte,
+                        p.allreduce_ring_s_per_byte)
+    return p.allreduces * (p.allreduce_latency_s + per_byte * message)
+
+
+def kv_efficiency(gpu: GPU, bandwidth_efficiency: float) -> float:
+    """The KV cache's read efficiency beside the weights' ``bandwidth_efficiency``: the GPU's
+    own ratio of the two (its attention kernels' penalty on paged KV reads), at most 1; the
+    GPU's own value at its own weights' efficiency."""
+    kv = gpu.kv_bandwidth_efficiency
+    if kv is None or bandwidth_efficiency == gpu.bandwidth_efficiency:
+        return bandwidth_efficiency if kv is None else kv
+    return min(1.0, bandwidth_efficiency * (kv / gpu.bandwidth_efficiency))
 
 
 def pass_work(p: TimingParams, tokens, pairs, context_read, xp=np):
@@ -138,7 +170,7 @@ def _target_time(p: TimingParams, prefill_tokens, prefill_pairs, decode_tokens, 
                            - p.kv_bytes_per_token * context_read / p.kv_bytes_per_s, 0.0)
     roof = (xp.maximum(flops / p.flops_per_s, weights / p.bytes_per_s + kv / p.kv_bytes_per_s)
             + attention
-            + p.allreduces * (p.allreduce_latency_s + p.allreduce_s_per_token * tokens)
+            + allreduce_time(p, tokens, xp)
             + p.overhead_s)
     lin = (p.lin_fixed_s + p.lin_prefill_token_s * prefill_tokens
            + p.lin_decode_token_s * decode_tokens + p.lin_context_token_s * context_read)

@@ -137,8 +137,8 @@ FIELDS: tuple[Field, ...] = (
         help="share of peak bandwidth reached reading the weights",
         short="share of peak bandwidth, weights"),
     _hw("kv_bandwidth_efficiency", range=_SHARE, gpu_default=True,
-        help="share of peak bandwidth reached reading the KV cache; unset: the GPU's where "
-             "`bandwidth_efficiency` is the GPU's too, else `bandwidth_efficiency`",
+        help="share of peak bandwidth reached reading the KV cache; unset: the GPU's ratio of it "
+             "to `bandwidth_efficiency`, times that",
         short="share of peak bandwidth, KV cache"),
     _hw("decode_attention_efficiency", range=Range(0.0, 1.0), gpu_default=True,
         help="share of the 16-bit tensor peak that decode attention reaches; 0 = inside the "

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from sweep.errors import ConfigError, DoesNotFit, FieldError, got, one_line, show
 from sweep.physics.hardware import CATALOG as GPU_CATALOG
+from sweep.physics.timing import kv_efficiency
 from sweep.study.design import Design
 from sweep.study.fields import (ATTRS, COLUMNS, DESIGN_FIELDS, FIELDS, KEYS, MAX_REQUESTS,
                                 WORKLOAD_FIELDS)
@@ -151,9 +152,10 @@ def _fill(cols, dkw, wkw) -> None:
     gpu = GPU_CATALOG[dkw["gpu"]]
     for c in _GPU_DEFAULTS:
         if dkw[c] is None:
-            cols[c] = float(getattr(gpu, c) or gpu.bandwidth_efficiency)
+            cols[c] = float(getattr(gpu, c) or 0.0)
     if dkw["kv_bandwidth_efficiency"] is None and dkw["bandwidth_efficiency"] is not None:
-        cols["kv_bandwidth_efficiency"] = cols["bandwidth_efficiency"]  # the weights', stated
+        # (of a bandwidth drawn per seed, the centre's)
+        cols["kv_bandwidth_efficiency"] = kv_efficiency(gpu, dkw["bandwidth_efficiency"])
     gamma = wkw["arrival"] == "gamma"
     if not gamma:
         wkw["arrival_cv"] = WORKLOAD_FIELDS["arrival_cv"].default

@@ -3,8 +3,8 @@
 A GPU's model error (``physics.hardware.ModelError``: how far predictions on it strayed from real
 runs held out of the fit) is a relative standard deviation of its speed (every GPU-side
 efficiency, together) and of ``request_lag_passes``. In the ``[hardware]`` distribution syntax
-each factor is ``{ dist = "normal", mean = <the GPU's>, sd = <mean x relative sd>, low, high }``,
-truncated at ``TRUNCATE`` standard deviations (and an efficiency at 1).
+each factor is ``{ dist = "normal", mean = <the GPU's>, sd = <mean x relative sd>, low, high }``
+within ``TRUNCATE`` standard deviations (an efficiency at most 1).
 
 Every seed draws one quantile ``u``: the radical inverse in base 2 of ``seed + 1`` (0.5, 0.25,
 0.75, 0.125, ...), so the first ``n`` seeds spread evenly over (0, 1) and seed 0 is the central
@@ -16,6 +16,8 @@ A factor the config states is its own and has no model error.
 """
 from __future__ import annotations
 
+from statistics import NormalDist
+
 from sweep.study.uncertainty import Uncertain
 
 #: The GPU-side efficiencies, which err together (the speed).
@@ -25,17 +27,13 @@ LAG = "request_lag_passes"
 TRUNCATE = 3.0
 #: The quantiles of a 90% interval.
 INTERVAL = (0.05, 0.95)
+_NORMAL = NormalDist()
 
 
-def _normal(mean: float, relative_sd: float, highest: float) -> Uncertain:
-    sd = mean * relative_sd
-    return Uncertain("normal", low=max(mean - TRUNCATE * sd, 0.0),
-                     high=min(mean + TRUNCATE * sd, highest), mean=mean, sd=sd)
-
-
-def distributions(design) -> dict[str, Uncertain]:
-    """The factors ``design`` leaves to its GPU, as the GPU's model error spreads them (none
-    for a GPU without one, or a factor the config states)."""
+def spreads(design) -> dict[str, tuple[float, float, float]]:
+    """The factors ``design`` leaves to its GPU, as its model error spreads them: key ->
+    (central value, relative standard deviation, highest value). None for a GPU without a
+    model error or a factor the config states."""
     gpu = design.gpu_spec
     err = gpu.model_error
     if err is None:
@@ -43,21 +41,35 @@ def distributions(design) -> dict[str, Uncertain]:
     out = {}
     for key in SPEED:
         central = getattr(gpu, key)
-        if key == "kv_bandwidth_efficiency":  # it follows the weights' where not the GPU's own
+        if key == "kv_bandwidth_efficiency":  # it keeps its ratio to a stated weights'
             if design.bandwidth_efficiency is not None:
                 continue
             central = central or gpu.bandwidth_efficiency
         if getattr(design, key) is None and central > 0:
-            out[key] = _normal(central, err.speed_sd, 1.0)
+            out[key] = (central, err.speed_sd, 1.0)
     if design.request_lag_passes is None and gpu.request_lag_passes > 0:
-        out[LAG] = _normal(gpu.request_lag_passes, err.lag_sd, 100.0)
+        out[LAG] = (gpu.request_lag_passes, err.lag_sd, 100.0)
+    return out
+
+
+def distributions(design) -> dict[str, Uncertain]:
+    """``spreads`` in the ``[hardware]`` distribution syntax."""
+    out = {}
+    for key, (mean, rel, highest) in spreads(design).items():
+        sd = mean * rel
+        out[key] = Uncertain("normal", low=max(mean - TRUNCATE * sd, 0.0),
+                             high=min(mean + TRUNCATE * sd, highest), mean=mean, sd=sd)
     return out
 
 
 def factors_at(design, u: float) -> dict[str, float]:
-    """``design``'s model-error factors at quantile ``u`` of its speed (low: slow)."""
-    return {k: float(d.quantile(u if k in SPEED else 1.0 - u))
-            for k, d in distributions(design).items()}
+    """``design``'s model-error factors at quantile ``u`` of its speed (low: slow): each
+    ``central x (1 + relative sd x z)``, z the standard normal's quantile at ``u`` (at ``1 - u``
+    for the lag) within ``TRUNCATE``, and at most its highest value; ``u`` = 0.5 gives the
+    central values exactly."""
+    z = min(max(_NORMAL.inv_cdf(u), -TRUNCATE), TRUNCATE)
+    return {k: min(max(c * (1.0 + rel * (z if k in SPEED else -z)), 0.0), highest)
+            for k, (c, rel, highest) in spreads(design).items()}
 
 
 def seed_quantile(seed: int) -> float:

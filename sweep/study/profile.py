@@ -11,7 +11,8 @@ from sweep.study.fields import ATTRS
 PROFILE_KEYS = ("gpu", "compute_efficiency", "bandwidth_efficiency", "overhead_ms")
 #: Keys a profile may add (a fit to serving runs writes them).
 PROFILE_EXTRA = ("decode_attention_efficiency", "seq_overhead_us", "request_overhead_ms",
-                 "request_lag_passes")
+                 "request_lag_passes", "kv_bandwidth_efficiency", "allreduce_latency_us",
+                 "allreduce_bandwidth_efficiency")
 
 
 def load_profile(path: str | Path) -> dict:
