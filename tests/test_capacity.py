@@ -164,7 +164,8 @@ def test_the_search_finds_the_seeds_quantile_and_runs_only_seeds_it_cannot_imply
     a design carries a rate when 15 seeds do: its capacity is the second-lowest seed's. A
     seed's verdict at a rate that its runs at other rates imply is not simulated, unless the
     brief limits a figure read at capacity: then every seed runs there."""
-    study = parse_study(TINY)
+    # The factors stated: the search's path (its roofline guide) does not move with a refit.
+    study = parse_study(TINY.replace('gpu = "H100-SXM"', 'gpu = "H100-SXM"\n' + STATED))
     study = dataclasses.replace(study, seeds=list(range(16)), capacity={
         **study.capacity, "rate_min": 2.0, "rate_max": 400.0},
         brief=[Limit("utilization", min=0.0)] if at_capacity else [])
@@ -239,6 +240,11 @@ def test_slo_attainment_counts_requests_within_their_own_limits():
 
 # --- the CLI -------------------------------------------------------------------------------------
 
+STATED = """compute_efficiency = 0.9
+bandwidth_efficiency = 0.85
+kv_bandwidth_efficiency = 0.85
+overhead_ms = 1.5
+decode_attention_efficiency = 0.02"""
 TINY = """name = "tiny"
 [hardware]
 gpu = "H100-SXM"

@@ -23,23 +23,29 @@ sorted).
 Every case is checked before anything is simulated; a bad one (no ``[measured]``, an unknown
 metric, a value that is not a number, a grid of more than one design) stops the command with a
 one-line error and exit status 2, and nothing is written. Then each case is simulated for its
-``[run] seeds`` (``--seeds N`` overrides them; cases that share their seeds run together) and
-compared: the predicted value of a metric is its mean over the seeds, its error
-``(predicted - measured) / measured`` in per cent; a flag passes when at least half the seeds
-are flagged (for ``= true``; fewer than half for ``= false``).
+``[run] seeds`` (``--seeds N`` overrides them; cases that share their seeds run together) at
+the central factors, and, where ``[run] model_error`` draws the model's error for the case's GPU,
+its first seed again at that error's 5% and 95% quantiles (``Simulated``). Compared: the
+predicted value of a metric is its mean over the seeds, its error ``(predicted - measured) /
+measured`` in per cent, its 90% interval the model error's ends around it, widened by 1.645
+standard deviations of the seeds (``interval``); a flag passes when at least half the seeds are
+flagged (for ``= true``; fewer than half for ``= false``).
 
 stdout shows one row per case and metric, a note for each case that states no flag but whose
 simulation is overloaded (its numbers then describe a growing queue), then per metric the
 median and the largest absolute error over the cases (with the median per group: the name of
-the folder holding each case, such as ``fit`` and ``holdout``), and how many flag checks
-passed. Large errors are findings, not
+the folder holding each case, such as ``fit`` and ``holdout``), the signed bias and the
+coverage, the same by group, GPU and tensor-parallel degree, the coverage over every measured
+number, and how many flag checks passed (``validation_report``). Large errors are findings, not
 failures: the exit status is 0 whenever the comparison ran. ``--out`` (default
 ``results/validation``, created or updated; only these files are replaced) receives:
 
 - ``validation.parquet``: one row per case and metric: ``case`` (the config's name),
-  ``file``, ``group``, ``metric``, ``measured`` (a flag as 1.0 or 0.0), ``predicted`` (for a
-  flag: the share of seeds flagged), ``error_pct`` (NaN for flags), ``flagged_share`` (NaN for
-  numbers), ``passed`` (flags only, else null) and ``seeds``;
+  ``file``, ``group``, ``gpu``, ``gpus`` (its tensor-parallel degree), ``metric``, ``measured``
+  (a flag as 1.0 or 0.0), ``predicted`` (for a flag: the share of seeds flagged),
+  ``predicted_lo`` and ``predicted_hi`` (the 90% interval; NaN for flags), ``error_pct`` (NaN
+  for flags), ``flagged_share`` (NaN for numbers), ``passed`` (flags only, else null) and
+  ``seeds``;
 - ``validation.png`` and ``validation.svg``: predicted against measured on log-log axes, one
   marker per case and numeric metric (colour: the metric; shape: the group), with the line
   y = x and bands of +-10% and +-25%.
