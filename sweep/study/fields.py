@@ -142,7 +142,7 @@ FIELDS: tuple[Field, ...] = (
         short="share of peak bandwidth, KV cache"),
     _hw("decode_attention_efficiency", range=Range(0.0, 1.0), gpu_default=True,
         help="share of the 16-bit tensor peak that decode attention reaches; 0 = inside the "
-             "roofline (the GPU's: H100 0.02, A100 0.028, else 0)",
+             "roofline (every fitted GPU's: the runs do not identify it)",
         short="decode attention's share of the 16-bit peak"),
     _hw("overhead_ms", range=Range(0.0, 1e4), unit="ms", gpu_default=True,
         help="fixed cost per pass", short="fixed cost per pass"),
