@@ -34,8 +34,8 @@ from sweep.execution.planning import (Group, Planned, Shape, Sim, call_shape, gr
                                       plan_chunks, request_slots, share_of, split)
 from sweep.execution.progress import Progress, Tally
 from sweep.physics.numerics import float64
-from sweep.study.config import Study
 from sweep.study import model_error
+from sweep.study.config import Study
 from sweep.study.uncertainty import draws
 from sweep.study.workload import sample_args, sample_batch
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 #: The 'Serve a Model' brief's efficiency factors ("60% of peak compute and 80% of peak bandwidth
-#: plus 0.2 ms per pass"): the roofline's factors for a GPU that has not been calibrated on real
-#: runs.
+#: plus 0.2 ms per pass"): a datasheet entry's until the catalog gives it a fitted GPU's
+#: (``_served``), and what configs/serve_a_model.toml states.
 BRIEF_COMPUTE_EFFICIENCY = 0.6
 BRIEF_BANDWIDTH_EFFICIENCY = 0.8
 BRIEF_PASS_OVERHEAD_MS = 0.2
@@ -51,8 +51,7 @@ class GPU:
     price_per_gpu_hour: float  # default $ per GPU-hour; configs override it
     timing: str = "roofline"  # "roofline" or "linear"
     linear: LinearTiming | None = None
-    # Roofline factors used when a config gives none: fitted on real serving runs where the GPU
-    # has them (docs/validation.md), else the brief's assumptions.
+    # Roofline factors used when a config gives none: a fitted GPU's (``_served``).
     compute_efficiency: float = BRIEF_COMPUTE_EFFICIENCY
     bandwidth_efficiency: float = BRIEF_BANDWIDTH_EFFICIENCY
     overhead_ms: float = BRIEF_PASS_OVERHEAD_MS
@@ -193,6 +192,8 @@ def transfer_source(gpu: "GPU", fitted: dict) -> str:
     same = [n for n, g in fitted.items() if g.generation == gpu.generation]
     pool = same or list(fitted)
     return min(pool, key=lambda n: (abs(math.log(fitted[n].bandwidth_tbs / gpu.bandwidth_tbs)), n))
+
+
 #: Datasheet figures; every roofline entry then takes the serving engine's host terms and a
 #: fitted GPU's factors (``_served``).
 _DATASHEETS = (
