@@ -105,3 +105,14 @@ def test_a_gpu_without_model_error_runs_every_seed_alike():
     laptop = runs('"Apple-M3-Max"')  # the lesson's linear fit: no held-out runs, no spread
     assert laptop.groupby("design")["mean_e2e_s"].nunique().eq(1).all()
     assert (laptop["calibration"] == "fitted").all()
+
+
+def test_a_gpus_model_error_is_a_config_in_the_distribution_syntax():
+    """Written out in the [hardware] distribution syntax, a GPU's model error is a config that
+    parses, each factor drawn per seed around the GPU's own value."""
+    lines = [f'{k} = {{ dist = "normal", mean = {u.mean!r}, sd = {u.sd!r}, low = {u.low!r}, '
+             f'high = {u.high!r} }}' for k, u in model_error.distributions(Design()).items()]
+    s = parse_study(STUDY.format(gpu='"H100-SXM"\n' + "\n".join(lines),
+                                 run="model_error = false"))
+    assert set(s.uncertain) == set(model_error.spreads(Design()))
+    assert s.points[0].columns["calibration"] == "stated"

@@ -241,3 +241,22 @@ def test_committed_cases_parse():
         assert len(c.study.points) == 1 and c.study.seeds == [0, 1, 2]
     gpus = {c.study.points[0].design.gpu_spec.name for c in cases}
     assert gpus == {"H100-SXM", "A100-80GB", "L40S"}
+
+
+def test_make_cases_reads_a_measured_csv_without_specs(tmp_path):
+    """Runs in the blis-vllm layout whose specs are not public take the workload their folder
+    names, as the shipped runs with specs ran it."""
+    data = tmp_path / "runs"
+    data.mkdir()
+    shutil.copy(ROOT / "validation" / "data" / "blis-vllm" / "measured.csv", data)
+    shutil.copytree(ROOT / "validation" / "data" / "blis-vllm" / "models", data / "models")
+    out = tmp_path / "cases"
+    done = subprocess.run([sys.executable, str(ROOT / "validation" / "make_cases.py"), "--data",
+                           str(data), "--out", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    cases = load_cases([out])
+    assert len(cases) == 19
+    tp4 = next(c for c in cases if c.name == "61-llama-3-1-70b-tp4-codegen-4-1-stage1")
+    assert tp4.study.points[0].workload.arrival_rate == 10.0  # the codegen runs' second stage
+    assert tp4.study.points[0].design.gpus == 4
+    assert tp4.study.points[0].design.kv_blocks is None  # no log to read: vLLM's sizing

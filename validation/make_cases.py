@@ -290,29 +290,54 @@ def prompt_ratios(data: Path = DATA) -> tuple[float, float]:
     return statistics.median(lows), statistics.median(highs)
 
 
-def blis_specs(data: Path, rows) -> dict[str, dict]:
-    """Per run (experiment folder): its server and workload spec: ``specs.json``'s entry, or
-    for a run without one, the workload its folder names as the runs with specs ran it."""
-    specs = {str(e["id"]): e for e in json.loads((data / "specs.json").read_text())[
-        "experiments"]}
-    by_workload: dict[str, dict] = {}
-    for folder, r in rows.items():
+def blis_workloads(data: Path) -> tuple[dict[str, dict], dict[str, dict]]:
+    """A blis-layout folder's run specs by id (``specs.json``; none without one), and the
+    workload shapes (shared prefix and stages) they ran, by the workload their folders name."""
+    path = data / "specs.json"
+    specs = ({str(e["id"]): e for e in json.loads(path.read_text())["experiments"]}
+             if path.is_file() else {})
+    rows = blis_rows(data) if specs else {}
+    shapes: dict[str, dict] = {}
+    for r in rows.values():
         e = specs.get(str(r["exp_id"]))
         if e is not None:
             shape = e["workload"]["inference_perf"]
-            if by_workload.setdefault(r["workload"], shape) != shape:
+            if shapes.setdefault(r["workload"], shape) != shape:
                 raise ValueError(f"{data}: runs of workload {r['workload']!r} differ in spec")
+    return specs, shapes
+
+
+def blis_specs(data: Path, rows) -> dict[str, dict]:
+    """Per run (experiment folder): its server and workload spec: ``specs.json``'s entry, or
+    for a run without one, the workload its folder names as the runs with specs ran it (this
+    folder's, else the shipped blis-vllm's), else as the named profile (``NAME.profile.yaml``,
+    ``-lite`` dropped) gives it."""
+    specs, shapes = blis_workloads(data)
+    if data != BLIS:
+        shapes = {**blis_workloads(BLIS)[1], **shapes}
     out = {}
     for folder, r in rows.items():
         e = specs.get(str(r["exp_id"]))
         if e is None:
-            if r["workload"] not in by_workload:
-                raise ValueError(f"{data}: run {folder}: no spec, and no run with one names "
+            shape = shapes.get(r["workload"]) or named_profile(data, r["workload"])
+            if shape is None:
+                raise ValueError(f"{data}: run {folder}: no spec, and no run or profile names "
                                  f"workload {r['workload']!r}")
-            e = {"max_num_seqs": BLIS_MAX_NUM_SEQS,
-                 "workload": {"inference_perf": by_workload[r["workload"]]}}
+            e = {"max_num_seqs": BLIS_MAX_NUM_SEQS, "workload": {"inference_perf": shape}}
         out[folder] = e
     return out
+
+
+def named_profile(data: Path, workload: str) -> dict | None:
+    """The shared prefix and stages of a named load-generator profile (JSON text in
+    ``NAME.profile.yaml``), in this folder or the shipped one."""
+    name = workload.removesuffix("-lite") + ".profile.yaml"
+    for folder in (data, BLIS):
+        if (folder / name).is_file():
+            profile = json.loads((folder / name).read_text())
+            return {"shared_prefix": profile["data"]["shared_prefix"],
+                    "stages": profile["load"]["stages"]}
+    return None
 
 
 def blis_rows(data: Path) -> dict[str, dict]:

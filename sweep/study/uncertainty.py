@@ -14,12 +14,14 @@ from statistics import NormalDist
 from sweep.physics.rng import UNIFORM_BITS, uniform_bits
 
 #: Factors that may be uncertain: key -> (config section, lowest, highest, lowest excluded).
-#: The ranges are Design.validate's.
+#: The ranges are Design.validate's. New factors go last: a factor's draws follow its index.
 FACTORS = {
     "compute_efficiency": ("hardware", 0.0, 1.0, True),
     "bandwidth_efficiency": ("hardware", 0.0, 1.0, True),
     "overhead_ms": ("hardware", 0.0, 1e4, False),
     "acceptance": ("levers", 0.0, 1.0, False),
+    "kv_bandwidth_efficiency": ("hardware", 0.0, 1.0, True),
+    "request_lag_passes": ("hardware", 0.0, 100.0, False),
 }
 DISTS = ("uniform", "normal")
 #: The table keys each distribution takes (all required).
