@@ -101,12 +101,6 @@ def test_model_error_must_be_a_bool():
     assert parse_study(STUDY.format(gpu='"H100-SXM"', run="")).model_error is True
 
 
-def test_a_gpu_without_model_error_runs_every_seed_alike():
-    laptop = runs('"Apple-M3-Max"')  # the lesson's linear fit: no held-out runs, no spread
-    assert laptop.groupby("design")["mean_e2e_s"].nunique().eq(1).all()
-    assert (laptop["calibration"] == "fitted").all()
-
-
 def test_a_gpus_model_error_is_a_config_in_the_distribution_syntax():
     """Written out in the [hardware] distribution syntax, a GPU's model error is a config that
     parses, each factor drawn per seed around the GPU's own value."""
