@@ -145,3 +145,15 @@ def test_errors_and_helpers():
     levers = lever_columns(agg)
     assert "weight_bits" in levers and "gpu" in levers
     assert not {"design", "seeds", "p_pass", "passes", "p95_ttft_s", "p95_ttft_s_std"} & {*levers}
+
+
+def test_the_report_notes_gpus_whose_factors_were_transferred():
+    from sweep.analysis.report import transferred_lines
+
+    table = pd.DataFrame({"gpu": ["H100-SXM", "B200", "B200", "H200"],
+                          "calibration": ["fitted", "transferred:H100-SXM",
+                                          "transferred:H100-SXM", "stated"]})
+    text = "\n".join(transferred_lines(table))
+    assert "no real runs of B200 were fitted" in text and "the H100-SXM's factors" in text
+    assert "H200" not in text  # its factors were stated
+    assert transferred_lines(table[table["gpu"] == "H100-SXM"]) == []

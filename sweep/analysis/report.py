@@ -322,8 +322,8 @@ def _ci(row, key) -> str:
 def render(v: Verdict, brief, columns=None, max_passing: int = 50) -> str:
     """A plain-text report (lines < 120 characters, deterministic): the brief; the starting
     design, its metrics and the limits it misses; the designs that meet the brief, cheapest
-    first; each failing family with its label, count and examples; and a warning for
-    truncated simulations. ``columns``: the lever columns to consider (default: every lever
+    first; each failing family with its label, count and examples; a warning for
+    truncated simulations; and a note for GPUs whose factors were transferred. ``columns``: the lever columns to consider (default: every lever
     column of the aggregate); only those that vary across designs are shown per design.
     At most ``max_passing`` passing designs are listed (the cheapest), then a count."""
     brief = list(brief or [])
@@ -332,7 +332,8 @@ def render(v: Verdict, brief, columns=None, max_passing: int = 50) -> str:
     metrics = _metric_list(brief, agg)
     lines = (_brief_lines(v, brief, agg) + _baseline_lines(v, brief, levers, metrics)
              + _passing_lines(v, levers, metrics, max_passing)
-             + _family_lines(v, agg, levers, metrics) + _truncated_lines(v))
+             + _family_lines(v, agg, levers, metrics) + _truncated_lines(v)
+             + transferred_lines(agg))
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
@@ -426,6 +427,21 @@ def _truncated_lines(v: Verdict) -> list[str]:
                         "", "    ")
 
 
+def transferred_lines(table: pd.DataFrame) -> list[str]:
+    """A note for the GPUs whose factors were transferred from another's real runs."""
+    if "calibration" not in table.columns or "gpu" not in table.columns:
+        return []
+    moved = sorted({(str(g), str(c).removeprefix("transferred:"))
+                    for g, c in zip(table["gpu"], table["calibration"])
+                    if str(c).startswith("transferred:")})
+    if not moved:
+        return []
+    return [""] + _wrap("Note: no real runs of " + ", ".join(g for g, _ in moved) + " were "
+                        "fitted: " + "; ".join(f"{g} runs with the {src}'s factors"
+                                               for g, src in moved)
+                        + " (the calibration column; docs/model.md).", "", "  ")
+
+
 # --- capacity -------------------------------------------------------------------------------------
 
 def _money(x: float) -> str:
@@ -483,4 +499,4 @@ def render_capacity(cap: pd.DataFrame, fleet: pd.DataFrame | None, meta: dict,
         for binding, group in none.groupby("binding", sort=True):
             lines += _wrap(f"{len(group)} bound by {binding}, e.g. design "
                            f"{int(group['design'].iloc[0])}: {group['why'].iloc[0]}")
-    return "\n".join(lines)
+    return "\n".join(lines + transferred_lines(cap))
