@@ -429,17 +429,12 @@ def _truncated_lines(v: Verdict) -> list[str]:
 
 def transferred_lines(table: pd.DataFrame) -> list[str]:
     """A note for the GPUs whose factors were transferred from another's real runs."""
-    if "calibration" not in table.columns or "gpu" not in table.columns:
-        return []
-    moved = sorted({(str(g), str(c).removeprefix("transferred:"))
-                    for g, c in zip(table["gpu"], table["calibration"])
-                    if str(c).startswith("transferred:")})
-    if not moved:
-        return []
+    moved = sorted({(str(g), str(c).removeprefix("transferred:")) for g, c in zip(
+        table.get("gpu", ()), table.get("calibration", ())) if str(c).startswith("transferred:")})
     return [""] + _wrap("Note: no real runs of " + ", ".join(g for g, _ in moved) + " were "
                         "fitted: " + "; ".join(f"{g} runs with the {src}'s factors"
                                                for g, src in moved)
-                        + " (the calibration column; docs/model.md).", "", "  ")
+                        + " (the calibration column; docs/model.md).", "", "  ") if moved else []
 
 
 # --- capacity -------------------------------------------------------------------------------------

@@ -28,7 +28,6 @@ import pandas as pd
 #: factors do not set (jitter, the real lengths' spread), and is left to the model error.
 E2E = ("mean_e2e_s", "p50_e2e_s")
 TTFT = ("mean_ttft_s", "p50_ttft_s")
-OUTSIDE = ("request_overhead_ms", "request_lag_passes")
 TTFT_WEIGHT = 0.5
 #: Factors a simulation depends on: (lowest, highest, finite-difference step). A step moves a
 #: run's latencies by 1-2%: beyond the discreteness of its passes (smaller steps make a noisy
@@ -68,7 +67,7 @@ class Param:
 @dataclass(frozen=True)
 class ServingFit:
     values: dict  # Param -> fitted value
-    outside: dict  # OUTSIDE -> value
+    outside: dict  # request_overhead_ms, request_lag_passes -> value
     rms_e2e_error: float  # relative, over the cases and their measured E2E metrics
     rms_ttft_error: float  # relative, over the cases and their measured TTFT metrics
     cases: int
