@@ -313,6 +313,22 @@ def test_sweep_capacity_writes_tables_reports_plots_and_resumes(tmp_path, capsys
     pd.testing.assert_frame_equal(pd.read_parquet(again / "capacity.parquet"), cap)
     pd.testing.assert_frame_equal(pd.read_parquet(again / "fleet.parquet"), fleet)
 
+    # A finished search is kept: --resume finds it done; --force replaces it only once the new
+    # tables are complete, so a rerun killed halfway leaves the old ones.
+    written = (again / "capacity.parquet").stat().st_mtime_ns
+    args = ["capacity", str(cfg), "--out", str(again), "--target-rate", "50", "--quiet"]
+    capsys.readouterr()
+    assert main(args + ["--resume"]) == 0
+    assert "the search is complete; its tables are kept" in capsys.readouterr().out
+    assert (again / "capacity.parquet").stat().st_mtime_ns == written
+    calls[0] = 0
+    assert main(args + ["--force"]) == 130
+    pd.testing.assert_frame_equal(pd.read_parquet(again / "capacity.parquet"), cap)
+    monkeypatch.setattr(sweep.execution.runner, "simulate_rows", real)
+    assert main(args + ["--force"]) == 0
+    pd.testing.assert_frame_equal(pd.read_parquet(again / "capacity.parquet"), cap)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["again", "cap", "tiny.toml"]
+
 
 @pytest.mark.parametrize("edit, args, key", [
     (lambda t: t.replace('p95_ttft_s = { max = 0.3 }\nrequest_tpot_ms = { max = 50 }\n', ""),

@@ -13,9 +13,11 @@ final tables are joined from the parts and written the same way, ``runs.parquet`
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
+import shutil
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +95,38 @@ def _write_table(path: Path, df: pd.DataFrame, meta: dict) -> None:
     table = pa.Table.from_pandas(df, preserve_index=False)
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY: blob})
     _write_file(path, lambda fh: pq.write_table(table, fh))
+
+
+def staging(out: Path) -> Path:
+    """Where a rerun of the finished results in ``out`` is built, beside them, until it is
+    complete (``replace_folder``)."""
+    return out.parent / f".{out.name}.new"
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two folders in one atomic step (Linux's renameat2 with RENAME_EXCHANGE); False
+    where the system has none."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        swap = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return swap(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
+def replace_folder(new: Path, out: Path) -> None:
+    """Put the complete folder ``new`` in the place of ``out``, then remove ``out``'s former
+    contents. A kill at any moment leaves a complete result at ``out``: the old one or the new
+    one (where the swap is not atomic, a kill between its two renames leaves the old one
+    beside, as ``.NAME.old``)."""
+    if not _exchange(new, out):
+        aside = out.parent / f".{out.name}.old"
+        shutil.rmtree(aside, ignore_errors=True)
+        os.replace(out, aside)
+        os.replace(new, out)
+        new = aside
+    shutil.rmtree(new, ignore_errors=True)
 
 
 def write_results(out_dir: str | Path, tables: dict[str, pd.DataFrame], meta: dict,

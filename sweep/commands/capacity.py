@@ -16,7 +16,8 @@ def cmd_capacity(args) -> int:
 
     from sweep.analysis import capacity, capacity_tables
     from sweep.analysis.report import render_capacity
-    from sweep.analysis.results import CAPACITY_PARTS, write_capacity_part, write_results
+    from sweep.analysis.results import (CAPACITY_PARTS, load_capacity, replace_folder,
+                                        write_capacity_part, write_results)
     from sweep.execution.progress import default_progress
     from sweep.execution.runner import simulate_rows
     from sweep.study.config import load_study
@@ -28,13 +29,18 @@ def cmd_capacity(args) -> int:
     out = Path(args.out) if args.out else Path("results") / f"{study.name}-capacity"
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     identity = {"config_text": study.text, "seeds": study.seeds, "target_rate": target}
-    saved = _capacity_out(out, args, identity)
+    work, saved = _capacity_out(out, args, identity)
+    if work is None:  # a finished search of the same config: kept
+        cap, fleet, meta = checked(load_capacity, out)
+        print(f"{out}: the search is complete; its tables are kept (--force runs it again)")
+        print(render_capacity(cap, fleet, meta))
+        return 0
     limits = capacity.load_limits(study)
     progress = None if args.quiet else default_progress()
     rounds = [0 if saved is None else int(saved["round"].max()) + 1 if len(saved) else 0]
 
     def on_round(rows):
-        write_capacity_part(out, rounds[0], rows.assign(round=rounds[0]))
+        write_capacity_part(work, rounds[0], rows.assign(round=rounds[0]))
         rounds[0] += 1
 
     def run(sub, skip, planned):
@@ -59,8 +65,10 @@ def cmd_capacity(args) -> int:
             "slo": study.slo, "capacity": study.capacity, "target_rate": target,
             "jax": jax.__version__, "device": device(), "started": started,
             "seconds": round(seconds, 3)}
-    write_results(out, tables, meta, last="capacity")
-    shutil.rmtree(out / CAPACITY_PARTS, ignore_errors=True)
+    write_results(work, tables, meta, last="capacity")
+    shutil.rmtree(work / CAPACITY_PARTS, ignore_errors=True)
+    if work != out:
+        replace_folder(work, out)
     print(f"{len(table)} designs x {len(study.seeds)} seeds: {len(tables['search'])} simulations "
           f"in {seconds:.1f} s on {meta['device']} -> {out}")
     print(render_capacity(table, tables.get("fleet"), meta))
@@ -68,13 +76,17 @@ def cmd_capacity(args) -> int:
 
 
 def _capacity_out(out: Path, args, identity: dict):
-    """Refuse a folder the search may not use; the saved rows of a resumed search (None when
-    starting afresh)."""
-    from sweep.analysis.results import CAPACITY_PARTS, read_capacity_parts, start_capacity_parts
+    """Refuse a folder the search may not use; (the folder to search in, the saved rows of a
+    resumed search or None). A finished search is kept: ``--resume`` of the same config finds
+    it done (folder None), and ``--force`` searches beside it (``staging``), replacing it only
+    once the new tables are complete."""
+    from sweep.analysis.results import (CAPACITY_PARTS, load_capacity, read_capacity_parts,
+                                        staging, start_capacity_parts)
 
-    ours = (out / "capacity.parquet").exists() or (out / CAPACITY_PARTS).is_dir()
+    finished = (out / "capacity.parquet").is_file() and not (out / CAPACITY_PARTS).is_dir()
+    ours = finished or (out / CAPACITY_PARTS).is_dir()
     if args.force and out.is_dir() and any(out.iterdir()) and not ours:
-        raise UsageError(f"{out}: not a servesweep capacity folder; --force deletes only those "
+        raise UsageError(f"{out}: not a servesweep capacity folder; --force replaces only those "
                          "(allowed: an empty, new or capacity results folder)")
     if (args.resume and not ours and out.is_dir() and any(out.iterdir())) or (
             out.exists() and not out.is_dir()):
@@ -83,18 +95,26 @@ def _capacity_out(out: Path, args, identity: dict):
     if out.exists() and not args.force and not args.resume:
         raise UsageError(f"{out}: already exists; use --resume to continue an interrupted search "
                          "or --force to overwrite")
+    if args.resume and finished:
+        meta = checked(load_capacity, out)[2]
+        if {k: meta.get(k) for k in identity} != identity:
+            raise UsageError(f"{out}: holds a finished search of another config, seeds or "
+                             "target; allowed: --resume with the same config and options, or "
+                             "--force to replace it")
+        return None, None
     if args.resume and (out / CAPACITY_PARTS).is_dir():
         manifest, rows = checked(read_capacity_parts, out)
         if manifest.get("identity") != identity:
             raise UsageError(f"{out}: holds a search of another config, seeds or target; "
                              "allowed: --resume with the same config and options, or --force to "
                              "start over")
-        return rows
+        return out, rows
+    work = staging(out) if args.force and finished else out
     try:
-        if out.exists() and (args.force or args.resume):
-            shutil.rmtree(out)
-        start_capacity_parts(out, {"identity": identity})
+        if work.exists() and (args.force or args.resume):
+            shutil.rmtree(work)
+        start_capacity_parts(work, {"identity": identity})
     except OSError as exc:
         raise UsageError(f"{out}: cannot create the results folder: "
                          f"{exc.strerror or exc}") from None
-    return None
+    return work, None
