@@ -6,6 +6,7 @@ study is many tiny simulations in chunks of one lane, so the run has dozens of p
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sweep.analysis.results import ResultsError, load_results
+from sweep.analysis.results import ResultsError, load_results, staging
 from sweep.cli import main
 
 REPO = Path(__file__).parents[1]
@@ -81,6 +82,19 @@ def test_killed_twice_then_resumed_equals_an_uninterrupted_run(reference, tmp_pa
     assert sum(len(pd.read_parquet(p)) for p in _runs_parts(out)) == TOTAL
     _assert_same_dataset(whole, out)
     assert not list((out / "parts").glob(".*.tmp-*"))
+
+
+def test_a_forced_rerun_killed_halfway_leaves_the_finished_results(reference, tmp_path):
+    """--force reruns beside finished results and replaces them only once complete."""
+    cfg, whole = reference
+    out = tmp_path / "out"
+    shutil.copytree(whole, out)
+    proc = _start(cfg, out, "--force")
+    _wait_for_parts(proc, staging(out), 1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    _assert_same_dataset(whole, out)
+    assert _runs_parts(staging(out))  # the killed rerun's work, beside
 
 
 def test_ctrl_c_saves_the_chunk_in_flight_and_says_how_to_resume(reference, tmp_path):
@@ -169,11 +183,12 @@ def test_strict_refuses_truncated_simulations(tmp_path, capsys):
     assert "WARNING: truncated" in capsys.readouterr().out
     assert load_results(tmp_path / "lax").runs["truncated"].all()
     assert main(["merge", str(tmp_path / "lax"), "--strict"]) == 3
-    # --force starts over: the old parts go, the new run's take their place.
+    # --force starts over: the old parts go, the new run's take their place (built beside).
     stale = tmp_path / "lax" / "parts" / "runs-p00000-000099.parquet"
     stale.write_bytes(b"")
     assert main(["run", str(cfg), "--out", str(tmp_path / "lax"), "--force", "--quiet"]) == 0
     assert not stale.exists() and len(load_results(tmp_path / "lax").runs) == 2
+    assert not staging(tmp_path / "lax").exists()
     precious = tmp_path / "precious"
     (precious / "notes").mkdir(parents=True)
     assert main(["run", str(cfg), "--out", str(precious), "--force", "--quiet"]) == 2

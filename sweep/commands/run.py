@@ -16,7 +16,7 @@ from sweep.commands.common import Stop, Truncated, UsageError, checked, device, 
 def cmd_run(args) -> int:
     import jax
 
-    from sweep.analysis.results import PARTS, next_part, read_parts, write_part
+    from sweep.analysis.results import PARTS, next_part, read_parts, staging, write_part
     from sweep.execution.cluster import barrier, initialize, resolve
     from sweep.execution.progress import default_progress
     from sweep.execution.runner import iter_chunks, plan_chunks
@@ -39,6 +39,8 @@ def cmd_run(args) -> int:
     checked(check_processes, processes)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     fresh = _check_out(out, args, _manifest(study, per_request, started))
+    # A forced rerun of finished results runs beside them, replacing them once complete.
+    final, out = out, staging(out) if args.force and (out / "runs.parquet").exists() else out
     barrier("servesweep: output checked")
     if jax.process_index() == 0:
         _prepare_out(out, args.force, fresh, study, per_request, started)
@@ -67,9 +69,10 @@ def cmd_run(args) -> int:
             if args.strict:
                 _refuse_truncated(chunk.metrics, out)
         if stop.signum is not None:
+            again = "--resume" if out == final else "--force (the finished results are kept)"
             print(f"sweep run: interrupted; {done} of {total} simulations saved in "
-                  f"{out / PARTS}; resume with: sweep run {args.config} --out {out} --resume",
-                  file=sys.stderr)
+                  f"{out / PARTS}; continue with: sweep run {args.config} --out {final} "
+                  f"{again}", file=sys.stderr)
             return 128 + stop.signum
     finally:
         for sig, handler in handlers.items():
@@ -78,9 +81,10 @@ def cmd_run(args) -> int:
     if len(saved) < total:
         print(f"process {pid}: its share is done ({len(saved)} of {total} simulations saved in "
               f"{out / PARTS}); the last process to finish writes the tables, or run "
-              f"'sweep merge {out}' when all are done")
+              f"'sweep merge {final}' when all are done")
         return 0
-    return _finish(out, read_parts(out), args.strict, wall=time.perf_counter() - args.started)
+    return _finish(out, read_parts(out), args.strict, wall=time.perf_counter() - args.started,
+                   final=final)
 
 
 def _manifest(study, per_request: bool, started: str) -> dict:
@@ -146,11 +150,13 @@ def _refuse_truncated(runs, out: Path) -> None:
                         f"refuses them; raise [run] max_steps (finished chunks stay in {out})")
 
 
-def _finish(out: Path, partial, strict: bool, wall: float | None = None) -> int:
+def _finish(out: Path, partial, strict: bool, wall: float | None = None,
+            final: Path | None = None) -> int:
     """Join every process's parts into the final tables and print the verdict, with this
-    command's wall time (``wall``; a merge states the engine calls' time instead)."""
+    command's wall time (``wall``; a merge states the engine calls' time instead). A run built
+    beside finished results (``final``) then takes their place."""
     from sweep.analysis.report import render, verdict
-    from sweep.analysis.results import write_results
+    from sweep.analysis.results import replace_folder, write_results
     from sweep.analysis.tables import aggregate, requests_table, runs_table
     from sweep.study.config import Limit
 
@@ -167,6 +173,9 @@ def _finish(out: Path, partial, strict: bool, wall: float | None = None) -> int:
     meta["seconds"] = round(sum(i["seconds"] for i in partial.infos), 3)
     meta["processes"] = len({i["process"] for i in partial.infos})
     write_results(out, tables, meta)
+    if final is not None and final != out:
+        replace_folder(out, final)
+        out = final
     took = (f"in {wall:.1f} s ({len(runs) / max(wall, 1e-9):,.1f} sims/s)" if wall is not None
             else f"by engine calls of {meta['seconds']:.1f} s in all")
     print(f"{len(designs)} designs x {len(meta['seeds'])} seeds = {len(runs)} simulations "
@@ -176,6 +185,8 @@ def _finish(out: Path, partial, strict: bool, wall: float | None = None) -> int:
 
 
 def cmd_merge(args) -> int:
-    from sweep.analysis.results import read_parts
+    from sweep.analysis.results import PARTS, read_parts, staging
 
-    return _finish(Path(args.results), checked(read_parts, args.results), args.strict)
+    final = Path(args.results)
+    out = staging(final) if (staging(final) / PARTS).is_dir() else final  # a forced rerun's
+    return _finish(out, checked(read_parts, out), args.strict, final=final)
