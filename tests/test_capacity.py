@@ -330,6 +330,11 @@ def test_sweep_capacity_writes_tables_reports_plots_and_resumes(tmp_path, capsys
     assert sorted(p.name for p in tmp_path.iterdir()) == ["again", "cap", "tiny.toml"]
 
 
+def _timed(t: str) -> str:
+    """TINY with arrivals for 8 s at 1 request/s: its requests grow with the rate searched."""
+    return t.replace("num_requests = 40", "arrival_rate = 1.0\nduration_s = 8.0")
+
+
 @pytest.mark.parametrize("edit, args, key", [
     (lambda t: t.replace('p95_ttft_s = { max = 0.3 }\nrequest_tpot_ms = { max = 50 }\n', ""),
      [], "brief"),
@@ -339,6 +344,10 @@ def test_sweep_capacity_writes_tables_reports_plots_and_resumes(tmp_path, capsys
     (lambda t: t, ["--target-rate", "0"], "--target-rate"),
     (lambda t: t + "target_rate = -1.0\n", [], "capacity.target_rate"),
     (lambda t: t + "confidence = 1.5\n", [], "capacity.confidence"),
+    (lambda t: _timed(t) + "rate_min = 1e6\n", [], "capacity.rate_min"),
+    (lambda t: _timed(t) + "rate_max = 1e6\n", [], "capacity.rate_max"),
+    (lambda t: _timed(t).replace("seeds = 2", "seeds = 2\nmax_requests = 100"), [],
+     "the roofline's top rate"),
 ])
 def test_bad_capacity_input_is_one_line_and_writes_nothing(tmp_path, capsys, edit, args, key):
     cfg = tmp_path / "bad.toml"

@@ -331,6 +331,24 @@ def test_a_huge_grid_is_refused_before_it_is_built():
     assert time.perf_counter() - t0 < 1.0
 
 
+@pytest.mark.parametrize("edit, key", [
+    (lambda t: t.replace("arrival_rate = 4.0", "arrival_rate = 1e6"), "workload.duration_s"),
+    (lambda t: t.replace("arrival_rate = 4.0\nduration_s = 10.0", "num_requests = 2000000"),
+     "workload.num_requests"),
+    (lambda t: t + "[run]\nmax_requests = 39\n", "workload.duration_s"),
+    (lambda t: t + "[run]\nmax_requests = 0\n", "run.max_requests"),
+    (lambda t: t + "[run]\nmax_requests = 20000000\n", "run.max_requests"),
+])
+def test_a_runaway_workload_is_refused_naming_the_key_and_the_bound(edit, key):
+    with pytest.raises(ConfigError) as info:
+        parse_study(edit(MINIMAL))
+    assert info.value.key == key and "max_requests" in str(info.value), str(info.value)
+    # at the bound it is a study, and [run] max_requests raises the bound
+    assert parse_study(MINIMAL + "[run]\nmax_requests = 40\n").max_requests == 40
+    big = MINIMAL.replace("arrival_rate = 4.0", "arrival_rate = 1e6")
+    assert parse_study(big + "[run]\nmax_requests = 10000000\n").points
+
+
 def test_unreadable_files():
     with pytest.raises(ConfigError, match=r"^.*no_such_file\.toml: file: cannot read"):
         load_study(CONFIGS / "no_such_file.toml")

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from sweep.analysis.metrics import METRICS
+from sweep.errors import show
 from sweep.execution.planning import Planned, request_slots
 from sweep.physics.timing import pass_time
 from sweep.study.config import Limit, Point, Study
@@ -96,6 +97,30 @@ def check(study: Study, target_rate: float | None) -> None:
     if target_rate is not None and not (math.isfinite(target_rate) and target_rate > 0):
         raise CapacityError(f"--target-rate: {target_rate!r} is out of range; allowed: a "
                             "positive number of requests/s")
+    _check_requests(study)
+
+
+def _check_requests(study: Study) -> None:
+    """Refuse a rate range whose top asks for more requests per simulation than [run]
+    max_requests: one zero too many would otherwise run for hours or exhaust memory."""
+    cap = study.capacity
+    for s in brackets(study):
+        wl = s.point.workload
+        if s.done or wl.duration_s is None or wl.num_requests is not None:
+            continue
+        n = s.rate_max * wl.duration_s
+        if n <= study.max_requests:
+            continue
+        if cap["rate_max"]:
+            key, what = "capacity.rate_max", f"rate_max = {show(cap['rate_max'])}"
+        elif cap["rate_min"] and s.rate_max == cap["rate_min"] * 16:
+            key, what = "capacity.rate_min", f"rate_min = {show(cap['rate_min'])} (x16)"
+        else:
+            key, what = "workload.duration_s", f"the roofline's top rate {s.rate_max:.3g}/s"
+        raise CapacityError(f"{key}: {what} over duration_s = {show(wl.duration_s)} asks for "
+                            f"about {n:.3g} requests per simulation; allowed: at most "
+                            f"{study.max_requests} (lower the rate or duration_s, or raise "
+                            "[run] max_requests)")
 
 
 def missed_lever(study: Study, point: Point) -> Limit | None:

@@ -26,7 +26,8 @@ from sweep.study.grid import Point, build, check_size, parse_excludes
 from sweep.study.lengths import LENGTH_KEYS, LENGTH_USES, Lengths, length_columns
 from sweep.study.profile import load_profile
 from sweep.study.reader import Reader
-from sweep.study.sections import (CAPACITY_DEFAULTS, Limit, parse_brief, parse_capacity,
+from sweep.study.sections import (CAPACITY_DEFAULTS, DEFAULT_MAX_REQUESTS, Limit, parse_brief,
+                                  parse_capacity,
                                   parse_measured, parse_request_limits, parse_run)
 from sweep.study.trace import load_trace
 from sweep.study.uncertainty import FACTORS, USES, Uncertain
@@ -67,6 +68,8 @@ class Study:
     # Draw the model's own error per seed (sweep.study.model_error) for the factors the config
     # leaves to the GPU.
     model_error: bool = True
+    # Requests per simulation at most ([run] max_requests): a bigger workload is refused.
+    max_requests: int = DEFAULT_MAX_REQUESTS
 
 
 class _Parser(Reader):
@@ -92,7 +95,7 @@ class _Parser(Reader):
             sections[sec] = v
         self.apply_profile(sections["hardware"])
         run = parse_run(self, sections["run"], seeds_override, max_designs_override)
-        seeds, chunk_size, per_request, max_designs, max_steps, model_error = run
+        seeds, chunk_size, per_request, max_designs, max_steps, model_error, max_requests = run
         slo = parse_request_limits(self, sections["brief"])
         brief = parse_brief(self, sections["brief"])
         measured = parse_measured(self, doc)
@@ -100,13 +103,13 @@ class _Parser(Reader):
         keys = self.parse_keys(doc, sections)  # [(section, key, options, is_axis)]
         excludes = parse_excludes(self, doc.get("exclude", []))
         check_size(self, keys, max_designs)
-        points, skipped, axes = build(self, keys, excludes)
+        points, skipped, axes = build(self, keys, excludes, max_requests)
         return Study(name=name, path=None if self.path.startswith("<") else self.path,
                      text=self.text, points=points, axes=axes, skipped=skipped, seeds=seeds,
                      brief=brief, chunk_size=chunk_size, per_request=per_request,
                      max_designs=max_designs, uncertain=dict(self.uncertain),
                      max_steps=max_steps, measured=measured, slo=slo, capacity=capacity,
-                     model_error=model_error)
+                     model_error=model_error, max_requests=max_requests)
 
     def syntax_error(self, exc: Exception) -> ConfigError:
         """tomllib's message carries the line; the key on that line names the refusal."""

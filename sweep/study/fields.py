@@ -202,7 +202,7 @@ FIELDS: tuple[Field, ...] = (
            help="weight-only quantisation: bytes read per pass", short="weight-only quantisation"),
     _lever("activation_bits", default=16, choices=ACTIVATION_BITS,
            help="8 (W8A8) or 4 (FP4) where the GPU has that peak, at least `weight_bits`",
-           short="8: W8A8, 4: FP4, where the GPU has that peak"),
+           short="8: W8A8, 4: FP4, where the GPU has it"),
     _lever("kv_bits", default=16, choices=KV_BITS, help="KV cache precision",
            short="KV cache precision"),
     _lever("draft_tokens", default=0, range=Range(0, MAX_DRAFT_TOKENS), unit="tokens",

@@ -10,8 +10,7 @@ from sweep.errors import ConfigError, DoesNotFit, FieldError, got, one_line, sho
 from sweep.physics.hardware import CATALOG as GPU_CATALOG
 from sweep.physics.timing import kv_efficiency
 from sweep.study.design import Design
-from sweep.study.fields import (ATTRS, COLUMNS, DESIGN_FIELDS, FIELDS, KEYS, MAX_REQUESTS,
-                                WORKLOAD_FIELDS)
+from sweep.study.fields import ATTRS, COLUMNS, DESIGN_FIELDS, FIELDS, KEYS, WORKLOAD_FIELDS
 from sweep.study.lengths import length_columns
 from sweep.study.reader import Reader
 from sweep.study.workload import Workload
@@ -70,10 +69,11 @@ def check_size(r: Reader, keys, max_designs: int) -> None:
                     "[[exclude]] cannot help, or raise [run] max_designs or --max-designs)")
 
 
-def build(r: Reader, keys, excludes):
+def build(r: Reader, keys, excludes, max_requests: int):
     """(points, skipped, axes) of the given keys, each ``(section, key, options, is_axis)``
     with options of ``(columns, design kwargs, workload kwargs)``; refuses a grid left empty
-    and an exclusion that matches nothing."""
+    and an exclusion that matches nothing; a workload of more than ``max_requests`` requests
+    per simulation is refused."""
     base = _defaults()
     axis_keys = []
     for sec, key, options, axis in keys:
@@ -105,7 +105,7 @@ def build(r: Reader, keys, excludes):
             continue
         wkey = tuple(wkw.values())
         if wkey not in workloads:
-            workloads[wkey] = _check_workload(r, Workload(**wkw), cols, axes)
+            workloads[wkey] = _check_workload(r, Workload(**wkw), cols, axes, max_requests)
         if wkw["trace"] is not None:
             cols.update(_trace_columns(workloads[wkey]))
         points.append(Point(design=design, workload=workloads[wkey], columns=cols))
@@ -195,7 +195,7 @@ def _check_design(r: Reader, design: Design, cols, axes):
     return design, None
 
 
-def _check_workload(r: Reader, wl: Workload, cols, axes) -> Workload:
+def _check_workload(r: Reader, wl: Workload, cols, axes, max_requests: int) -> Workload:
     try:
         wl.validate()
     except FieldError as exc:
@@ -206,10 +206,16 @@ def _check_workload(r: Reader, wl: Workload, cols, axes) -> Workload:
                     "arrival (time 0)")
     if wl.duration_s is not None and wl.trace is None:
         mean = wl.arrival_rate * wl.duration_s
-        if not math.isfinite(mean) or mean > MAX_REQUESTS:
+        if not math.isfinite(mean) or mean > max_requests:
             raise r.err(["workload", "duration_s"],
                         f"arrival_rate x duration_s asks for about {mean:.3g} requests"
-                        f"{_at(cols, axes)}; allowed: at most {MAX_REQUESTS} per simulation")
+                        f"{_at(cols, axes)}; allowed: at most {max_requests} per simulation "
+                        "(raise [run] max_requests for more)")
+    elif wl.capacity > max_requests:
+        key = "trace" if wl.trace is not None else "num_requests"
+        raise r.err(["workload", key], f"asks for {wl.capacity} requests{_at(cols, axes)}; "
+                    f"allowed: at most {max_requests} per simulation (raise [run] "
+                    "max_requests for more)")
     return wl
 
 

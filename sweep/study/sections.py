@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from sweep.analysis.metrics import METRICS
 from sweep.errors import got, show
-from sweep.study.fields import COLUMNS, NUMERIC_COLUMNS, TEXT_COLUMNS
+from sweep.study.fields import COLUMNS, MAX_REQUESTS, NUMERIC_COLUMNS, TEXT_COLUMNS
 from sweep.study.reader import Reader
 
 DEFAULT_MAX_DESIGNS = 100_000
@@ -18,7 +18,11 @@ DEFAULT_SEEDS = 1  # like sweep.api.simulate
 MAX_SEEDS = 100_000
 MAX_SEED = 2**32 - 1  # seeds are uint32 in the workload sampler
 MAX_STEPS = 2**31 - 1  # the engine counts steps in int32
-RUN_KEYS = ("seeds", "chunk_size", "per_request", "max_designs", "max_steps", "model_error")
+RUN_KEYS = ("seeds", "chunk_size", "per_request", "max_designs", "max_steps", "model_error",
+            "max_requests")
+#: Requests per simulation at most, unless [run] max_requests raises it (up to the engine's
+#: MAX_REQUESTS): a million requests is minutes of one simulation on a CPU.
+DEFAULT_MAX_REQUESTS = 1_000_000
 #: The brief's per-request limits (``{ max = x }``): what a request must meet to count in
 #: ``slo_attainment`` and ``goodput_rps``; not limits on a column.
 REQUEST_LIMITS = ("request_ttft_s", "request_tpot_ms")
@@ -49,8 +53,8 @@ class Limit:
 
 
 def parse_run(r: Reader, run, seeds_override, max_designs_override):
-    """``[run]``: (seeds, chunk_size, per_request, max_designs, max_steps, model_error), the
-    overrides (the command line's) taking the place of the file's values."""
+    """``[run]``: (seeds, chunk_size, per_request, max_designs, max_steps, model_error,
+    max_requests), the overrides (the command line's) taking the place of the file's values."""
     r.table(["run"], run, RUN_KEYS)
     if seeds_override is not None:
         seeds = parse_seeds(r, ["run", "seeds"], seeds_override, " (the seeds override)")
@@ -82,7 +86,13 @@ def parse_run(r: Reader, run, seeds_override, max_designs_override):
         if not 1 <= max_steps <= MAX_STEPS:
             raise r.err(["run", "max_steps"], f"{show(max_steps)} is out of range; "
                                               f"allowed: an integer in [1, {MAX_STEPS}]")
-    return seeds, chunk_size, per_request, md, max_steps, model_error
+    max_requests = DEFAULT_MAX_REQUESTS
+    if "max_requests" in run:
+        max_requests = r.integer(["run", "max_requests"], run["max_requests"])
+        if not 1 <= max_requests <= MAX_REQUESTS:
+            raise r.err(["run", "max_requests"], f"{show(max_requests)} is out of range; "
+                                                 f"allowed: an integer in [1, {MAX_REQUESTS}]")
+    return seeds, chunk_size, per_request, md, max_steps, model_error, max_requests
 
 
 def parse_seeds(r: Reader, parts, v, suffix="") -> list[int]:
