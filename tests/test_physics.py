@@ -326,15 +326,17 @@ def test_pass_time_vectorises_over_numpy_arrays():
 
 @pytest.mark.parametrize("tp, limit", [(2, math.inf), (4, 512 * 1024), (8, 256 * 1024)])
 def test_allreduce_takes_vllms_algorithm_by_message_size(tp, limit):
-    """Below vLLM's one-shot limit each GPU reads every other's message ((tp - 1) x bytes);
-    above it reduce-scatter and all-gather move 2 (tp - 1) / tp of it; at 2 GPUs they agree."""
+    """Below vLLM's one-shot limit each GPU reads every other's message ((tp - 1) x bytes) in
+    one phase of latency; above it reduce-scatter and all-gather move 2 (tp - 1) / tp of it in
+    two; at 2 GPUs every message goes one-shot."""
     m, g = get_model("Llama-3-70B"), get_gpu("H100-SXM")
     p = timing.timing_params(m, g, tp=tp)
     link = g.interconnect_gbs * 1e9 * g.allreduce_bandwidth_efficiency
     per_token = m.hidden * 2
     for tokens in (8, 64, 2048):
-        factor = tp - 1 if tokens * per_token < limit else 2 * (tp - 1) / tp
-        expect = 2 * m.layers * ((tp - 1) * g.allreduce_latency_us * 1e-6
+        oneshot = tokens * per_token < limit
+        factor, phases = (tp - 1, 1) if oneshot else (2 * (tp - 1) / tp, 2)
+        expect = 2 * m.layers * (phases * (tp - 1) * g.allreduce_latency_us * 1e-6
                                  + factor * tokens * per_token / link)
         assert float(timing.allreduce_time(p, tokens)) == pytest.approx(expect, rel=1e-12)
     assert timing.allreduce_time(timing.timing_params(m, g, tp=1), 64) == 0.0

@@ -162,9 +162,9 @@ class GpuFit:
 
 
 #: vLLM 0.15, fitted by validation/fit.py on the fit cases of every GPU (docs/validation.md).
-VLLM = ServingEngine("vLLM 0.15", overhead_ms=1.01, seq_overhead_us=0.0,
-                     request_overhead_ms=4.36, request_lag_passes=1.34,
-                     nvlink_allreduce_us=4.32, allreduce_bandwidth_efficiency=0.412,
+VLLM = ServingEngine("vLLM 0.15", overhead_ms=1.00, seq_overhead_us=0.0,
+                     request_overhead_ms=4.47, request_lag_passes=1.33,
+                     nvlink_allreduce_us=4.23, allreduce_bandwidth_efficiency=0.422,
                      source="validation/fit.py on validation/fit/ (H100, A100 and L40S runs)")
 
 #: The GPUs with real runs: their factors, fitted by validation/fit.py on their fit cases, and
@@ -175,11 +175,11 @@ VLLM = ServingEngine("vLLM 0.15", overhead_ms=1.01, seq_overhead_us=0.0,
 #: load does not identify its KV-read efficiency: it takes the A100's ratio of KV-read to
 #: weight-read efficiency (``_served``).
 FITS = {
-    "H100-SXM": GpuFit(0.9, 0.800, 0.841, 0.0, ModelError(0.053, 0.247),
+    "H100-SXM": GpuFit(0.9, 0.800, 0.841, 0.0, ModelError(0.048, 0.248),
                        source="vLLM 0.15.1 runs at TP 1, 2 and 4 (vllm-h100, blis-vllm)"),
-    "A100-80GB": GpuFit(0.9, 0.724, 0.359, 0.0, ModelError(0.075, 0.399),
+    "A100-80GB": GpuFit(0.9, 0.724, 0.358, 0.0, ModelError(0.074, 0.403),
                         source="vLLM 0.15 runs at TP 1 and 2 (blis-vllm)"),
-    "L40S": GpuFit(0.9, 0.880, None, 0.0, ModelError(0.063, 2.46),
+    "L40S": GpuFit(0.9, 0.880, None, 0.0, ModelError(0.061, 2.47),
                    source="a vLLM 0.15 run at TP 1 (blis-vllm)"),
 }
 

@@ -125,14 +125,16 @@ def oneshot_bytes(tp: int) -> float:
 
 
 def allreduce_time(p: TimingParams, tokens, xp=np):
-    """The all-reduces of a pass of ``tokens`` tokens: each ``(tp - 1) x alpha`` of latency (the
-    ring's steps, alpha being 2 GPUs') and its message (the tokens' 16-bit activations) over
-    the link: one-shot below ``oneshot_bytes``, each GPU reading every other's message, else
-    ``2 (tp - 1) / tp`` of it."""
+    """The all-reduces of a pass of ``tokens`` tokens, each its latency and its message (the
+    tokens' 16-bit activations) over the link. Below ``oneshot_bytes`` one-shot: ``(tp - 1) x
+    alpha`` (alpha being 2 GPUs'), each GPU reading every other's message; else reduce-scatter
+    then all-gather: two phases of ``tp - 1`` steps, ``2 (tp - 1) x alpha``, and
+    ``2 (tp - 1) / tp`` of the message."""
     message = p.allreduce_token_bytes * tokens
-    per_byte = xp.where(message < p.allreduce_oneshot_bytes, p.allreduce_oneshot_s_per_byte,
-                        p.allreduce_ring_s_per_byte)
-    return p.allreduces * (p.allreduce_latency_s + per_byte * message)
+    oneshot = message < p.allreduce_oneshot_bytes
+    per_byte = xp.where(oneshot, p.allreduce_oneshot_s_per_byte, p.allreduce_ring_s_per_byte)
+    latency = xp.where(oneshot, 1.0, 2.0) * p.allreduce_latency_s
+    return p.allreduces * (latency + per_byte * message)
 
 
 def kv_efficiency(gpu: GPU, bandwidth_efficiency: float) -> float:
