@@ -49,6 +49,18 @@ def clip(s: str, n: int = 60) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
+#: Values a refusal lists at most; the rest are in the docs.
+LISTED = 8
+
+
+def listed(values, docs: str = "docs/config.md") -> str:
+    """Allowed values for a refusal: up to ``LISTED`` of them, then where the rest are."""
+    values = [str(v) for v in values]
+    if len(values) <= LISTED:
+        return ", ".join(values)
+    return ", ".join(values[:LISTED]) + f", ... ({len(values)} in all: {docs})"
+
+
 _BARE = re.compile(r"[A-Za-z0-9_-]+(?:\[\d+\])?")
 
 

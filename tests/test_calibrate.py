@@ -98,7 +98,7 @@ def test_cli_writes_a_profile_that_a_config_names(tmp_path, capsys):
      "--gpus: 3 is not allowed"),
     ("prefill_tokens,decode_seqs,context_tokens,seconds\n1,1,1,1\n", ["--model", "GPT-5"],
      "unknown model"),
-    (None, [], "cannot read"),
+    (None, [], "m.csv: no such file"),
 ])
 def test_bad_measurements_exit_2_in_one_line(tmp_path, capsys, content, args, needle):
     csv = tmp_path / "m.csv"
@@ -131,7 +131,7 @@ def test_profiles_that_conflict_or_are_bad_are_refused(tmp_path):
                                           r"= 1.5 is out of range; allowed: \(0, 1\]"):
         load_study(cfg)
     cfg.write_text('name = "c"\n[hardware]\nprofile = "none.toml"\n' + base)
-    with pytest.raises(ConfigError, match=r"hardware.profile: .*none.toml: cannot read"):
+    with pytest.raises(ConfigError, match=r"hardware.profile: .*none.toml: no such file"):
         load_study(cfg)
 
 

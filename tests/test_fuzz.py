@@ -141,7 +141,7 @@ def test_hostile_config_is_a_study_or_one_clear_line(name, text):
             study = parse_study(text, "fuzz.toml")
         except ConfigError as exc:
             msg = str(exc)
-            assert msg.startswith("fuzz.toml") and "\n" not in msg and len(msg) < 2000, msg
+            assert msg.startswith("fuzz.toml") and "\n" not in msg and len(msg) <= 300, msg
             assert "Traceback" not in msg and "cannot be read" not in msg, msg  # a real check,
             return  # not the loader's last-resort catch-all
     assert isinstance(study, Study)
@@ -210,3 +210,205 @@ def test_hostile_model_files(tmp_path):
                     (name, msg)
                 continue
         assert 1 <= len(study.points) <= study.max_designs, name
+
+
+# --- results folders, output paths and measurement files, through every command -------------------
+def _rewrite(path: Path, meta=None, table=None) -> None:
+    """Rewrite a servesweep Parquet file with its metadata or table changed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(path)
+    raw = (t.schema.metadata or {}).get(b"servesweep", b"{}")
+    if table is not None:
+        t = pa.Table.from_pandas(table(t.to_pandas()), preserve_index=False)
+    if meta is not None:
+        m = meta(json.loads(raw))
+        raw = m if isinstance(m, bytes) else json.dumps(m).encode()
+    pq.write_table(t.replace_schema_metadata({b"servesweep": raw}), path)
+
+
+def _drop(key):
+    return lambda m: {k: v for k, v in m.items() if k != key}
+
+
+def _set(key, value):
+    return lambda m: {**m, key: value}
+
+
+def _flip(seed: int):
+    def flip(path: Path) -> None:
+        data = bytearray(path.read_bytes())
+        rng = random.Random(seed)
+        for _ in range(8):
+            data[rng.randrange(len(data))] ^= 0xFF
+        path.write_bytes(bytes(data))
+    return flip
+
+
+def _replace_with(kind: str):
+    def make(path: Path) -> None:
+        path.unlink()
+        if kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "folder":
+            path.mkdir()
+        elif kind == "empty":
+            path.write_bytes(b"")
+        else:
+            path.write_bytes(b"PAR1" + b"\0" * 64)
+    return make
+
+
+META_EDITS = [_drop("brief"), _set("brief", "x"), _set("brief", [{"key": 1}]),
+              _set("brief", [{"key": "p95_ttft_s", "max": "a"}]), _set("brief", [{"nope": 1}]),
+              _drop("axes"), _set("axes", "gpus"), _set("axes", [1]), _set("axes", ["nope"]),
+              _set("schema_version", 99), _drop("schema_version"), lambda m: b"{", lambda m: []]
+SWEEP_EDITS = (
+    [(f"runs meta {i}", "runs.parquet", dict(meta=e)) for i, e in enumerate(META_EDITS)]
+    + [(f"designs without {c}", "designs.parquet", dict(table=lambda d, c=c: d.drop(columns=c)))
+       for c in ("p_pass", "meets_brief", "p95_ttft_s", "cost_per_mtok", "design", "batching")]
+    + [("designs p_pass text", "designs.parquet",
+        dict(table=lambda d: d.assign(p_pass=d["p_pass"].astype(str)))),
+       ("designs design float", "designs.parquet",
+        dict(table=lambda d: d.assign(design=d["design"] + 0.5))),
+       ("runs without seed", "runs.parquet", dict(table=lambda d: d.drop(columns="seed")))]
+    + [(f"{f} {k}", f, dict(file=_replace_with(k))) for f in ("runs.parquet", "designs.parquet")
+       for k in ("fifo", "folder", "empty", "truncated")]
+    + [(f"runs flipped {s}", "runs.parquet", dict(file=_flip(s))) for s in range(6)])
+
+
+def _one_refusal(capsys, rc, *names):
+    err = capsys.readouterr().err.strip()
+    assert rc == 2, err
+    assert "\n" not in err and len(err) <= 300 and "Traceback" not in err, err
+    assert any(n in err for n in names), err
+
+
+@pytest.mark.parametrize("name, file, edit", SWEEP_EDITS, ids=[e[0] for e in SWEEP_EDITS])
+def test_a_malformed_results_folder_is_one_line_for_every_reader(name, file, edit, small_run,
+                                                                 tmp_path, capsys):
+    import shutil
+
+    folder = tmp_path / "res"
+    shutil.copytree(small_run[1], folder)
+    if "file" in edit:
+        edit["file"](folder / file)
+    else:
+        _rewrite(folder / file, edit.get("meta"), edit.get("table"))
+    capsys.readouterr()
+    with watchdog(60):
+        rc = main(["report", str(folder)])
+        if rc != 0:  # a flipped byte may leave a readable file
+            _one_refusal(capsys, rc, file)
+        before = sorted(p.name for p in folder.iterdir())
+        rc = main(["frontier", str(folder), "--out", str(tmp_path / "front")])
+    if rc != 0:
+        _one_refusal(capsys, rc, file)
+        assert not (tmp_path / "front").exists()
+        assert sorted(p.name for p in folder.iterdir()) == before
+
+
+def _capacity_folder(folder: Path) -> Path:
+    """A capacity search's tables as sweep capacity writes them (two designs, one fleet)."""
+    import pandas as pd
+
+    from sweep.analysis.results import write_results
+
+    nan = float("nan")
+    cap = pd.DataFrame({"design": [0, 1], "max_rate": [2.0, 0.0], "max_rate_low": [2.0, 0.0],
+                        "max_rate_high": [2.2, 0.5], "usd_per_hour": [2.0, 4.0],
+                        "cost_per_mtok_at_max": [1.0, nan], "binding": ["p95_ttft_s"] * 2,
+                        "why": ["p95_ttft_s 0.4 > 0.3"] * 2, "max_batch": [8, 32],
+                        "gpu": ["H200"] * 2, "calibration": ["transferred:H100-SXM"] * 2})
+    fleet = pd.DataFrame({"design": [0], "replicas": [3], "fleet_usd_per_hour": [6.0],
+                          "cost_per_mtok": [1.0], "confirmed": [True], "note": [""],
+                          "max_batch": [8]})
+    meta = {"kind": "capacity", "name": "fake", "axes": ["max_batch"], "seeds": [0, 1],
+            "brief": [{"key": "p95_ttft_s", "min": None, "max": 0.3}], "slo": {},
+            "capacity": {"confidence": 0.9}, "target_rate": 5.0}
+    write_results(folder, {"capacity": cap, "fleet": fleet}, meta, last="capacity")
+    return folder
+
+
+CAPACITY_EDITS = (
+    [(f"capacity meta {i}", "capacity.parquet", dict(meta=e)) for i, e in enumerate(
+        META_EDITS + [_drop("capacity"), _set("capacity", {}), _drop("seeds"),
+                      _set("seeds", 2), _set("target_rate", "x"), _set("slo", [1])])]
+    + [(f"capacity without {c}", "capacity.parquet",
+        dict(table=lambda d, c=c: d.drop(columns=c)))
+       for c in ("max_rate", "usd_per_hour", "design", "binding", "max_rate_high")]
+    + [("capacity max_rate text", "capacity.parquet",
+        dict(table=lambda d: d.assign(max_rate=d["max_rate"].astype(str))))]
+    + [(f"fleet without {c}", "fleet.parquet", dict(table=lambda d, c=c: d.drop(columns=c)))
+       for c in ("confirmed", "replicas", "fleet_usd_per_hour")]
+    + [(f"{f} {k}", f, dict(file=_replace_with(k))) for f in ("capacity.parquet", "fleet.parquet")
+       for k in ("fifo", "folder", "truncated")])
+
+
+def test_a_capacity_folder_as_written_reads_back(tmp_path, capsys):
+    folder = _capacity_folder(tmp_path / "cap")
+    assert main(["report", str(folder)]) == 0
+    assert "3 x (max_batch=8)" in capsys.readouterr().out
+    assert main(["frontier", str(folder), "--out", str(tmp_path / "front")]) == 0
+
+
+@pytest.mark.parametrize("name, file, edit", CAPACITY_EDITS, ids=[e[0] for e in CAPACITY_EDITS])
+def test_a_malformed_capacity_folder_is_one_line_for_every_reader(name, file, edit, tmp_path,
+                                                                  capsys):
+    folder = _capacity_folder(tmp_path / "cap")
+    if "file" in edit:
+        edit["file"](folder / file)
+    else:
+        _rewrite(folder / file, edit.get("meta"), edit.get("table"))
+    capsys.readouterr()
+    with watchdog(60):
+        _one_refusal(capsys, main(["report", str(folder)]), file)
+        _one_refusal(capsys, main(["frontier", str(folder), "--out", str(tmp_path / "f")]), file)
+    assert not (tmp_path / "f").exists()
+
+
+def _parts_folder(folder: Path, manifest: dict | None = None) -> Path:
+    """A sweep's parts as sweep run starts them (one design, no chunk finished)."""
+    import pandas as pd
+
+    from sweep.analysis.results import start_parts
+
+    base = {"identity": {"config": "x"},
+            "meta": {"name": "fake", "brief": [], "axes": [], "seeds": [0], "per_request": False,
+                     "device": "cpu", "drawn": []}}
+    start_parts(folder, base if manifest is None else manifest,
+                pd.DataFrame({"design": [0], "max_batch": [8]}))
+    return folder
+
+
+def _meta(edit):
+    return lambda m: {**m, "meta": edit(m["meta"])}
+
+
+MANIFEST_EDITS = [
+    _drop("identity"), _drop("meta"), _set("meta", 1), _meta(_drop("brief")),
+    _meta(_set("brief", [{"key": 2}])), _meta(_drop("seeds")), _meta(_set("seeds", ["a"])),
+    _meta(_set("per_request", "no")), _meta(_drop("device")), _meta(_set("axes", None)),
+    _meta(_set("drawn", 3))]
+
+
+@pytest.mark.parametrize("edit", range(len(MANIFEST_EDITS) + 5))
+def test_a_malformed_parts_folder_is_one_line_for_merge(edit, tmp_path, capsys):
+    folder = _parts_folder(tmp_path / "res")
+    manifest = folder / "parts" / "manifest.json"
+    if edit < len(MANIFEST_EDITS):
+        manifest.write_text(json.dumps(MANIFEST_EDITS[edit](json.loads(manifest.read_text()))))
+        file = "manifest.json"
+    elif edit == len(MANIFEST_EDITS):
+        manifest.write_text("[1, 2")
+        file = "manifest.json"
+    else:
+        kind = ("fifo", "folder", "truncated", "empty")[edit - len(MANIFEST_EDITS) - 1]
+        file = "manifest.json" if kind == "fifo" else "grid.parquet"
+        _replace_with(kind)(folder / "parts" / file)
+    before = sorted(str(p) for p in folder.rglob("*"))
+    capsys.readouterr()
+    with watchdog(60):
+        _one_refusal(capsys, main(["merge", str(folder)]), file)
+    assert sorted(str(p) for p in folder.rglob("*")) == before

@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sweep.errors import listed
+from sweep.files import check_table
 from sweep.physics.hardware import CATALOG, GPU, get_gpu
 from sweep.physics.timing import allreduce_time, pass_time, pass_work, timing_params
 from sweep.study.fields import GPUS, KV_BITS, WEIGHT_BITS
@@ -104,7 +106,8 @@ def read_measurements(path: str | Path, gpu: str | None = None, gpus: int = 1,
     ``gpu``, ``gpus`` and ``model`` (the file's model column) select a Splitwise file's rows."""
     import pandas as pd
 
-    path = Path(path)
+    path = check_table(path, "a CSV of pass times, request latencies or Splitwise's "
+                             "perf_model.csv")
     try:
         df = pd.read_csv(path)
     except Exception as exc:  # OSError, pandas' parser errors: no common base
@@ -215,8 +218,8 @@ def roofline(gpu_name: str, model, gpus: int = 1, weight_bits: int = 16, kv_bits
     gpu = get_gpu(gpu_name)
     if gpu.timing != "roofline":
         raise ValueError(f"--gpu: {gpu.name} uses a measured linear timing model, not the "
-                         "roofline; allowed: " + ", ".join(n for n, g in CATALOG.items()
-                                                           if g.timing == "roofline"))
+                         "roofline; allowed: " + listed(n for n, g in CATALOG.items()
+                                                        if g.timing == "roofline"))
     for flag, value, options in (("--gpus", gpus, GPUS), ("--weight-bits", weight_bits,
                                                           WEIGHT_BITS), ("--kv-bits", kv_bits,
                                                                          KV_BITS)):

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sweep.errors import listed
+
 #: Elements (rows x rows x objectives) compared at once by the blocked dominance check.
 _BLOCK_ELEMENTS = 1 << 22
 
@@ -129,7 +131,7 @@ def _objective_values(agg: pd.DataFrame, objectives: list[str]) -> np.ndarray:
         if name not in agg.columns or name not in allowed:
             what = "is not a numeric column" if name in agg.columns else "is not a column"
             raise ValueError(f"objective {name!r} {what}; allowed (prefix '-' to maximise): "
-                             + ", ".join(map(str, allowed)))
+                             + listed(allowed))
         cols.append(sign * agg[name].to_numpy(dtype=np.float64))
     return np.column_stack(cols)
 

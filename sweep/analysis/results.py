@@ -26,6 +26,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sweep.errors import clip, one_line
+from sweep.files import read_text
 from sweep.study.config import Limit
 from sweep.version import __version__
 
@@ -158,10 +160,10 @@ def read_capacity_parts(out_dir: str | Path) -> tuple[dict, pd.DataFrame]:
     """A capacity search's manifest and every simulation its finished rounds saved."""
     parts = Path(out_dir) / CAPACITY_PARTS
     try:
-        manifest = json.loads((parts / MANIFEST).read_text())
-    except (OSError, ValueError) as exc:
-        raise ResultsError(f"{parts / MANIFEST}: cannot read the search's manifest ({exc})") \
-            from None
+        manifest = json.loads(read_text(parts / MANIFEST, "the manifest sweep capacity writes"))
+    except ValueError as exc:
+        raise ResultsError(f"{parts / MANIFEST}: cannot read the search's manifest "
+                           f"({clip(one_line(exc), 100)}); use --force to start over") from None
     frames = [_read(p)[0] for p in sorted(parts.glob("round-*.parquet"))]
     return manifest, (pd.concat(frames, ignore_index=True) if frames else
                       pd.DataFrame(columns=["round"]))
@@ -169,11 +171,17 @@ def read_capacity_parts(out_dir: str | Path) -> tuple[dict, pd.DataFrame]:
 
 def load_capacity(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame | None, dict]:
     """A capacity search's results: the capacity table, the fleets (None without a target) and
-    the metadata."""
+    the metadata, each checked to hold what its readers use."""
     folder = Path(path)
     folder = folder.parent if folder.suffix == ".parquet" else folder
     cap, meta = _read(folder / "capacity.parquet")
-    fleet = _read(folder / "fleet.parquet")[0] if (folder / "fleet.parquet").exists() else None
+    _check_meta(folder / "capacity.parquet", meta, CAPACITY_META)
+    _check_columns(folder / "capacity.parquet", cap, CAPACITY_COLUMNS)
+    _check_axes(folder / "capacity.parquet", meta["axes"], cap, "the table")
+    fleet = None
+    if (folder / "fleet.parquet").exists():
+        fleet = _read(folder / "fleet.parquet")[0]
+        _check_columns(folder / "fleet.parquet", fleet, FLEET_COLUMNS)
     return cap, fleet, meta
 
 
@@ -189,17 +197,20 @@ def start_parts(out_dir: str | Path, manifest: dict, grid: pd.DataFrame) -> None
 def read_manifest(out_dir: str | Path) -> dict:
     """The manifest of a partial (or finished) sweep in ``out_dir``."""
     path = Path(out_dir) / PARTS / MANIFEST
-    try:
-        manifest = json.loads(path.read_text())
-    except FileNotFoundError:
+    if not (path.exists() or path.is_symlink()):
         raise ResultsError(f"{out_dir}: not a resumable sweep (no {PARTS}/{MANIFEST}); use "
-                           "--force to overwrite it or choose another --out") from None
-    except (OSError, ValueError) as exc:
-        raise ResultsError(f"{path}: unreadable manifest ({exc}); use --force to start over")
+                           "--force to overwrite it or choose another --out")
+    try:
+        manifest = json.loads(read_text(path, "the manifest sweep run writes"))
+    except ValueError as exc:
+        raise ResultsError(f"{path}: unreadable manifest ({clip(one_line(exc), 100)}); use "
+                           "--force to start over") from None
     if not isinstance(manifest, dict) or manifest.get("schema_version") != SCHEMA_VERSION:
         raise ResultsError(f"{path}: written by another servesweep (schema version "
                            f"{manifest.get('schema_version') if isinstance(manifest, dict) else '?'}"
                            f", this one writes {SCHEMA_VERSION}); use --force to start over")
+    _check_meta(path, manifest, MANIFEST_KEYS)
+    _check_meta(path, manifest["meta"], PARTS_META, "meta.")
     return manifest
 
 
@@ -236,9 +247,12 @@ def read_parts(out_dir: str | Path, requests: bool = True) -> Partial:
         m = _PART.fullmatch(name)
         if m:
             found.setdefault(m[1], {})[(m[2], m[3])] = out / PARTS / name
+    _check_columns(out / PARTS / "grid.parquet", grid, {"design": "int"})
     metrics, infos, request_parts = [], [], []
     for key, path in found.get("runs", {}).items():
         df, info = _read(path)
+        _check_meta(path, info, PART_INFO)
+        _check_columns(path, df, RUNS_COLUMNS)
         metrics.append(df)
         infos.append(info)
         if requests and key in found.get("requests", {}):
@@ -249,10 +263,15 @@ def read_parts(out_dir: str | Path, requests: bool = True) -> Partial:
 
 
 def _read(path: Path) -> tuple[pd.DataFrame, dict]:
+    if not path.is_file():
+        raise ResultsError(f"{path}: not a regular file; allowed: a Parquet file written by "
+                           "servesweep")
     try:
         table = pq.read_table(path)
-    except (OSError, pa.ArrowException) as exc:
-        raise ResultsError(f"{path}: not a readable Parquet file ({exc})") from None
+        frame = table.to_pandas()
+    except (OSError, pa.ArrowException, ValueError, TypeError, OverflowError) as exc:
+        raise ResultsError(f"{path}: not a readable Parquet file "
+                           f"({clip(one_line(exc), 120)})") from None
     raw = (table.schema.metadata or {}).get(META_KEY)
     if raw is None:
         raise ResultsError(f"{path}: not a servesweep results file (no '{META_KEY.decode()}' "
@@ -268,7 +287,82 @@ def _read(path: Path) -> tuple[pd.DataFrame, dict]:
     if version != SCHEMA_VERSION:
         raise ResultsError(f"{path}: results schema version {version}, this servesweep reads "
                            f"version {SCHEMA_VERSION}; rerun the sweep")
-    return table.to_pandas(), meta
+    return frame, meta
+
+
+# --- what the readers use: a file without it is refused in one line, naming the key -------------
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_limits(v) -> bool:
+    return isinstance(v, list) and all(
+        isinstance(x, dict) and set(x) <= {"key", "min", "max"} and isinstance(x.get("key"), str)
+        and all(x.get(k) is None or _is_num(x[k]) for k in ("min", "max")) for x in v)
+
+
+def _is_list_of(kind):
+    return lambda v: isinstance(v, list) and all(isinstance(x, kind) and not isinstance(x, bool)
+                                                 for x in v)
+
+
+_LIMITS = (_is_limits, "a list of limits {key, min, max}")
+_NAMES = (_is_list_of(str), "a list of column names")
+_SEEDS = (_is_list_of(int), "a list of integer seeds")
+#: Metadata key -> (check, what is allowed), per file.
+SWEEP_META = {"brief": _LIMITS, "axes": _NAMES}
+CAPACITY_META = {
+    **SWEEP_META, "seeds": _SEEDS,
+    "capacity": (lambda v: isinstance(v, dict) and _is_num(v.get("confidence")),
+                 "a table with a numeric confidence"),
+    "target_rate": (lambda v: v is None or _is_num(v), "a number or null"),
+    "slo": (lambda v: v is None or isinstance(v, dict) and all(map(_is_num, v.values())),
+            "a table of numbers or null")}
+MANIFEST_KEYS = {"identity": (lambda v: v is not None, "the sweep's identity"),
+                 "meta": (lambda v: isinstance(v, dict), "a table")}
+PARTS_META = {**SWEEP_META, "seeds": _SEEDS,
+              "per_request": (lambda v: isinstance(v, bool), "true or false"),
+              "device": (lambda v: isinstance(v, str), "a string"),
+              "drawn": (_is_list_of(str), "a list of keys")}
+PART_INFO = {"process": (lambda v: _is_list_of(int)([v]), "an integer"),
+             "seconds": (_is_num, "a number")}
+#: Column -> its kind ("int", "num", "bool" or "any"), per table.
+RUNS_COLUMNS = {"design": "int", "seed": "int"}
+DESIGNS_COLUMNS = {"design": "int", "p_pass": "num", "meets_brief": "bool"}
+CAPACITY_COLUMNS = {"design": "int", "max_rate": "num", "max_rate_low": "num",
+                    "max_rate_high": "num", "usd_per_hour": "num", "cost_per_mtok_at_max": "num",
+                    "binding": "any", "why": "any"}
+FLEET_COLUMNS = {"design": "int", "replicas": "int", "fleet_usd_per_hour": "num",
+                 "cost_per_mtok": "num", "confirmed": "bool", "note": "any"}
+_KINDS = {"int": pd.api.types.is_integer_dtype, "bool": pd.api.types.is_bool_dtype,
+          "num": lambda d: pd.api.types.is_numeric_dtype(d) and not pd.api.types.is_bool_dtype(d),
+          "any": lambda d: True}
+
+
+def _check_meta(path: Path, meta: dict, keys: dict, prefix: str = "") -> None:
+    for key, (ok, allowed) in keys.items():
+        if key not in meta or not ok(meta[key]):
+            state = "missing" if key not in meta else "malformed"
+            raise ResultsError(f"{path}: metadata '{prefix}{key}' is {state}; allowed: {allowed}, "
+                               "as servesweep writes it (rerun to rebuild it)")
+
+
+def _check_axes(path: Path, axes: list, table: pd.DataFrame, where: str) -> None:
+    missing = [a for a in axes if a not in table.columns]
+    if missing:
+        raise ResultsError(f"{path}: metadata 'axes' names {clip(repr(missing[0]), 40)}, not a "
+                           f"column of {where}; allowed: the axes as servesweep writes them "
+                           "(rerun to rebuild it)")
+
+
+def _check_columns(path: Path, df: pd.DataFrame, columns: dict, present=()) -> None:
+    for col, kind in {**dict.fromkeys(present, "any"), **columns}.items():
+        if col not in df.columns:
+            raise ResultsError(f"{path}: no column '{col}'; allowed: a table as servesweep "
+                               "writes it (rerun to rebuild it)")
+        if not _KINDS[kind](df[col].dtype):
+            raise ResultsError(f"{path}: column '{col}' is {df[col].dtype}, not {kind}; allowed: "
+                               "a table as servesweep writes it (rerun to rebuild it)")
 
 
 def load_results(path: str | Path) -> Results:
@@ -282,7 +376,12 @@ def load_results(path: str | Path) -> Results:
     if not (folder / "runs.parquet").exists():
         raise ResultsError(f"{folder}: no runs.parquet here; give a folder written by 'sweep run'")
     runs, meta = _read(folder / "runs.parquet")
+    _check_meta(folder / "runs.parquet", meta, SWEEP_META)
+    _check_columns(folder / "runs.parquet", runs, RUNS_COLUMNS)
     designs, _ = _read(folder / "designs.parquet")
+    _check_columns(folder / "designs.parquet", designs, DESIGNS_COLUMNS,
+                   [lim["key"] for lim in meta["brief"]])
+    _check_axes(folder / "runs.parquet", meta["axes"], designs, "designs.parquet")
     requests = None
     if (folder / "requests.parquet").exists():
         requests, _ = _read(folder / "requests.parquet")

@@ -4,7 +4,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from sweep.commands.common import UsageError, checked, use_executable_cache
+from sweep.commands.common import (UsageError, checked, out_file, out_folder,
+                                   use_executable_cache, write_file)
 
 
 def cmd_calibrate(args) -> int:
@@ -20,9 +21,7 @@ def cmd_calibrate(args) -> int:
                              "--gpu NAME --model NAME (not with validation cases)")
     model = checked(load_hf_config if args.model.endswith(".json") else get_model, args.model)
     gpu, tp = checked(roofline, args.gpu, model, args.gpus, args.weight_bits, args.kv_bits)
-    out = Path(args.out) if args.out else meas.with_suffix(".profile.toml")
-    if out.exists() and not args.force:
-        raise UsageError(f"{out}: already exists; use --force to overwrite")
+    out = out_file(Path(args.out) if args.out else meas.with_suffix(".profile.toml"), args.force)
     f = fit(tp, checked(read_measurements, meas, gpu.name, args.gpus, args.measured_model), gpu)
     print(f"{model.name} on {args.gpus} x {gpu.name}, {args.weight_bits}-bit weights: "
           f"compute_efficiency {f.compute_efficiency:.4f}, bandwidth_efficiency "
@@ -31,11 +30,8 @@ def cmd_calibrate(args) -> int:
           f"error {100 * f.max_relative_error:.2f}%")
     for k in (k for k in FACTORS if k not in f.identified):
         print(f"note: no measurement depends on {k}; it keeps its default")
-    tmp = out.with_name(f".{out.name}.tmp")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp.write_text(profile_text(f, gpu.name, model.name, args.gpus, args.weight_bits,
-                                args.kv_bits, meas.name))
-    tmp.replace(out)
+    _write_profile(out, profile_text(f, gpu.name, model.name, args.gpus, args.weight_bits,
+                                     args.kv_bits, meas.name))
     print(f"-> {out} (name it in a config: [hardware] profile = \"{out.name}\")")
     return 0
 
@@ -58,9 +54,7 @@ def _calibrate_serving(args, meas: Path) -> int:
         if missing:
             raise UsageError(f"{c.path}: measured: lacks {', '.join(missing)}; allowed: cases "
                              f"measuring {', '.join(need)}")
-    out = Path(args.out) if args.out else meas.with_suffix(".profile.toml")
-    if out.exists() and not args.force:
-        raise UsageError(f"{out}: already exists; use --force to overwrite")
+    out = out_file(Path(args.out) if args.out else meas.with_suffix(".profile.toml"), args.force)
     params = gpu_params(cases)
     gpu = cases[0].study.points[0].design.gpu_spec
     f = fit_serving(cases, params, {p: gpu_value(gpu, p.key) for p in params},
@@ -69,12 +63,22 @@ def _calibrate_serving(args, meas: Path) -> int:
         f"{k} {v:.4g}" for k, v in f.factors().items()))
     print(f"fit: RMS relative error {100 * f.rms_e2e_error:.2f}% (end to end), "
           f"{100 * f.rms_ttft_error:.2f}% (TTFT)")
-    tmp = out.with_name(f".{out.name}.tmp")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp.write_text(profile_text(f, gpu, meas.name))
-    tmp.replace(out)
+    _write_profile(out, profile_text(f, gpu, meas.name))
     print(f"-> {out} (name it in a config: [hardware] profile = \"{out.name}\")")
     return 0
+
+
+def _write_profile(out: Path, text: str) -> None:
+    """Write a fitted profile only if a config could name it: a fit outside the ranges the
+    config reader allows (measurements far slower than the GPU) is refused, naming the factor."""
+    from sweep.study.profile import parse_profile
+
+    try:
+        parse_profile(text, out)
+    except ValueError as exc:
+        raise UsageError(f"{exc}; the fit is refused and nothing written (check --gpu, --model "
+                         "and --gpus against the measurements)") from None
+    write_file(out, text)
 
 
 def cmd_validate(args) -> int:
@@ -83,7 +87,7 @@ def cmd_validate(args) -> int:
     from sweep.execution.progress import default_progress
 
     use_executable_cache()
-    out = Path(args.out) if args.out else DEFAULT_OUT
+    out = out_folder(Path(args.out) if args.out else DEFAULT_OUT)
     cases = checked(load_cases, args.cases, seeds=args.seeds)
     checked(check_out, out)
     runs = checked(plan, cases)

@@ -8,7 +8,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sweep.commands.common import UsageError, checked, device, use_executable_cache
+from sweep.commands.common import UsageError, checked, device, out_folder, use_executable_cache
 
 
 def cmd_capacity(args) -> int:
@@ -26,7 +26,7 @@ def cmd_capacity(args) -> int:
     study = checked(load_study, args.config, seeds=args.seeds)
     target = args.target_rate if args.target_rate is not None else study.capacity["target_rate"]
     checked(capacity.check, study, target)
-    out = Path(args.out) if args.out else Path("results") / f"{study.name}-capacity"
+    out = out_folder(Path(args.out) if args.out else Path("results") / f"{study.name}-capacity")
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     identity = {"config_text": study.text, "seeds": study.seeds, "target_rate": target}
     work, saved = _capacity_out(out, args, identity)
@@ -104,7 +104,7 @@ def _capacity_out(out: Path, args, identity: dict):
         return None, None
     if args.resume and (out / CAPACITY_PARTS).is_dir():
         manifest, rows = checked(read_capacity_parts, out)
-        if manifest.get("identity") != identity:
+        if not isinstance(manifest, dict) or manifest.get("identity") != identity:
             raise UsageError(f"{out}: holds a search of another config, seeds or target; "
                              "allowed: --resume with the same config and options, or --force to "
                              "start over")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sweep.commands.common import checked
+from sweep.commands.common import checked, make_folder
 
 
 def cmd_frontier(args) -> int:
@@ -17,8 +17,7 @@ def cmd_frontier(args) -> int:
     res = checked(load_results, args.results)
     objectives = [args.x, args.y] + ([args.z] if args.z else [])
     front = checked(frontier, res.designs, objectives)
-    out = Path(args.out) if args.out else Path(args.results)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_folder(Path(args.out) if args.out else Path(args.results))
     front.to_parquet(out / "frontier.parquet", index=False)
     paths = plot_frontier(res.designs, args.x, args.y, res.brief, out / "frontier.png",
                           out / "frontier.svg", title=res.meta.get("name"))
@@ -40,8 +39,7 @@ def _capacity_frontier(args) -> int:
     objectives = [x, y] + ([args.z] if args.z else [])
     carrying = cap[cap["max_rate"] > 0].reset_index(drop=True)
     front = checked(frontier, carrying, objectives)
-    out = Path(args.out) if args.out else Path(args.results)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_folder(Path(args.out) if args.out else Path(args.results))
     front.to_parquet(out / "frontier.parquet", index=False)
     paths = plot_frontier(carrying, x, y, [], out / "frontier.png",
                           out / "frontier.svg",

@@ -10,7 +10,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sweep.commands.common import Stop, Truncated, UsageError, checked, device, use_executable_cache
+from sweep.commands.common import (Stop, Truncated, UsageError, checked, device, out_folder,
+                                   use_executable_cache)
 
 
 def cmd_run(args) -> int:
@@ -29,7 +30,7 @@ def cmd_run(args) -> int:
     use_executable_cache()
     cluster = checked(resolve, args.coordinator, args.num_processes, args.process_id, os.environ)
     study = checked(load_study, args.config, seeds=args.seeds, max_designs=args.max_designs)
-    out = Path(args.out) if args.out else Path("results") / study.name
+    out = out_folder(Path(args.out) if args.out else Path("results") / study.name)
     per_request = args.per_request or study.per_request
     if cluster:
         initialize(cluster)

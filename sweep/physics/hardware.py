@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sweep.errors import listed
+
 #: The 'Serve a Model' brief's efficiency factors ("60% of peak compute and 80% of peak bandwidth
 #: plus 0.2 ms per pass"): a datasheet entry's until the catalog gives it a fitted GPU's
 #: (``_served``), and what configs/serve_a_model.toml states.
@@ -269,5 +271,5 @@ def get_gpu(name: str) -> GPU:
         return CATALOG[name]
     except KeyError:
         raise ValueError(
-            f"hardware.gpu: unknown GPU {name!r}; allowed: {', '.join(sorted(CATALOG))}"
+            f"hardware.gpu: unknown GPU {name!r}; allowed: {listed(sorted(CATALOG))}"
         ) from None

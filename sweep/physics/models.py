@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sweep.errors import FieldError
+from sweep.errors import FieldError, listed
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def get_model(name: str) -> Model:
         return CATALOG[name]
     except KeyError:
         raise ValueError(
-            f"model.name: unknown model {name!r}; allowed: {', '.join(sorted(CATALOG))} "
+            f"model.name: unknown model {name!r}; allowed: {listed(sorted(CATALOG))} "
             "(or model.config_json)"
         ) from None
 

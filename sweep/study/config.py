@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sweep.errors import ConfigError, FieldError, clip, got, one_line, show
+from sweep.files import FileRefused, read_text
 from sweep.physics.models import CATALOG as MODEL_CATALOG
 from sweep.physics.models import load_hf_config
 from sweep.study.fields import COLUMNS, KEYS, SECTIONS, WORKLOAD_FIELDS
@@ -356,19 +357,14 @@ def parse_study(text: str, path: str = "<config>", seeds: int | None = None,
 
 
 def load_study(path, seeds: int | None = None, max_designs: int | None = None) -> Study:
-    """Read and parse a config file (see ``parse_study``)."""
+    """Read and parse a config file (see ``parse_study``): a regular UTF-8 file of at most
+    ``MAX_TEXT_BYTES``."""
     shown = str(path)
     try:
-        data = Path(path).read_bytes()
-    except (OSError, ValueError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc)
-        raise ConfigError(f"{shown}: file: cannot read: {one_line(reason)}",
+        text = read_text(path, "a UTF-8 TOML config")
+    except FileRefused as exc:
+        raise ConfigError(f"{shown}: file: {one_line(exc.reason)}; allowed: {exc.allowed}",
                           path=shown) from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{shown}: file: not UTF-8 text (byte {exc.start}); allowed: a UTF-8 "
-                          "TOML file", path=shown) from None
     return parse_study(text, shown, seeds=seeds, max_designs=max_designs)
 
 

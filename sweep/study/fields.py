@@ -13,7 +13,7 @@ import dataclasses
 import math
 from typing import NamedTuple
 
-from sweep.errors import FieldError
+from sweep.errors import FieldError, listed, show
 from sweep.physics.hardware import CATALOG as GPU_CATALOG
 from sweep.physics.memory import DEFAULT_OVERHEAD_FRACTION
 from sweep.physics.models import CATALOG as MODEL_CATALOG
@@ -302,7 +302,7 @@ def check(f: Field, value, scope: str) -> None:
         return
     key = f"{scope}.{f.attr}"
     if f.choices and value not in f.choices:
-        raise FieldError(key, f"{value!r} is not allowed", ", ".join(map(str, f.choices)), value)
+        raise FieldError(key, f"{show(value)} is not allowed", listed(f.choices), value)
     if f.range is not None and not f.range.holds(value, f.kind):
         raise FieldError(key, f"must be {f.range.text(f.kind)}, got {value!r}", value=value)
     if f.kind == "bool" and not isinstance(value, bool):

@@ -6,7 +6,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from sweep.errors import ConfigError, DoesNotFit, FieldError, got, one_line, show
+from sweep.errors import ConfigError, DoesNotFit, FieldError, got, listed, one_line, show
 from sweep.physics.hardware import CATALOG as GPU_CATALOG
 from sweep.physics.timing import kv_efficiency
 from sweep.study.design import Design
@@ -37,12 +37,12 @@ def parse_excludes(r: Reader, raw) -> list[dict]:
         if not t:
             raise r.err(["exclude"], "an empty [[exclude]] table would drop every point; "
                                      f"allowed: column = value(s), columns: "
-                                     f"{', '.join(COLUMNS)}", index=i)
+                                     f"{listed(COLUMNS)}", index=i)
         entry = {}
         for col, v in t.items():
             parts = ["exclude", col]
             if col not in COLUMNS:
-                raise r.err(parts, f"not a column; allowed: {', '.join(COLUMNS)}", index=i)
+                raise r.err(parts, f"not a column; allowed: {listed(COLUMNS)}", index=i)
             values = v if isinstance(v, list) else [v]
             if not values:
                 raise r.err(parts, "empty array; allowed: a value or a list of values", index=i)
@@ -65,8 +65,8 @@ def check_size(r: Reader, keys, max_designs: int) -> None:
         shape = " x ".join(f"{key} {n}" for key, n in dims)
         raise r.err(["run", "max_designs"],
                     f"the grid asks for {total} points ({shape}), more than max_designs = "
-                    f"{max_designs}; allowed: at most {max_designs} (shrink an axis, "
-                    "[[exclude]] cannot help, or raise [run] max_designs or --max-designs)")
+                    f"{max_designs}; allowed: at most {max_designs} (shrink an axis, or raise "
+                    "[run] max_designs or --max-designs)")
 
 
 def build(r: Reader, keys, excludes, max_requests: int):
@@ -173,7 +173,7 @@ def _check_exclusions(r: Reader, excludes, seen) -> None:
                 if _hashable(v) not in seen[col]:
                     present = sorted(map(show, seen[col]))
                     raise r.err(["exclude", col], f"{show(v)} matches no grid point; "
-                                f"allowed: {', '.join(present)}", index=i)
+                                f"allowed: {listed(present)}", index=i)
 
 
 def _nothing_left(r: Reader, skipped, n_excluded: int) -> ConfigError:

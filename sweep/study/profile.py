@@ -5,6 +5,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+from sweep.errors import clip, listed
+from sweep.files import read_text
 from sweep.physics.hardware import CATALOG
 from sweep.study.fields import ATTRS
 
@@ -17,10 +19,14 @@ PROFILE_EXTRA = ("decode_attention_efficiency", "seq_overhead_us", "request_over
 
 def load_profile(path: str | Path) -> dict:
     """A profile's ``[hardware]`` keys, checked; every refusal is one ``ValueError`` line."""
-    path = Path(path)
+    return parse_profile(read_text(path, "a profile written by 'sweep calibrate'"), path)
+
+
+def parse_profile(text: str, path: str | Path) -> dict:
+    """``load_profile`` of a profile's text (``sweep calibrate`` checks what it would write)."""
     try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{path}: cannot read ({type(exc).__name__}: "
                          f"{' '.join(str(exc).split())[:120]}); allowed: a profile written by "
                          "'sweep calibrate'") from None
@@ -30,12 +36,12 @@ def load_profile(path: str | Path) -> dict:
         raise ValueError(f"{path}: [hardware] must hold {', '.join(PROFILE_KEYS)} and at most "
                          f"{', '.join(PROFILE_EXTRA)}; allowed: a profile written by "
                          "'sweep calibrate'")
-    if hw["gpu"] not in CATALOG:
-        raise ValueError(f"{path}: gpu {hw['gpu']!r} is not in the catalog; allowed: "
-                         f"{', '.join(CATALOG)}")
+    if not isinstance(hw["gpu"], str) or hw["gpu"] not in CATALOG:
+        raise ValueError(f"{path}: gpu {clip(repr(hw['gpu']))} is not in the catalog; allowed: "
+                         f"{listed(CATALOG)}")
     for k in (k for k in hw if k != "gpu"):  # each checked against its config declaration
         r = ATTRS[k].range
         if not r.holds(hw[k], ATTRS[k].kind):
-            raise ValueError(f"{path}: {k} = {hw[k]!r} is out of range; allowed: "
+            raise ValueError(f"{path}: {k} = {clip(repr(hw[k]))} is out of range; allowed: "
                              f"{'(' if r.lo_open else '['}{r.lo:g}, {r.hi:g}]")
     return {k: (v if k == "gpu" else float(v)) for k, v in hw.items()}

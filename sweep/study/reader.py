@@ -6,7 +6,7 @@ import math
 import re
 from pathlib import Path
 
-from sweep.errors import ConfigError, got, key_text, show
+from sweep.errors import ConfigError, got, key_text, listed, show
 
 _ARRAY_HEADER = re.compile(r"^\s*\[\[\s*([^\[\]]*?)\s*\]\]\s*(?:#.*)?$")
 _TABLE_HEADER = re.compile(r"^\s*\[\s*([^\[\]]*?)\s*\]\s*(?:#.*)?$")
@@ -114,7 +114,7 @@ class Reader:
             raise self.err(parts, f"must be a table, got {got(v)}")
         for k in v:
             if k not in allowed:
-                raise self.err(list(parts) + [k], f"unknown key; allowed: {', '.join(allowed)}")
+                raise self.err(list(parts) + [k], f"unknown key; allowed: {listed(allowed)}")
         return v
 
     def choice(self, parts, v, options, more=""):

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 
 from sweep.analysis.metrics import METRICS
-from sweep.errors import got, show
+from sweep.errors import got, listed, show
 from sweep.study.fields import COLUMNS, MAX_REQUESTS, NUMERIC_COLUMNS, TEXT_COLUMNS
 from sweep.study.reader import Reader
 
@@ -149,10 +149,10 @@ def parse_brief(r: Reader, brief) -> list[Limit]:
         parts = ["brief", key]
         if key not in METRICS and key not in COLUMNS:
             raise r.err(parts, "neither a metric nor a column; allowed: "
-                               f"{', '.join(allowed_keys)}")
+                               f"{listed(allowed_keys)}")
         if key in TEXT_COLUMNS:
             raise r.err(parts, "a text column cannot take numeric limits; allowed: "
-                               f"{', '.join(allowed_keys)}")
+                               f"{listed(allowed_keys)}")
         if not isinstance(lim, dict):
             raise r.err(parts, f"must be a table like {{ max = 1.0 }}, got {got(lim)}; "
                                "allowed: { min = number, max = number }")
@@ -211,6 +211,6 @@ def parse_measured(r: Reader, doc) -> dict:
     for key, v in raw.items():
         parts = ["measured", key]
         if key not in METRICS:
-            raise r.err(parts, f"not a metric; allowed: {', '.join(METRICS)}")
+            raise r.err(parts, f"not a metric; allowed: {listed(METRICS)}")
         out[key] = r.boolean(parts, v) if METRICS[key] == "b" else r.number(parts, v)
     return out

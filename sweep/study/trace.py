@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from sweep.errors import FieldError
+from sweep.files import FileRefused, check_table
 
 #: Accepted column sets: (arrival, prompt, output).
 COLUMN_SETS = (("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
@@ -109,9 +110,10 @@ def _tokens(path, col, values) -> np.ndarray:
 
 def load_trace(path: str | Path, name: str | None = None) -> Trace:
     """Read and check a trace file; every refusal is one ``ValueError`` line."""
-    path = Path(path)
-    if not path.is_file():
-        raise _fail(path, "no such file; allowed: a CSV or Parquet trace")
+    try:
+        path = check_table(path, "a CSV or Parquet trace")
+    except FileRefused as exc:
+        raise _fail(exc.path, f"{exc.reason}; allowed: {exc.allowed}") from None
     df = _read_table(path)
     cols = next((c for c in COLUMN_SETS if all(k in df.columns for k in c)), None)
     if cols is None:

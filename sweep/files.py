@@ -1,0 +1,70 @@
+"""A user's files, read safely: only a regular file, and only up to a size limit, so that a pipe
+(which would be read forever), a device such as /dev/zero (which would fill memory) or a huge
+file is refused in one line. Every refusal is a ``FileRefused`` (a ``ValueError``) naming the
+path."""
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+#: A config, a profile, a case or a model's config.json is a few kilobytes; 16 MiB is far
+#: beyond any of them and small enough to hold.
+MAX_TEXT_BYTES = 16 * 2**20
+#: Measurements and traces are tables: up to 1 GiB.
+MAX_TABLE_BYTES = 2**30
+
+
+class FileRefused(ValueError):
+    """``PATH: reason; allowed: ...``, its parts kept for a caller that names a key."""
+
+    def __init__(self, path: Path, reason: str, allowed: str):
+        super().__init__(f"{path}: {reason}; allowed: {allowed}")
+        self.path, self.reason, self.allowed = path, reason, allowed
+
+
+def regular(path: str | Path, allowed: str) -> Path:
+    """``path`` if it is a regular file (or a link to one); else one line saying what it is."""
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise FileRefused(path, "no such file", allowed) from None
+    except (OSError, ValueError) as exc:
+        raise FileRefused(path, f"cannot be read ({getattr(exc, 'strerror', None) or exc})",
+                          allowed) from None
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "a pipe, device or socket"
+        raise FileRefused(path, f"is {kind}, not a regular file", allowed)
+    return path
+
+
+def read_bytes(path: str | Path, allowed: str, limit: int = MAX_TEXT_BYTES) -> bytes:
+    """A regular file's bytes, refused beyond ``limit`` bytes."""
+    path = regular(path, allowed)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise FileRefused(path, f"cannot be read ({exc.strerror or exc})", allowed) from None
+    if len(data) > limit:
+        raise FileRefused(path, f"larger than {limit} bytes", allowed)
+    return data
+
+
+def read_text(path: str | Path, allowed: str, limit: int = MAX_TEXT_BYTES) -> str:
+    """A regular file's UTF-8 text, refused beyond ``limit`` bytes."""
+    data = read_bytes(path, allowed, limit)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FileRefused(path, f"not UTF-8 text (byte {exc.start})", allowed) from None
+
+
+def check_table(path: str | Path, allowed: str, limit: int = MAX_TABLE_BYTES) -> Path:
+    """A table file (CSV, Parquet, JSON) that a library will read: regular and at most
+    ``limit`` bytes."""
+    path = regular(path, allowed)
+    if path.stat().st_size > limit:
+        raise FileRefused(path, f"larger than {limit} bytes", allowed)
+    return path
