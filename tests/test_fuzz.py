@@ -412,3 +412,96 @@ def test_a_malformed_parts_folder_is_one_line_for_merge(edit, tmp_path, capsys):
     with watchdog(60):
         _one_refusal(capsys, main(["merge", str(folder)]), file)
     assert sorted(str(p) for p in folder.rglob("*")) == before
+
+
+PASSES = "prefill_tokens,decode_seqs,context_tokens,seconds\n" + "".join(
+    f"{p},{d},{d * 300},{(5 + p / 1000 + d / 100) * scale}\n"
+    for p, d in ((0, 1), (0, 8), (512, 0), (128, 4), (0, 32)) for scale in (1e-3,))
+
+
+def _special(root: Path, kind: str, suffix: str) -> Path:
+    path = root / f"special-{kind}{suffix}"
+    if kind == "fifo":
+        os.mkfifo(path)
+        return path
+    if kind == "folder":
+        path.mkdir()
+        return path
+    return Path("/dev/zero")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "device"])
+@pytest.mark.parametrize("role", ["run config", "capacity config", "validate case", "profile",
+                                  "trace", "config_json", "measurements"])
+def test_a_special_file_is_refused_in_one_line(role, kind, tmp_path, capsys):
+    out = tmp_path / "out"
+    suffix = {"trace": ".csv", "measurements": ".csv", "config_json": ".json"}.get(role, ".toml")
+    special = _special(tmp_path, kind, suffix)
+    cfg = tmp_path / "c.toml"
+    base = document({k: v for k, v in BASE.items() if k != "brief"})
+    if role in ("profile", "trace", "config_json"):
+        section, key = {"profile": ("hardware", "profile"), "trace": ("workload", "trace"),
+                        "config_json": ("model", "config_json")}[role]
+        doc = {k: dict(v) if isinstance(v, dict) else v for k, v in BASE.items()}
+        if role == "config_json":
+            doc["model"] = {}
+        if role == "trace":
+            doc["workload"] = {"trace": "", "duration_s": 1.0}
+        doc[section][key] = str(special)
+        base = document(doc)
+    cfg.write_text(base)
+    argv = {"run config": ["run", str(special), "--out", str(out)],
+            "capacity config": ["capacity", str(special), "--out", str(out)],
+            "validate case": ["validate", str(special), "--out", str(out)],
+            "measurements": ["calibrate", str(special), "--gpu", "H100-SXM", "--model",
+                             "Llama-3-8B", "--out", str(out)]}.get(role, ["run", str(cfg),
+                                                                          "--out", str(out)])
+    capsys.readouterr()
+    with watchdog(60):
+        rc = main(argv + ["--quiet"] * (argv[0] in ("run", "capacity", "validate")))
+    if role == "validate case" and kind == "folder":  # a folder of cases: none in it
+        _one_refusal(capsys, rc, "no *.toml case files")
+    else:
+        _one_refusal(capsys, rc, str(special), "model.config_json: ")
+    assert not out.exists()
+
+
+def test_unusable_output_paths_are_refused_before_anything_is_written(small_run, tmp_path,
+                                                                      capsys):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("keep")
+    meas = tmp_path / "m.csv"
+    meas.write_text(PASSES)
+    calibrate = ["calibrate", str(meas), "--gpu", "H100-SXM", "--model", "Llama-3-8B", "--out"]
+    cases = [(["frontier", str(small_run[1]), "--out"], a_file, "not a folder"),
+             (["frontier", str(small_run[1]), "--out"], a_file / "sub", "lies under"),
+             (calibrate, a_file / "p.toml", "lies under"),
+             (calibrate, a_file / "sub" / "p.toml", "lies under"),
+             (calibrate, tmp_path, "not a regular file"),
+             (["run", str(small_run[0]), "--quiet", "--out"], a_file / "r", "lies under"),
+             (["validate", "validation/fit", "--quiet", "--out"], a_file / "v", "lies under")]
+    for argv, out, needle in cases:
+        capsys.readouterr()
+        _one_refusal(capsys, main(argv + [str(out)] + ["--force"] * (argv[0] == "calibrate")),
+                     needle)
+        assert a_file.read_text() == "keep"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "m.csv"]
+
+
+def test_calibrate_refuses_a_fit_its_own_config_reader_would_refuse(tmp_path, capsys):
+    meas = tmp_path / "slow.csv"
+    meas.write_text(PASSES.replace("e-3", "").replace(",5.", ",50000."))
+    slow = "prefill_tokens,decode_seqs,context_tokens,seconds\n" + "".join(
+        f"{p},{d},{d * 300},{40 + p / 1000 + d / 100}\n"
+        for p, d in ((0, 1), (0, 8), (512, 0), (128, 4), (0, 32)))
+    meas.write_text(slow)
+    out = tmp_path / "p.toml"
+    argv = ["calibrate", str(meas), "--gpu", "H100-SXM", "--model", "Llama-3-8B", "--out",
+            str(out)]
+    capsys.readouterr()
+    _one_refusal(capsys, main(argv), "overhead_ms")
+    assert not out.exists()
+    meas.write_text(PASSES)  # passes a GPU could take: the profile is written and reads back
+    assert main(argv) == 0
+    from sweep.study.profile import load_profile
+    assert load_profile(out)["gpu"] == "H100-SXM"

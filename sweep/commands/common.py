@@ -60,8 +60,9 @@ def out_file(path: Path, force: bool, flag: str = "--out") -> Path:
                              "existing one with --force")
         if not force:
             raise UsageError(f"{flag}: {path} already exists; use --force to overwrite")
-    else:
-        out_folder(path.parent, flag)
+    elif not _ancestor(path.parent).is_dir():
+        raise UsageError(f"{flag}: {path} lies under {_ancestor(path.parent)}, which is not a "
+                         "folder; allowed: a file path in a folder")
     return path
 
 

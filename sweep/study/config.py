@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sweep.errors import ConfigError, FieldError, clip, got, one_line, show
-from sweep.files import FileRefused, read_text
+from sweep.files import MAX_TEXT_BYTES, FileRefused, check_table, read_text
 from sweep.physics.models import CATALOG as MODEL_CATALOG
 from sweep.physics.models import load_hf_config
 from sweep.study.fields import COLUMNS, KEYS, SECTIONS, WORKLOAD_FIELDS
@@ -36,7 +36,6 @@ from sweep.study.uncertainty import FACTORS, USES, Uncertain
 __all__ = ["COLUMNS", "ConfigError", "Limit", "Point", "Study", "load_study", "main",
            "parse_study"]
 
-MAX_MODEL_FILE = 16 * 2**20  # a config.json is a few kB
 #: Workload keys a trace replaces (it gives arrivals and lengths itself).
 TRACE_REPLACES = ("arrival", "arrival_rate", "arrival_cv", "prompt_tokens", "output_tokens")
 TOP_LEVEL = ("name", "hardware", "model", "workload", "levers", "run", "brief", "exclude",
@@ -311,12 +310,10 @@ class _Parser(Reader):
         if p.is_dir():
             p = p / "config.json"
         allowed = "allowed: a readable Hugging Face config.json"
-        # A device or a pipe (/dev/zero, a FIFO) would be read forever.
-        if p.exists() and not p.is_file():
-            raise self.err(parts, f"{show(str(p))} is not a regular file; {allowed}")
-        if p.is_file() and p.stat().st_size > MAX_MODEL_FILE:
-            raise self.err(parts, f"{show(str(p))} is {p.stat().st_size} bytes; {allowed} of "
-                                  f"at most {MAX_MODEL_FILE} bytes")
+        try:  # a device or a pipe (/dev/zero, a FIFO) would be read forever
+            check_table(p, "a readable Hugging Face config.json", MAX_TEXT_BYTES)
+        except FileRefused as exc:
+            raise self.err(parts, f"{show(str(p))}: {exc.reason}; {allowed}") from None
         try:
             model = load_hf_config(p)
         except FieldError as exc:
