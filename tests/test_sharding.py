@@ -101,6 +101,9 @@ def test_worker_processes_by_default_for_large_cpu_runs_and_refused_on_an_accele
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
     assert (local_workers.default_processes(big - 1), local_workers.default_processes(big)) == (
         1, local_workers.AUTO_MAX)  # large studies on a CPU split over cores by default
+    check_processes(16)
+    with pytest.raises(ValueError, match="--processes: 64; allowed: 1 to 16"):
+        check_processes(64)  # more workers than cores only share them
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     with pytest.raises(ValueError, match="--processes: 2; allowed: 1 on a gpu"):
         check_processes(2)

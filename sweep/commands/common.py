@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -85,7 +86,8 @@ class Truncated(Exception):
 
 class Stop:
     """SIGINT/SIGTERM handler: let the chunks in flight finish and be saved, then stop; a second
-    signal stops at once (the saved chunks stay)."""
+    signal stops at once (the saved chunks stay). The run then says what was saved in one line
+    (Ctrl-C at a terminal first says it is stopping)."""
 
     def __init__(self):
         self.signum = None
@@ -94,8 +96,9 @@ class Stop:
         if self.signum is not None:
             raise KeyboardInterrupt
         self.signum = signum
-        print("sweep run: stopping after the chunks in flight (again to stop now)",
-              file=sys.stderr)
+        if signum == signal.SIGINT and sys.stderr.isatty():  # someone waits at the keyboard
+            print("sweep run: stopping after the chunks in flight (again to stop now)",
+                  file=sys.stderr)
 
 
 def device() -> str:

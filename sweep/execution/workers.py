@@ -42,12 +42,17 @@ def default_processes(simulations: int) -> int:
 
 
 def check(processes: int) -> None:
-    """Worker processes split a CPU, not an accelerator."""
+    """Worker processes split a CPU, not an accelerator, one pinned to each core at most (more
+    would share cores, each with its own ~1 GB runtime, and only slow the run)."""
     import jax
 
     if processes > 1 and jax.default_backend() != "cpu":
         raise ValueError(f"--processes: {processes}; allowed: 1 on a {jax.default_backend()} "
                          f"(worker processes split a CPU's cores)")
+    cores = len(os.sched_getaffinity(0))
+    if processes > cores:
+        raise ValueError(f"--processes: {processes}; allowed: 1 to {cores} (one worker per core "
+                         "this process may use)")
 
 
 def in_processes(study, processes: int, *, share: tuple[int, int], skip, progress, stop,

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sweep.errors import FieldError, listed
+from sweep.errors import FieldError, clip, listed, one_line
 
 
 @dataclass(frozen=True)
@@ -83,31 +83,37 @@ def get_model(name: str) -> Model:
         ) from None
 
 
+#: The largest integer a config.json field may hold (sizes and counts are int32 in the engine).
+MAX_FIELD = 2**31 - 1
+
+
 def load_hf_config(path: str | Path, name: str | None = None) -> Model:
     """Build a Model from a local Hugging Face ``config.json`` (Llama/Mistral/Mixtral/Qwen-style)."""
     path = Path(path)
     try:
         cfg = json.loads(path.read_text())
     except (OSError, ValueError) as exc:  # JSON, UTF-8 and int-size errors are ValueErrors
-        raise FieldError("model.config_json", f"cannot read {str(path)!r}: {exc}") from None
+        raise FieldError("model.config_json", f"cannot read {clip(str(path))}: "
+                                              f"{clip(one_line(exc), 100)}") from None
     if not isinstance(cfg, dict):
-        raise FieldError("model.config_json", f"{str(path)!r} is not a JSON object")
+        raise FieldError("model.config_json", f"{clip(str(path))} is not a JSON object")
     required = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
                 "vocab_size", "max_position_embeddings")
 
     def positive_int(v):
-        return isinstance(v, int) and not isinstance(v, bool) and v > 0
+        return isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_FIELD
 
+    where = clip(str(path))
     missing = [k for k in required if not positive_int(cfg.get(k))]
     if missing:
-        raise FieldError("model.config_json", f"{str(path)!r} lacks positive integer field(s) "
-                                              f"{', '.join(missing)}")
+        raise FieldError("model.config_json", f"{where}: field {missing[0]} is missing or not an "
+                                              f"integer in [1, {MAX_FIELD}]")
     optional = ("num_key_value_heads", "head_dim", "num_local_experts", "num_experts",
                 "num_experts_per_tok", "moe_intermediate_size")
     bad = [k for k in optional if cfg.get(k) is not None and not positive_int(cfg[k])]
     if bad:
-        raise FieldError("model.config_json", f"{str(path)!r} has non-positive-integer field(s) "
-                                              f"{', '.join(bad)}")
+        raise FieldError("model.config_json", f"{where}: field {bad[0]} is not an integer in "
+                                              f"[1, {MAX_FIELD}]")
     layers, hidden, heads = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"]
     kv_heads = cfg.get("num_key_value_heads") or heads
     head_dim = cfg.get("head_dim") or hidden // heads

@@ -324,6 +324,9 @@ class _Parser(Reader):
             raise self.err(parts, f"{show(str(p))}: {model.heads} attention heads, "
                                   f"{model.kv_heads} KV heads, head dim {model.head_dim}; "
                                   f"{allowed} with 1 <= KV heads <= heads and head dim >= 1")
+        if model.max_context < 2:  # a prompt token and an output token at least
+            raise self.err(parts, f"{show(str(p))}: max_position_embeddings = "
+                                  f"{model.max_context}; {allowed} with a context of at least 2")
         if p.name != "config.json" and model.name == p.parent.name:
             # load_hf_config names a model after its folder (HF layout: NAME/config.json); a
             # file named otherwise is named after itself.

@@ -180,6 +180,12 @@ class Design:
                 f"{budget.total_gib - budget.overhead_gib:.1f} GiB usable); use more gpus or "
                 "fewer weight_bits")
         longest = self.context_limit
+        if self.total_blocks() * self.block_tokens < longest and self.kv_blocks is not None:
+            need = -(-longest // self.block_tokens)
+            raise FieldError("levers.kv_blocks", f"{self.kv_blocks} blocks of "
+                             f"{self.block_tokens} tokens hold less than one {longest}-token "
+                             "sequence", f"at least {need} (or a smaller max_seq_len)",
+                             self.kv_blocks)
         if self.total_blocks() * self.block_tokens < longest:
             raise DoesNotFit(
                 "design", f"the KV cache of {model.name} on {self.gpus} x {gpu.name} holds "

@@ -34,6 +34,7 @@ MAX_ARRIVAL_CV = 10
 MAX_TOKENS_PER_PASS = 2**30  # chunk and pass budgets, tokens: far above any real server's
 MAX_KV_BLOCKS = 2**31 - 1  # the engine counts blocks in int32
 MAX_REQUESTS = 10_000_000  # requests per simulation
+MAX_TIME_SCALE = 1e6  # a trace slowed a million-fold; beyond it its times lose their meaning
 #: Default KV link, Gb/s: one 400 Gb/s NDR InfiniBand port (NVIDIA ConnectX-7 datasheet), as the
 #: inter-node link between a prefill and a decode instance (DistServe, Splitwise).
 DEFAULT_KV_LINK_GBPS = 400.0
@@ -228,8 +229,7 @@ FIELDS: tuple[Field, ...] = (
              "(the Azure LLM inference traces) or `arrival_s`, `prompt_tokens`, "
              "`output_tokens`; not with `arrival`, `arrival_rate`, `arrival_cv` or `*_tokens`",
         short="replay a trace (Azure LLM trace columns)"),
-    _wl("trace_time_scale", default=1.0, range=Range(0.0, _INF, lo_open=True,
-                                                      says="a positive number"),
+    _wl("trace_time_scale", default=1.0, range=Range(0.0, MAX_TIME_SCALE, lo_open=True),
         help="with a trace only: multiply its times (0.5 = twice the load)",
         short="with a trace: multiply its times"),
     _lever("replicas", default=1, range=Range(1, MAX_REPLICAS),
