@@ -505,3 +505,24 @@ def test_calibrate_refuses_a_fit_its_own_config_reader_would_refuse(tmp_path, ca
     assert main(argv) == 0
     from sweep.study.profile import load_profile
     assert load_profile(out)["gpu"] == "H100-SXM"
+
+
+def test_a_long_run_says_so_even_quiet_and_one_beyond_memory_is_refused(tmp_path, capsys,
+                                                                        monkeypatch):
+    cfg = tmp_path / "big.toml"
+    doc = {**BASE, "workload": {**BASE["workload"], "arrival_rate": 1000.0,
+                                "duration_s": 900.0}, "run": {"seeds": 40}}
+    cfg.write_text(document(doc))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "x").write_text("taken")  # refused after the estimate: nothing runs
+    capsys.readouterr()
+    assert main(["run", str(cfg), "--out", str(out), "--quiet"]) == 2
+    first, refusal = capsys.readouterr().err.strip().splitlines()
+    assert "minutes on this CPU" in first and "already exists" in refusal
+    import sweep.execution.planning as planning
+
+    monkeypatch.setattr(planning, "machine_bytes", lambda: 1e6)
+    _one_refusal(capsys, main(["run", str(cfg), "--out", str(tmp_path / "o2"), "--quiet"]),
+                 "workload.duration_s: one simulation of")
+    assert not (tmp_path / "o2").exists()

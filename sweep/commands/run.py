@@ -14,6 +14,10 @@ from sweep.commands.common import (Stop, Truncated, UsageError, checked, device,
                                    use_executable_cache)
 
 
+#: Seconds above which a run says how long it will take before it starts.
+LONG_RUN_S = 600
+
+
 def cmd_run(args) -> int:
     import jax
 
@@ -38,6 +42,7 @@ def cmd_run(args) -> int:
     processes = args.processes or default_processes(
         len(study.points) * len(study.seeds) // jax.process_count())
     checked(check_processes, processes)
+    _say_when_long(study, args.config)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     fresh = _check_out(out, args, _manifest(study, per_request, started))
     # A forced rerun of finished results runs beside them, replacing them once complete.
@@ -103,6 +108,20 @@ def _manifest(study, per_request: bool, started: str) -> dict:
             "jax": jax.__version__, "device": device(), "started": started,
         },
     }
+
+
+def _say_when_long(study, config) -> None:
+    """A run estimated above ``LONG_RUN_S`` says so before it starts, even under --quiet: one
+    zero too many should be heard at once."""
+    from sweep.execution.planning import CPU_REQUESTS_PER_S, estimate_seconds
+
+    sims = len(study.points) * len(study.seeds)
+    seconds = estimate_seconds(study, sims)
+    if seconds is not None and seconds > LONG_RUN_S:
+        print(f"sweep run: {sims} simulations of ~{seconds * CPU_REQUESTS_PER_S / sims:,.0f} "
+              f"requests each: about {seconds / 60:,.0f} minutes on this CPU (at "
+              f"{CPU_REQUESTS_PER_S:,} requests/s); Ctrl-C keeps what is done and --resume "
+              f"continues it, or shrink {config}", file=sys.stderr)
 
 
 def _check_out(out: Path, args, manifest: dict) -> dict | None:

@@ -1,6 +1,8 @@
 """Memory a sweep may use and what its simulations take: the budget that sizes the calls."""
 from __future__ import annotations
 
+import os
+
 import jax
 
 from sweep.engine import DEFAULT_LOOKAHEAD, DEFAULT_STATIC_LOOKAHEAD, ITL_BINS
@@ -16,6 +18,15 @@ def memory_budget_bytes() -> float:
     stats = getattr(jax.local_devices()[0], "memory_stats", lambda: None)() or {}
     limit = stats.get("bytes_limit")
     return 0.5 * (limit - stats.get("bytes_in_use", 0)) if limit else MEMORY_BUDGET_CPU
+
+
+def machine_bytes() -> float:
+    """Memory one simulation may take at most: the accelerator's, or the host's available
+    physical memory on a CPU."""
+    stats = getattr(jax.local_devices()[0], "memory_stats", lambda: None)() or {}
+    if stats.get("bytes_limit"):
+        return float(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
+    return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
 def widest(study: Study) -> int:

@@ -7,7 +7,8 @@ from typing import NamedTuple
 
 import jax
 
-from sweep.execution.memory import memory_budget_bytes, study_bytes
+from sweep.execution.memory import (machine_bytes, memory_budget_bytes, simulation_bytes,
+                                    study_bytes)
 from sweep.study.config import Study
 
 #: Simulations in flight at once (vmapped lanes, shared by the calls in flight) unless the study
@@ -28,6 +29,9 @@ CPU_LANES_MAX = 32
 #: two calls of half the lanes each ran the brief ~20% faster than one (benchmarks/README.md).
 #: An accelerator takes one call at a time, as wide as memory allows.
 CALLS_IN_FLIGHT_CPU = 4
+#: Requests a 2-core CPU simulates per second in a large study's steady state (50,000-90,000
+#: measured, benchmarks/README.md): the low end, for a run's time estimate.
+CPU_REQUESTS_PER_S = 50_000
 #: Seats of the first try (see ``scheduler``) unless the caller says (``first_seats``).
 SMALL_SEATS = 64
 #: Request slots of a simulation, at least: a power of two, like every slot count, so that
@@ -96,6 +100,7 @@ def plan_chunks(study: Study, chunk_size: int | None = None) -> ChunkPlan:
     workers = calls_in_flight()
     budget = memory_budget_bytes() / workers
     per_lane, per_sim = study_bytes(study)
+    _check_one_fits(study, per_lane + per_sim)
     fits = max(1, int(budget // (per_lane + per_sim)))
     chunk = chunk_size or study.chunk_size
     if chunk and chunk > fits:
@@ -109,6 +114,32 @@ def plan_chunks(study: Study, chunk_size: int | None = None) -> ChunkPlan:
                          else DEFAULT_CHUNK_ACCELERATOR, fits)
     rounds = max(1, min(POOL_ROUNDS, int((budget - chunk * per_lane) // (chunk * per_sim))))
     return ChunkPlan(chunk, rounds, by_seats, fits, workers)
+
+
+def _check_one_fits(study: Study, one: float) -> None:
+    """Refuse a study whose largest simulation alone needs more memory than the machine has,
+    naming what makes it so: its requests or its seats."""
+    have = machine_bytes()
+    if one <= have:
+        return
+    requests = max(p.workload.capacity for p in study.points)
+    seats = max(p.design.seats for p in study.points)
+    if simulation_bytes(requests, 1, 0) >= simulation_bytes(1, seats, 0):
+        key, what = "workload.duration_s", f"{requests} requests ([run] max_requests, a rate x " \
+                                           "duration_s or num_requests)"
+    else:
+        key, what = "levers.max_batch", f"{seats} seats (max_batch)"
+    raise ValueError(f"{key}: one simulation of {what} needs ~{one / 1e9:.1f} GB, more than the "
+                     f"{have / 1e9:.1f} GB this machine has; allowed: a smaller one")
+
+
+def estimate_seconds(study: Study, simulations: int) -> float | None:
+    """A CPU run's time at the steady rate a 2-core CPU simulates requests; None on an
+    accelerator (far faster, and its rate depends on the chip)."""
+    if jax.local_devices()[0].platform != "cpu":
+        return None
+    mean = sum(p.workload.capacity for p in study.points) / len(study.points)
+    return simulations * mean / CPU_REQUESTS_PER_S
 
 
 def calls_in_flight() -> int:
