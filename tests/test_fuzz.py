@@ -526,3 +526,50 @@ def test_a_long_run_says_so_even_quiet_and_one_beyond_memory_is_refused(tmp_path
     _one_refusal(capsys, main(["run", str(cfg), "--out", str(tmp_path / "o2"), "--quiet"]),
                  "workload.duration_s: one simulation of")
     assert not (tmp_path / "o2").exists()
+
+
+def _measurement_files() -> list[tuple[str, str]]:
+    rng = random.Random(11)
+    lines = PASSES.splitlines()
+    files = [(f"cut at {c}", PASSES[:c]) for c in rng.sample(range(1, len(PASSES)), 12)]
+    for value in ("x", "-1", "nan", "inf", "1e400", "", "0x10", "9" * 400, "1,2"):
+        row = lines[2].split(",")
+        for col in range(4):
+            bad = row[:col] + [value] + row[col + 1:]
+            files.append((f"col {col}={value[:8]}", "\n".join(lines[:2] + [",".join(bad)]
+                                                             + lines[3:]) + "\n"))
+    files += [("header only", lines[0] + "\n"), ("empty", ""), ("no header", "\n".join(lines[1:])),
+              ("garbage", "".join(chr(rng.randrange(1, 0x3000)) for _ in range(300)))]
+    return files
+
+
+MEASUREMENTS = _measurement_files()
+
+
+@pytest.mark.parametrize("name, text", MEASUREMENTS, ids=[m[0] for m in MEASUREMENTS])
+def test_hostile_measurements_are_a_profile_or_one_line(name, text, tmp_path, capsys):
+    meas = tmp_path / "m.csv"
+    meas.write_text(text, encoding="utf-8", errors="surrogatepass")
+    out = tmp_path / "p.toml"
+    capsys.readouterr()
+    with watchdog(60):
+        rc = main(["calibrate", str(meas), "--gpu", "H100-SXM", "--model", "Llama-3-8B",
+                   "--out", str(out)])
+    if rc == 0:  # a readable subset: the profile reads back
+        from sweep.study.profile import load_profile
+        assert load_profile(out)["gpu"] == "H100-SXM"
+    else:
+        _one_refusal(capsys, rc, "m.csv", "--")
+        assert not out.exists()
+
+
+@pytest.mark.parametrize("cut", [40, 200, 400, 700, 1000])
+def test_a_broken_validation_case_is_one_line(cut, tmp_path, capsys):
+    case = sorted((Path(__file__).parents[1] / "validation" / "fit").glob("*.toml"))[0]
+    broken = tmp_path / "case.toml"
+    text = case.read_text()
+    broken.write_text(text[:cut] + "\n" + text[cut:cut + 9] + "=\n" + text[cut + 9:])
+    capsys.readouterr()
+    _one_refusal(capsys, main(["validate", str(broken), "--out", str(tmp_path / "v"),
+                               "--quiet"]), "case.toml")
+    assert not (tmp_path / "v").exists()

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sweep.errors import listed
+from sweep.errors import clip, listed, one_line
 from sweep.files import check_table
 from sweep.physics.hardware import CATALOG, GPU, get_gpu
 from sweep.physics.timing import allreduce_time, pass_time, pass_work, timing_params
@@ -90,13 +90,17 @@ def _fail(path, what: str) -> ValueError:
 def _column(df, path, name, integer: bool, low: float) -> np.ndarray:
     import pandas as pd
 
-    x = pd.to_numeric(df[name], errors="coerce").to_numpy(np.float64)
+    try:
+        x = pd.to_numeric(df[name], errors="coerce").to_numpy(np.float64)
+    except OverflowError:  # an integer beyond float64: infinite, refused below
+        x = np.array([float(str(v)) if str(v).lstrip("-").isdigit() else np.nan
+                      for v in df[name]])
     bad = ~(np.isfinite(x) & (x >= low)) | ((x != np.floor(x)) if integer else False)
     if bad.any():
         i = int(np.argmax(bad))
         kind = "an integer" if integer else "a number"
-        raise _fail(path, f"column {name}: row {i} is {str(df[name].iloc[i])!r}; allowed: "
-                          f"{kind} >= {low:g}")
+        raise _fail(path, f"column {name}: row {i} is {clip(repr(str(df[name].iloc[i])), 30)}; "
+                          f"allowed: {kind} >= {low:g}")
     return x
 
 
@@ -129,10 +133,9 @@ def read_measurements(path: str | Path, gpu: str | None = None, gpus: int = 1,
     elif all(c in df.columns for c in SPLITWISE_COLUMNS):
         passes = _splitwise_passes(_splitwise_rows(df, path, gpu, gpus, model), path)
     else:
-        raise _fail(path, f"missing columns (has: {', '.join(map(str, df.columns[:8]))}); "
-                          f"allowed: {', '.join(PASS_COLUMNS)} [, prefill_pairs], "
-                          f"{', '.join(REQUEST_COLUMNS)} or Splitwise's "
-                          f"{', '.join(SPLITWISE_COLUMNS)}")
+        raise _fail(path, f"missing columns (has: {clip(one_line(', '.join(map(str, df.columns[:8]))), 40)}); "
+                          f"allowed: {', '.join(PASS_COLUMNS)}, or request latencies or "
+                          "Splitwise's perf_model.csv (docs/running.md)")
     if len(passes.seconds) < len(FACTORS):
         raise _fail(path, f"{len(passes.seconds)} measurements; allowed: at least "
                           f"{len(FACTORS)} to fit {len(FACTORS)} factors")
