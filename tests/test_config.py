@@ -293,6 +293,7 @@ def test_bad_config_is_refused_in_one_line(path):
     assert path.name in msg
     assert expected_key(path) in msg
     assert "Traceback" not in msg
+    assert len(msg) - len(str(path)) <= 250  # the key, the reason and what is allowed, briefly
 
 
 def test_messages_carry_the_line_of_the_key():

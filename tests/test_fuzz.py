@@ -522,6 +522,9 @@ def test_a_long_run_says_so_even_quiet_and_one_beyond_memory_is_refused(tmp_path
     assert "minutes on this CPU" in first and "already exists" in refusal
     import sweep.execution.planning as planning
 
+    monkeypatch.setattr(planning, "machine_bytes", lambda: 1e9)
+    _one_refusal(capsys, main(["run", str(cfg), "--out", str(tmp_path / "o2"), "--quiet",
+                               "--per-request"]), "run.per_request: ~")
     monkeypatch.setattr(planning, "machine_bytes", lambda: 1e6)
     _one_refusal(capsys, main(["run", str(cfg), "--out", str(tmp_path / "o2"), "--quiet"]),
                  "workload.duration_s: one simulation of")

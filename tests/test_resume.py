@@ -216,7 +216,7 @@ def test_an_output_folder_that_cannot_be_created_is_one_line(reference, tmp_path
     blocker.write_text("not a folder")
     assert main(["run", str(cfg), "--out", str(blocker / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "cannot create" in err[0]
+    assert len(err) == 1 and "lies under" in err[0] and "not a folder" in err[0]
     assert blocker.read_text() == "not a folder"
 
 

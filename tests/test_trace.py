@@ -105,7 +105,7 @@ def test_config_columns_axis_and_relative_path(tmp_path, monkeypatch):
     ('trace = "azure.csv"\nprompt_tokens = 100\n', "workload.prompt_tokens: does not apply"),
     ('trace = "azure.csv"\nduration_s = 5.0\nnum_requests = 3\n', "workload.num_requests: both"),
     ('trace = "azure.csv"\nduration_s = -1.0\n', "workload.duration_s"),
-    ('trace = "azure.csv"\ntrace_time_scale = 0\n', "workload.trace_time_scale: must be a positive number"),
+    ('trace = "azure.csv"\ntrace_time_scale = 0\n', "workload.trace_time_scale: must be a number in (0.0, 1000000.0]"),
     ("trace_time_scale = 2.0\nduration_s = 5.0\n", "workload.trace_time_scale: applies only"),
     (f'trace = "{DATA / "trace_bad_columns.csv"}"\n', "missing columns"),
     (f'trace = "{DATA / "trace_negative_tokens.csv"}"\n', "column prompt_tokens: row 1 is '-3'"),

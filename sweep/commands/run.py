@@ -24,6 +24,7 @@ def cmd_run(args) -> int:
     from sweep.analysis.results import PARTS, next_part, read_parts, staging, write_part
     from sweep.execution.cluster import barrier, initialize, resolve
     from sweep.execution.progress import default_progress
+    from sweep.execution.planning import check_per_request
     from sweep.execution.runner import iter_chunks, plan_chunks
     from sweep.execution.workers import check as check_processes
     from sweep.execution.workers import default_processes
@@ -39,6 +40,7 @@ def cmd_run(args) -> int:
     if cluster:
         initialize(cluster)
     checked(plan_chunks, study, args.chunk_size)
+    checked(check_per_request, study, per_request)
     processes = args.processes or default_processes(
         len(study.points) * len(study.seeds) // jax.process_count())
     checked(check_processes, processes)

@@ -32,6 +32,9 @@ CALLS_IN_FLIGHT_CPU = 4
 #: Requests a 2-core CPU simulates per second in a large study's steady state (50,000-90,000
 #: measured, benchmarks/README.md): the low end, for a run's time estimate.
 CPU_REQUESTS_PER_S = 50_000
+#: Peak bytes of a per-request row: 9 eight-byte columns, held in the chunks' parts and in the
+#: joined, sorted table at once.
+REQUEST_ROW_BYTES = 200
 #: Seats of the first try (see ``scheduler``) unless the caller says (``first_seats``).
 SMALL_SEATS = 64
 #: Request slots of a simulation, at least: a power of two, like every slot count, so that
@@ -131,6 +134,18 @@ def _check_one_fits(study: Study, one: float) -> None:
         key, what = "levers.max_batch", f"{seats} seats (max_batch)"
     raise ValueError(f"{key}: one simulation of {what} needs ~{one / 1e9:.1f} GB, more than the "
                      f"{have / 1e9:.1f} GB this machine has; allowed: a smaller one")
+
+
+def check_per_request(study: Study, per_request: bool) -> None:
+    """Refuse per-request rows that the final table could not hold in memory."""
+    if not per_request:
+        return
+    rows = sum(p.workload.capacity for p in study.points) * len(study.seeds)
+    need, have = rows * REQUEST_ROW_BYTES, machine_bytes()
+    if need > have:
+        raise ValueError(f"run.per_request: ~{rows:,} request rows need ~{need / 1e9:.1f} GB, "
+                         f"more than the {have / 1e9:.1f} GB this machine has; allowed: false, "
+                         "or fewer designs, seeds or requests")
 
 
 def estimate_seconds(study: Study, simulations: int) -> float | None:

@@ -62,7 +62,9 @@ def check_size(r: Reader, keys, max_designs: int) -> None:
     dims = [(key, len(opts)) for _, key, opts, axis in keys if axis]
     total = math.prod(n for _, n in dims)
     if total > max_designs:
-        shape = " x ".join(f"{key} {n}" for key, n in dims)
+        big = sorted(dims, key=lambda d: -d[1])  # the largest axes, the ones to shrink
+        shape = " x ".join(f"{key} {n}" for key, n in big[:3]) + (" x ..." if len(big) > 3
+                                                                  else "")
         raise r.err(["run", "max_designs"],
                     f"the grid asks for {total} points ({shape}), more than max_designs = "
                     f"{max_designs}; allowed: at most {max_designs} (shrink an axis, or raise "
