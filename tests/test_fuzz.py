@@ -228,6 +228,14 @@ def _rewrite(path: Path, meta=None, table=None) -> None:
     pq.write_table(t.replace_schema_metadata({b"servesweep": raw}), path)
 
 
+def _edit(path: Path, edit: dict) -> None:
+    """One mutation of a results file: the file replaced, or its metadata or table changed."""
+    if "file" in edit:
+        edit["file"](path)
+    else:
+        _rewrite(path, edit.get("meta"), edit.get("table"))
+
+
 def _drop(key):
     return lambda m: {k: v for k, v in m.items() if k != key}
 
@@ -292,10 +300,7 @@ def test_a_malformed_results_folder_is_one_line_for_every_reader(name, file, edi
 
     folder = tmp_path / "res"
     shutil.copytree(small_run[1], folder)
-    if "file" in edit:
-        edit["file"](folder / file)
-    else:
-        _rewrite(folder / file, edit.get("meta"), edit.get("table"))
+    _edit(folder / file, edit)
     capsys.readouterr()
     with watchdog(60):
         rc = main(["report", str(folder)])
@@ -357,10 +362,7 @@ def test_a_capacity_folder_as_written_reads_back(tmp_path, capsys):
 def test_a_malformed_capacity_folder_is_one_line_for_every_reader(name, file, edit, tmp_path,
                                                                   capsys):
     folder = _capacity_folder(tmp_path / "cap")
-    if "file" in edit:
-        edit["file"](folder / file)
-    else:
-        _rewrite(folder / file, edit.get("meta"), edit.get("table"))
+    _edit(folder / file, edit)
     capsys.readouterr()
     with watchdog(60):
         _one_refusal(capsys, main(["report", str(folder)]), file)

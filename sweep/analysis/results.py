@@ -198,8 +198,8 @@ def read_manifest(out_dir: str | Path) -> dict:
     """The manifest of a partial (or finished) sweep in ``out_dir``."""
     path = Path(out_dir) / PARTS / MANIFEST
     if not (path.exists() or path.is_symlink()):
-        raise ResultsError(f"{out_dir}: not a resumable sweep (no {PARTS}/{MANIFEST}); use "
-                           "--force to overwrite it or choose another --out")
+        raise ResultsError(f"{out_dir}: not a resumable sweep (no {PARTS}/{MANIFEST}); allowed: "
+                           "the folder of an unfinished 'sweep run' (its --force starts over)")
     try:
         manifest = json.loads(read_text(path, "the manifest sweep run writes"))
     except ValueError as exc:

@@ -80,19 +80,20 @@ def parse_run(r: Reader, run, seeds_override, max_designs_override):
     if isinstance(md, bool) or not isinstance(md, int) or not 1 <= md <= MAX_DESIGNS_CAP:
         raise r.err(md_key, f"must be an integer in [1, {MAX_DESIGNS_CAP}]{suffix}, got "
                             f"{got(md)}")
-    max_steps = None
-    if "max_steps" in run:
-        max_steps = r.integer(["run", "max_steps"], run["max_steps"])
-        if not 1 <= max_steps <= MAX_STEPS:
-            raise r.err(["run", "max_steps"], f"{show(max_steps)} is out of range; "
-                                              f"allowed: an integer in [1, {MAX_STEPS}]")
-    max_requests = DEFAULT_MAX_REQUESTS
-    if "max_requests" in run:
-        max_requests = r.integer(["run", "max_requests"], run["max_requests"])
-        if not 1 <= max_requests <= MAX_REQUESTS:
-            raise r.err(["run", "max_requests"], f"{show(max_requests)} is out of range; "
-                                                 f"allowed: an integer in [1, {MAX_REQUESTS}]")
+    max_steps = _bounded(r, run, "max_steps", None, MAX_STEPS)
+    max_requests = _bounded(r, run, "max_requests", DEFAULT_MAX_REQUESTS, MAX_REQUESTS)
     return seeds, chunk_size, per_request, md, max_steps, model_error, max_requests
+
+
+def _bounded(r: Reader, run, key: str, default, most: int):
+    """``[run] key``: an integer in [1, most], or ``default`` when the config leaves it out."""
+    if key not in run:
+        return default
+    v = r.integer(["run", key], run[key])
+    if not 1 <= v <= most:
+        raise r.err(["run", key], f"{show(v)} is out of range; allowed: an integer in "
+                                  f"[1, {most}]")
+    return v
 
 
 def parse_seeds(r: Reader, parts, v, suffix="") -> list[int]:
