@@ -24,7 +24,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from sweep.execution.memory import memory_budget_bytes, study_bytes
+from sweep.execution.budget import memory_budget_bytes, study_bytes
 from sweep.execution.planning import SMALL_SEATS, calls_in_flight, plan_chunks
 from sweep.execution.runner import run_study
 from sweep.study.config import load_study

@@ -22,8 +22,8 @@ import jax
 import numpy as np
 
 from sweep.engine.reference import simulate_reference
-from sweep.execution import executables
 from sweep.execution.runner import run_study
+from sweep.runtime import executables
 from sweep.study.config import load_study
 from sweep.study.workload import sample
 

@@ -6,10 +6,10 @@ from dataclasses import dataclass, fields
 
 import pandas as pd
 
-from sweep.analysis.metrics import METRICS
 from sweep.execution.runner import run_study
 from sweep.study.config import Point, Study
 from sweep.study.design import Design
+from sweep.study.metric_names import METRICS
 from sweep.study.workload import Workload
 
 

@@ -5,12 +5,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sweep.analysis.calibrate import fit, read_measurements, roofline
 from sweep.cli import main
 from sweep.physics.models import get_model
 from sweep.physics.timing import pass_time
 from sweep.study.config import ConfigError, load_study, parse_study
 from sweep.study.profile import load_profile
+from sweep.workflows.calibrate import fit, read_measurements, roofline
 
 CAL = Path(__file__).parents[1] / "configs" / "calibration"
 PASSES = CAL / "h100_llama3_8b_passes.csv"
@@ -204,8 +204,8 @@ def serving_case(serving_cases):
 
 
 def test_a_serving_fit_recovers_the_factors_that_made_the_measurements(serving_cases):
-    from sweep.analysis.serving_fit import Param, fit_serving
-    from sweep.analysis.validate import load_cases
+    from sweep.workflows.serving_fit import Param, fit_serving
+    from sweep.workflows.validate import load_cases
 
     cases = load_cases([serving_cases])
     params = [Param("bandwidth_efficiency"), Param("overhead_ms")]

@@ -6,13 +6,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sweep.analysis import capacity, capacity_tables
-from sweep.analysis.metrics import METRICS
 from sweep.cli import main
 from sweep.engine.reference import simulate_reference
 from sweep.execution.runner import run_study, simulate_rows
 from sweep.study.config import Limit, Point, parse_study
+from sweep.study.metric_names import METRICS
 from sweep.study.workload import Requests
+from sweep.workflows import capacity, capacity_tables
 
 
 def _search(study):

@@ -8,10 +8,10 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from sweep.analysis.metrics import METRICS
 from sweep.api import simulate
 from sweep.cli import main
 from sweep.study.config import load_study
+from sweep.study.metric_names import METRICS
 
 N_DESIGNS = 2 * 2 * 2 * 2  # the small study of tests/conftest.py
 

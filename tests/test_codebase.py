@@ -1,5 +1,5 @@
-"""The codebase stays readable: no import cycle, short functions and modules, and importing the
-package leaves the caller's JAX settings alone."""
+"""The codebase stays readable: imports run one way through the rooms, no import cycle, short
+functions and modules, and importing the package leaves the caller's JAX settings alone."""
 import ast
 import subprocess
 import sys
@@ -35,6 +35,28 @@ def _imports(name: str, tree: ast.Module, modules) -> set[str]:
                 if q in modules and q != name and not name.startswith(q + "."):
                     found.add(q)
     return found
+
+
+#: The package's rooms, lowest first: a module may import its own room and the ones below it,
+#: never one above (data flows one way: hardware and model, what to simulate, the engine, what
+#: results mean, how simulations run, the questions asked of many runs, the interfaces).
+ROOMS = [("sweep.errors", "sweep.files", "sweep.version", "sweep.runtime"), ("sweep.physics",),
+         ("sweep.study",), ("sweep.engine",), ("sweep.analysis",), ("sweep.execution",),
+         ("sweep.workflows",), ("sweep.api", "sweep.commands", "sweep.cli", "sweep")]
+
+
+def _room(module: str) -> int:
+    for level, names in enumerate(ROOMS):
+        if any(module == n or (n != "sweep" and module.startswith(n + ".")) for n in names):
+            return level
+    raise AssertionError(f"{module}: in no declared room")
+
+
+def test_imports_run_one_way_through_the_rooms():
+    modules = _modules()
+    uphill = [f"{m} -> {n}" for m, t in modules.items() for n in sorted(_imports(m, t, modules))
+              if _room(n) > _room(m)]
+    assert uphill == [], "imports from a lower room to a higher one: " + "; ".join(uphill)
 
 
 def test_no_import_cycles():

@@ -16,7 +16,7 @@ import pytest
 
 from sweep.api import simulate
 from sweep.engine import lanes
-from sweep.execution import executables
+from sweep.runtime import executables
 from sweep.study.design import Design
 from sweep.study.workload import Lengths, Workload
 
@@ -128,7 +128,7 @@ SCRIPT = """
 import sys
 import jax
 import jax.numpy as jnp
-from sweep.execution import executables
+from sweep.runtime import executables
 jax.config.update("jax_compilation_cache_dir", sys.argv[1] + "/xla")
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 executables.use(sys.argv[1] + "/executables")
@@ -159,7 +159,7 @@ import os, sys
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=3"
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
-from sweep.execution import executables
+from sweep.runtime import executables
 executables.use(sys.argv[1])
 d = jax.devices()
 fn = jax.jit(lambda x: 2 * x + jnp.cumsum(x))

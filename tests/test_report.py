@@ -4,9 +4,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sweep.analysis.metrics import METRICS
 from sweep.analysis.report import lever_columns, meets_brief, miss_label, render, verdict
 from sweep.study.config import Limit
+from sweep.study.metric_names import METRICS
 
 BRIEF = [Limit("p95_ttft_s", max=0.5), Limit("p95_itl_ms", max=15.0),
          Limit("cost_per_mtok", max=0.20), Limit("weight_bits", min=8)]

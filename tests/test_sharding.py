@@ -9,10 +9,11 @@ import jax
 import pandas as pd
 import pytest
 
-from sweep.execution import executables, planning, runner
 from sweep.execution import workers as local_workers
 from sweep.execution.runner import run_study
 from sweep.execution.workers import check as check_processes
+from sweep.execution import planning, runner
+from sweep.runtime import executables
 from sweep.study.config import parse_study
 
 REPO = Path(__file__).parents[1]
@@ -35,8 +36,8 @@ seeds = 3
 SCRIPT = """
 import sys
 import jax
-from sweep.study.config import parse_study
 from sweep.execution.runner import run_study
+from sweep.study.config import parse_study
 assert len(jax.local_devices()) == 4, jax.local_devices()
 res = run_study(parse_study(sys.stdin.read()), chunk_size=2, per_request=True)
 res.runs.to_pickle(sys.argv[1] + "/runs.pkl")

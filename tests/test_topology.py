@@ -1,5 +1,5 @@
 """Replicas behind a router and disaggregated prefill/decode pools: the engine's
-composition (sweep/execution/topology.py) and the event-driven twin's agree request by request, and
+composition (sweep/engine/topology.py) and the event-driven twin's agree request by request, and
 switching either off changes nothing."""
 import math
 
@@ -8,9 +8,9 @@ import pytest
 
 from sweep.analysis.metrics import summarize
 from sweep.engine import ITL_LOG_WIDTH, simulate_batch
+from sweep.engine import topology
 from sweep.engine.reference import (simulate_disaggregated_reference, simulate_replicas_reference,
                                     summarize_reference)
-from sweep.execution import topology
 from sweep.execution.batch import stack
 from sweep.physics.numerics import float64
 from sweep.study.config import ConfigError, parse_study

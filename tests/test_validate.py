@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sweep.analysis.validate import (_Z90, COLUMNS, Case, Simulated, compare, load_cases,
-                                     overloaded, render)
 from sweep.cli import main
 from sweep.study.config import ConfigError, parse_study
+from sweep.workflows.validate import (_Z90, COLUMNS, Case, Simulated, compare, load_cases,
+                                     overloaded, render)
 
 ROOT = Path(__file__).resolve().parents[1]
 

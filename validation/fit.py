@@ -3,7 +3,7 @@ model's error on the held-out ones (docs/validation.md says how, and why).
 
     python validation/fit.py [--seeds N] [--duration S]
 
-1. The factors (``sweep.analysis.serving_fit``): every case of ``validation/fit/`` (vLLM runs on
+1. The factors (``sweep.workflows.serving_fit``): every case of ``validation/fit/`` (vLLM runs on
    H100, A100 and L40S) is simulated, one vectorised sweep per case and iteration, and a bounded
    Levenberg-Marquardt search fits the serving engine's terms on every GPU's cases together (the
    host's time per pass and per decoding sequence, the all-reduce's latency and share of the link)
@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from sweep.analysis.serving_fit import Param, fit_serving, simulate_settings
-from sweep.analysis.validate import load_cases
 from sweep.physics.hardware import CATALOG, FITS, VLLM
+from sweep.workflows.serving_fit import Param, fit_serving, simulate_settings
+from sweep.workflows.validate import load_cases
 
 HERE = Path(__file__).parent
 #: Shared by every GPU's cases: the serving engine's.

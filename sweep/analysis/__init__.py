@@ -1,1 +1,1 @@
-"""From rows to answers: metrics, Parquet results, frontiers, reports, capacity, calibration and validation."""
+"""From rows to answers: metrics, Parquet results and tables, frontiers and reports."""

@@ -14,7 +14,7 @@ alongside, not folded in: a design can meet the brief on its means with ``p_pass
 the reader should see that. Truncated simulations (``truncated`` mean > 0) are kept in every
 list but flagged there and warned about: their metrics are not to be trusted.
 
-Note: ``passes`` in ``sweep.analysis.metrics.METRICS`` is the engine's pass count, not a verdict; this
+Note: ``passes`` in ``sweep.study.metric_names.METRICS`` is the engine's pass count, not a verdict; this
 module never reads a ``passes`` column and calls its verdict ``meets_brief``.
 """
 from __future__ import annotations
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from sweep.analysis.metrics import METRICS
 from sweep.study.config import Limit
+from sweep.study.metric_names import METRICS
 
 #: Suffixes of the per-metric statistics in an aggregate.
 STAT_SUFFIXES = ("_std", "_ci_low", "_ci_high")

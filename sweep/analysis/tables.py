@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from sweep.analysis.metrics import METRICS
 from sweep.study.config import Study
+from sweep.study.metric_names import METRICS
 
 _DTYPES = {"f8": "float64", "i8": "int64", "b": "bool"}
 

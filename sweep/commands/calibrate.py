@@ -9,8 +9,8 @@ from sweep.commands.common import (UsageError, checked, out_file, out_folder,
 
 
 def cmd_calibrate(args) -> int:
-    from sweep.analysis.calibrate import FACTORS, fit, profile_text, read_measurements, roofline
     from sweep.physics.models import get_model, load_hf_config
+    from sweep.workflows.calibrate import FACTORS, fit, profile_text, read_measurements, roofline
 
     meas = Path(args.measurements)
     if meas.is_dir() or meas.suffix == ".toml":
@@ -38,8 +38,8 @@ def cmd_calibrate(args) -> int:
 
 def _calibrate_serving(args, meas: Path) -> int:
     """``sweep calibrate CASES``: the factors that best replay measured serving runs."""
-    from sweep.analysis.serving_fit import fit_serving, gpu_params, gpu_value, profile_text
-    from sweep.analysis.validate import load_cases
+    from sweep.workflows.serving_fit import fit_serving, gpu_params, gpu_value, profile_text
+    from sweep.workflows.validate import load_cases
 
     if not 0 < args.duration < float("inf"):
         raise UsageError(f"--duration: {args.duration}; allowed: seconds > 0")
@@ -82,9 +82,9 @@ def _write_profile(out: Path, text: str) -> None:
 
 
 def cmd_validate(args) -> int:
-    from sweep.analysis.validate import (DEFAULT_OUT, check_out, compare, load_cases, metadata,
-                                         overloaded, plan, render, simulate, write)
     from sweep.execution.progress import default_progress
+    from sweep.workflows.validate import (DEFAULT_OUT, check_out, compare, load_cases, metadata,
+                                         overloaded, plan, render, simulate, write)
 
     use_executable_cache()
     out = out_folder(Path(args.out) if args.out else DEFAULT_OUT)

@@ -14,13 +14,13 @@ from sweep.commands.common import UsageError, checked, device, out_folder, use_e
 def cmd_capacity(args) -> int:
     import jax
 
-    from sweep.analysis import capacity, capacity_tables
     from sweep.analysis.report import render_capacity
     from sweep.analysis.results import (CAPACITY_PARTS, load_capacity, replace_folder,
                                         write_capacity_part, write_results)
     from sweep.execution.progress import default_progress
     from sweep.execution.runner import simulate_rows
     from sweep.study.config import load_study
+    from sweep.workflows import capacity, capacity_tables
 
     use_executable_cache()
     study = checked(load_study, args.config, seeds=args.seeds)

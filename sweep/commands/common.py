@@ -110,7 +110,7 @@ def device() -> str:
 def use_executable_cache() -> None:
     """Compiled executables persist across runs (the same shapes recompile in ~10 s each
     otherwise). Not JAX's persistent cache as well: what it loads cannot be written again."""
-    from sweep.execution import executables
+    from sweep.runtime import executables
 
     cache = os.environ.get("SERVESWEEP_CACHE", Path.home() / ".cache" / "servesweep")
     executables.use(Path(cache) / "executables")

@@ -12,7 +12,8 @@ taken at once. Its modules, in the order a step uses them:
 - ``extensions``: prefix caching and chunked prefill's part of each rule, compiled in only for
   a batch that uses them;
 - ``decode``: the decode runs;
-- ``lanes``: ``step``, and ``simulate_batch``, the entry, over a pool of lanes.
+- ``lanes``: ``step``, and ``simulate_batch``, the entry, over a pool of lanes;
+- ``topology``: what replicas and disaggregated pools are, as servers the engine runs.
 """
 from sweep.engine.extensions import smallest_chunk, uses_extensions
 from sweep.engine.lanes import DEFAULT_LOOKAHEAD, DEFAULT_STATIC_LOOKAHEAD, simulate_batch, step

@@ -17,8 +17,8 @@ from sweep.engine.extensions import smallest_chunk, uses_extensions
 from sweep.engine.passes import accepted, general_pass
 from sweep.engine.state import (Aux, EngineOutput, EngineState, initial_state, make_aux, needs_pass,
                                 output, unfinished)
-from sweep.execution import executables
 from sweep.physics.numerics import float64
+from sweep.runtime import executables
 from sweep.study.design import EngineParams
 from sweep.study.workload import Requests
 

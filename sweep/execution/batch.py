@@ -6,8 +6,8 @@ import numpy as np
 
 from sweep.analysis.metrics import summarize
 from sweep.engine import EngineOutput, simulate_batch
-from sweep.execution import executables
 from sweep.physics.numerics import float64
+from sweep.runtime import executables
 from sweep.study.design import EngineParams
 from sweep.study.workload import Requests
 

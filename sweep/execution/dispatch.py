@@ -9,12 +9,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from sweep.analysis.metrics import METRICS
 from sweep.engine import simulate_batch
-from sweep.execution import topology
+from sweep.engine import topology
 from sweep.execution.batch import stack, summarize_batch
 from sweep.execution.planning import Shape
 from sweep.physics.numerics import float64
+from sweep.study.metric_names import METRICS
 from sweep.study.workload import Workload, sample_args, sample_batch_shape
 
 #: A workload with no requests: padding that ends at once.

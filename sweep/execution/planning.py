@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import jax
 
-from sweep.execution.memory import (machine_bytes, memory_budget_bytes, simulation_bytes,
+from sweep.execution.budget import (machine_bytes, memory_budget_bytes, simulation_bytes,
                                     study_bytes)
 from sweep.study.config import Study
 
@@ -35,7 +35,7 @@ CPU_REQUESTS_PER_S = 50_000
 #: Peak bytes of a per-request row: 9 eight-byte columns, held in the chunks' parts and in the
 #: joined, sorted table at once.
 REQUEST_ROW_BYTES = 200
-#: Seats of the first try (see ``scheduler``) unless the caller says (``first_seats``).
+#: Seats of the first try (see ``calls``) unless the caller says (``first_seats``).
 SMALL_SEATS = 64
 #: Request slots of a simulation, at least: a power of two, like every slot count, so that
 #: workloads of similar size share a compiled shape.

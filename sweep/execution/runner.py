@@ -2,7 +2,7 @@
 
 Simulations are grouped by seat tier and request slots (one compilation per group, see
 ``planning``); each group is cut into calls of equal shape (the last padded with simulations
-that have no requests), run by the ``scheduler`` on worker threads over every local device
+that have no requests), run by ``calls`` on worker threads over every local device
 (``dispatch``). A simulation's result depends only on its own design, workload and seed, never
 on its call-mates, so any grouping, any device count and any split over processes give the same
 rows: ``iter_chunks`` yields the finished rows call by call (the CLI saves each as a part, so a
@@ -19,9 +19,9 @@ import jax
 import pandas as pd
 
 from sweep.analysis.tables import grid_table, requests_table, runs_table
+from sweep.execution.calls import Chunk, local_chunks
 from sweep.execution.planning import Planned, plan_chunks
 from sweep.execution.progress import Progress
-from sweep.execution.scheduler import Chunk, local_chunks
 from sweep.execution.workers import in_processes
 from sweep.study.config import Study
 

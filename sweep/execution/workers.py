@@ -61,9 +61,9 @@ def in_processes(study, processes: int, *, share: tuple[int, int], skip, progres
     every ``processes``-th simulation of ``share``; their chunks are yielded as they come."""
     import jax
 
-    from sweep.execution import executables
     from sweep.execution.planning import share_of
     from sweep.execution.progress import Tally
+    from sweep.runtime import executables
 
     check(processes)
     cores = sorted(os.sched_getaffinity(0))
@@ -119,8 +119,8 @@ def _main(fd: int) -> None:
     os.sched_setaffinity(0, {core})  # before JAX starts its runtime and sizes its thread pool
     import jax
 
-    from sweep.execution import executables
-    from sweep.execution.scheduler import local_chunks
+    from sweep.execution.calls import local_chunks
+    from sweep.runtime import executables
 
     xla_cache, executables_dir = cache
     if xla_cache:

@@ -235,11 +235,11 @@ class Design:
 
     def params(self) -> "EngineParams":
         """One server's engine arrays (validated first); a design with replicas or
-        disaggregated pools runs as several servers: ``sweep.execution.topology.plan``."""
+        disaggregated pools runs as several servers: ``sweep.engine.topology.plan``."""
         self.validate()
         if self.replicas != 1 or self.disaggregated:
             raise FieldError("design", "replicas and prefill/decode pools are several servers",
-                             "sweep.execution.topology.plan(design)")
+                             "sweep.engine.topology.plan(design)")
         gpu = self.gpu_spec
         price = gpu.price_per_gpu_hour if self.price_per_gpu_hour is None else self.price_per_gpu_hour
         return EngineParams(
@@ -286,7 +286,7 @@ class EngineParams(NamedTuple):
     accept_thresholds: np.ndarray  # int32[MAX_DRAFT_TOKENS]: round(acceptance**j x 2**24), 0 past k
     block_bytes: np.ndarray  # float64: bytes per KV block (for peak KV memory)
     gpus: np.ndarray  # float64
-    transferred: np.ndarray  # bool: requests arrive prefilled (a decode pool: sweep/execution/topology.py)
+    transferred: np.ndarray  # bool: requests arrive prefilled (a decode pool: sweep/engine/topology.py)
     price_per_gpu_s: np.ndarray  # float64, $ per GPU-second
     prefix_cache: np.ndarray  # bool: reuse cached shared prefixes
     prefill_chunk: np.ndarray  # int32: prefill tokens per pass at most, 0 = unlimited

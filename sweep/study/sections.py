@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sweep.analysis.metrics import METRICS
 from sweep.errors import got, listed, show
 from sweep.study.fields import COLUMNS, MAX_REQUESTS, NUMERIC_COLUMNS, TEXT_COLUMNS
+from sweep.study.metric_names import METRICS
 from sweep.study.reader import Reader
 
 DEFAULT_MAX_DESIGNS = 100_000

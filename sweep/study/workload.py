@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from sweep.errors import FieldError
-from sweep.execution import executables
 from sweep.physics.numerics import float64, running_sum
+from sweep.runtime import executables
 from sweep.study.fields import ARRIVALS, WORKLOAD_FIELDS, check, declared
 from sweep.study.lengths import DISTS, Lengths
 from sweep.study.trace import Trace

@@ -64,9 +64,9 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from sweep.analysis.validation_report import FLAGS, plot, render
 from sweep.study import model_error
 from sweep.study.config import ConfigError, Study, load_study
+from sweep.workflows.validation_report import FLAGS, plot, render
 
 DEFAULT_OUT = Path("results") / "validation"
 FILES = ("validation.parquet", "validation.png", "validation.svg")

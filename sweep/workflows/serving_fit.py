@@ -1,6 +1,6 @@
 """Fit the pass-time factors and the request's time outside the passes to measured serving runs.
 
-A case is a validation case (``sweep.analysis.validate``): one design and a workload, with the
+A case is a validation case (``sweep.workflows.validate``): one design and a workload, with the
 latencies a real server measured. The factors that change a simulation (``SIMULATED``: the
 roofline's efficiencies, the host's costs per pass and per sequence, the all-reduce latency) are
 fitted by a bounded Levenberg-Marquardt search whose Jacobian is taken by finite differences: each

@@ -26,10 +26,10 @@ import pandas as pd
 
 from sweep.analysis.tables import call_metrics, call_requests
 from sweep.engine import uses_extensions
-from sweep.execution import topology
+from sweep.engine import topology
 from sweep.execution.batch import stack
+from sweep.execution.budget import widest
 from sweep.execution.dispatch import NOTHING, dispatch, warm
-from sweep.execution.memory import widest
 from sweep.execution.planning import (Group, Planned, Shape, Sim, call_shape, groups,
                                       plan_chunks, request_slots, share_of, split)
 from sweep.execution.progress import Progress, Tally

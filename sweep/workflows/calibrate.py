@@ -23,7 +23,7 @@ depends on (no compute-bound pass, say) is not identified and keeps its default.
 
 ``sweep calibrate CASES`` (a validation case, or a folder of them: configs of one design with a
 ``[measured]`` table of at least mean TTFT and end-to-end latency, as ``validation/make_cases.py``
-writes from measured vLLM runs) fits to serving runs instead (``sweep.analysis.serving_fit``).
+writes from measured vLLM runs) fits to serving runs instead (``sweep.workflows.serving_fit``).
 
 The result is a hardware profile (TOML) that a config names with ``[hardware] profile``.
 """

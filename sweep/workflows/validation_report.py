@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sweep.analysis.metrics import METRICS
+from sweep.study.metric_names import METRICS
 
 #: Metrics stated as flags (true or false) rather than numbers.
 FLAGS = tuple(m for m, kind in METRICS.items() if kind == "b")

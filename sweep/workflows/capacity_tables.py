@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from sweep.analysis.capacity import (AT_CAPACITY_RUNS, IMPROVES_WITH_LOAD, QUEUEING, Runner,
-                                     Search, failures, missed_lever)
 from sweep.study.config import Limit, Point, Study
+from sweep.workflows.capacity import (AT_CAPACITY_RUNS, IMPROVES_WITH_LOAD, QUEUEING, Runner,
+                                     Search, failures, missed_lever)
 
 
 def _mean(rows: list[dict], key: str) -> float:

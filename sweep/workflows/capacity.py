@@ -31,11 +31,11 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from sweep.analysis.metrics import METRICS
 from sweep.errors import show
 from sweep.execution.planning import Planned, request_slots
 from sweep.physics.timing import pass_time
 from sweep.study.config import Limit, Point, Study
+from sweep.study.metric_names import METRICS
 
 #: Metrics that more load improves: checked at capacity, not during the search.
 IMPROVES_WITH_LOAD = ("cost_per_mtok", "tokens_per_s", "goodput_rps", "utilization")
@@ -54,7 +54,7 @@ SCREEN_TOLERANCES = 3
 CONFIRM_SPLITS = 4  # parts a confirmation round cuts a bracket into, at most
 STEPS = (1, 3, 9)  # tolerances a confirmation round steps from an end the seeds overturned
 FIRST_SEEDS = 4  # seeds a confirmation tries first: failures there may decide a rate
-#: Seats of a simulation's first try (``scheduler``): near its capacity a design holds more
+#: Seats of a simulation's first try (``calls``): near its capacity a design holds more
 #: requests at once than at a sweep's load, and the brief's search ran 1.27x faster with
 #: 128 than with the sweep's 64 (benchmarks/README.md), which overflow more often into the
 #: costly full seat array.

@@ -1,0 +1,16 @@
+"""The summary metrics a simulation reports, by name: what a brief, a capacity search and
+the tables check keys against, below the engine that computes them."""
+
+#: Every summary metric, in output order: name -> dtype ("f8" float64, "i8" int64, "b" bool).
+METRICS = {
+    "mean_ttft_s": "f8", "p50_ttft_s": "f8", "p90_ttft_s": "f8", "p95_ttft_s": "f8",
+    "p99_ttft_s": "f8",
+    "mean_tpot_ms": "f8", "p50_tpot_ms": "f8", "p95_tpot_ms": "f8", "p99_tpot_ms": "f8",
+    "p95_itl_ms": "f8", "p99_itl_ms": "f8",
+    "mean_e2e_s": "f8", "p50_e2e_s": "f8", "p90_e2e_s": "f8", "p95_e2e_s": "f8", "p99_e2e_s": "f8",
+    "tokens_per_s": "f8", "requests": "i8", "completed": "i8", "unfinished": "i8",
+    "preemptions": "i8", "peak_kv_gb": "f8", "max_queue": "i8", "cost_per_mtok": "f8",
+    "mean_in_system": "f8", "utilization": "f8", "sim_time_s": "f8", "passes": "i8",
+    "unstable": "b", "truncated": "b", "prefix_hit_rate": "f8", "prefill_tokens_saved": "i8",
+    "slo_attainment": "f8", "goodput_rps": "f8",
+}
