@@ -13,41 +13,65 @@ or from designs in Python::
                        seeds=4)
     r.metrics                                          # one row per design x seed
 
-``sweep.load_results(folder)`` reads a results folder back. The levers and the rules are in
+``sweep.capacity(config)``, ``sweep.validate(cases)`` and ``sweep.calibrate(measurements, ...)``
+are the other commands, each returning its tables. ``sweep.load_results(folder)`` reads a
+results folder back. The levers and the rules are in
 docs/config.md and docs/model.md.
 """
 from sweep.version import __version__  # noqa: F401
 
-__all__ = ["Design", "Workload", "simulate", "run", "load_results", "frontier", "verdict"]
+__all__ = ["Design", "Workload", "simulate", "run", "capacity", "validate", "calibrate",
+           "load_results", "frontier", "verdict"]
 
 # The function, not its module, under this name (a module of the same name is imported anyway).
 from sweep.analysis.frontier import frontier  # noqa: E402
 
 
 def run(config, out=None, seeds: int | None = None, resume: bool = False, force: bool = False,
-        quiet: bool = True):
+        quiet: bool = True, **options):
     """``sweep run`` from Python: simulate a config's grid into a results folder (default
     ``results/<name>``), resuming an interrupted run with ``resume``; returns its ``Results``.
-    A bad config raises ``ValueError`` with the CLI's one-line message."""
-    import contextlib
-    import io
+    A bad config raises ``ValueError`` with the CLI's one-line message. ``options``: those of
+    ``sweep.execution.study_run.run`` (``chunk_size``, ``per_request``, ``processes``, ...)."""
+    from sweep.execution.progress import default_progress
+    from sweep.execution.study_run import run as run_config
 
-    from sweep.analysis.results import load_results as _load
-    from sweep.cli import main
-    from sweep.study.config import load_study
+    return run_config(config, out, seeds=seeds, resume=resume, force=force,
+                      progress=None if quiet else default_progress(), **options).results
 
-    study = load_study(config, seeds=seeds)
-    folder = out or f"results/{study.name}"
-    argv = ["run", str(config), "--out", str(folder)]
-    argv += [*(["--seeds", str(seeds)] if seeds else []), *(["--resume"] if resume else []),
-             *(["--force"] if force else []), *(["--quiet"] if quiet else [])]
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err) if quiet else contextlib.nullcontext():
-        code = main(argv)
-    if code != 0:
-        raise ValueError(err.getvalue().strip().splitlines()[-1] if err.getvalue().strip()
-                         else f"sweep run exited with status {code}")
-    return _load(folder)
+
+def capacity(config, out=None, seeds: int | None = None, target_rate: float | None = None,
+             resume: bool = False, force: bool = False, quiet: bool = True):
+    """``sweep capacity`` from Python: each design's capacity within the brief and the cheapest
+    fleets for ``target_rate``; returns a ``CapacityOutcome`` (``.capacity``, ``.fleet`` tables,
+    ``.meta``). A bad config raises ``ValueError`` with the CLI's one-line message."""
+    from sweep.execution.progress import default_progress
+    from sweep.workflows.capacity_study import capacity as search
+
+    return search(config, out, seeds=seeds, target_rate=target_rate, resume=resume,
+                  force=force, progress=None if quiet else default_progress())
+
+
+def validate(cases, out=None, seeds: int | None = None, quiet: bool = True):
+    """``sweep validate`` from Python: predictions against measured runs; returns a
+    ``Validation`` (``.table``, ``.text``, ``.paths``)."""
+    import os
+
+    from sweep.execution.progress import default_progress
+    from sweep.workflows.validate import validate as compare
+
+    paths = [cases] if isinstance(cases, (str, os.PathLike)) else list(cases)
+    return compare(paths, out, seeds, progress=None if quiet else default_progress())
+
+
+def calibrate(measurements, out=None, **options):
+    """``sweep calibrate`` from Python: fit the factors to measurements and write the profile;
+    returns a ``Calibration`` (``.profile``, ``.factors``). ``options``: ``gpu``, ``model``,
+    ``gpus``, ``weight_bits``, ``kv_bits``, ``measured_model``, ``duration``, ``seeds``,
+    ``force``, as the command's flags."""
+    from sweep.workflows.calibration import calibrate as fit
+
+    return fit(measurements, out, **options)
 
 
 def __getattr__(name):  # the heavier modules load on first use

@@ -13,9 +13,10 @@ import time
 
 from sweep.commands.calibrate import cmd_calibrate, cmd_validate
 from sweep.commands.capacity import cmd_capacity
-from sweep.commands.common import EXIT_TRUNCATED, EXIT_USAGE, Truncated, UsageError
+from sweep.commands.common import EXIT_TRUNCATED, EXIT_USAGE
 from sweep.commands.report import cmd_frontier, cmd_report
 from sweep.commands.run import cmd_merge, cmd_run
+from sweep.errors import Truncated, UsageError
 
 
 def _positive_int(text: str) -> int:

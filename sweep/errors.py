@@ -100,3 +100,20 @@ def show(v) -> str:
 def got(v) -> str:
     """``kind value`` for scalars, the kind alone for tables and arrays."""
     return f"{kind(v)} {show(v)}" if isinstance(v, (bool, int, float, str)) else kind(v)
+
+
+class UsageError(ValueError):
+    """Something the user can fix: one line; a command exits with status 2."""
+
+
+def checked(fn, *args, **kwargs):
+    """Run an input-validating call; its ValueError (ConfigError, ResultsError, a lever's own
+    check) becomes a UsageError. Errors anywhere else keep their traceback: they are bugs."""
+    try:
+        return fn(*args, **kwargs)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+class Truncated(Exception):
+    """A strict run (``--strict``) whose simulation hit its step bound; exit status 3."""

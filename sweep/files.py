@@ -8,6 +8,8 @@ import os
 import stat
 from pathlib import Path
 
+from sweep.errors import UsageError
+
 #: A config, a profile, a case or a model's config.json is a few kilobytes; 16 MiB is far
 #: beyond any of them and small enough to hold.
 MAX_TEXT_BYTES = 16 * 2**20
@@ -68,3 +70,61 @@ def check_table(path: str | Path, allowed: str, limit: int = MAX_TABLE_BYTES) ->
     if path.stat().st_size > limit:
         raise FileRefused(path, f"larger than {limit} bytes", allowed)
     return path
+
+
+# --- where a command writes: refused before anything is written ---------------------------------
+def _ancestor(path: Path) -> Path:
+    """The nearest part of ``path`` that exists (itself included)."""
+    for p in (path, *path.parents):
+        if p.exists() or p.is_symlink():
+            return p
+    return Path(".")
+
+
+def out_folder(path: Path, flag: str = "--out") -> Path:
+    """A folder to write into, refused before anything is written when it is a file, lies
+    under one, or cannot be created."""
+    top = _ancestor(path)
+    if not top.is_dir():
+        where = "is" if top == path else f"lies under {top}, which is"
+        raise UsageError(f"{flag}: {path} {where} not a folder; allowed: a new or existing "
+                         "folder")
+    return path
+
+
+def make_folder(path: Path, flag: str = "--out") -> Path:
+    out_folder(path, flag)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{flag}: {path} cannot be created ({exc.strerror or exc}); allowed: "
+                         "a folder this user may write") from None
+    return path
+
+
+def out_file(path: Path, force: bool, flag: str = "--out") -> Path:
+    """A file to write, refused before anything is written when it is a folder or a special
+    file, lies under a file, or exists without ``--force``."""
+    if path.exists() or path.is_symlink():
+        if not path.is_file():
+            raise UsageError(f"{flag}: {path} is not a regular file; allowed: a new file, or an "
+                             "existing one with --force")
+        if not force:
+            raise UsageError(f"{flag}: {path} already exists; use --force to overwrite")
+    elif not _ancestor(path.parent).is_dir():
+        raise UsageError(f"{flag}: {path} lies under {_ancestor(path.parent)}, which is not a "
+                         "folder; allowed: a file path in a folder")
+    return path
+
+
+def write_file(path: Path, text: str, flag: str = "--out") -> None:
+    """``text`` into ``path`` whole: written beside it, then renamed over it."""
+    make_folder(path.parent, flag)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UsageError(f"{flag}: {path} cannot be written ({exc.strerror or exc}); allowed: a "
+                         "file this user may write") from None

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sweep.commands.common import checked, make_folder
+from sweep.errors import checked
+from sweep.files import make_folder
 
 
 def cmd_frontier(args) -> int:

@@ -64,6 +64,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from sweep.errors import UsageError, checked
+from sweep.files import out_folder
 from sweep.study import model_error
 from sweep.study.config import ConfigError, Study, load_study
 from sweep.workflows.validation_report import FLAGS, plot, render
@@ -314,19 +316,35 @@ def write(out: Path, table: pd.DataFrame, meta: dict) -> tuple[str, ...]:
     return (str(out / FILES[0]),) + plot(table, out / FILES[1], out / FILES[2])
 
 
+@dataclass
+class Validation:
+    """Predictions against the measurements: the table (one row per case and metric), its
+    text, and the report files written."""
+
+    table: pd.DataFrame
+    text: str
+    paths: tuple[str, ...]
+
+
 def validate(paths, out: str | Path | None = None, seeds: int | None = None,
-             progress: Callable[[int, int, int, int, float], None] | None = None
-             ) -> tuple[pd.DataFrame, str, tuple[str, ...]]:
-    """Check every case and the output folder, simulate, compare and write the report:
-    (the table, its text, the paths written). A bad case raises a ValueError (one line) before
-    anything is simulated or written."""
-    out = DEFAULT_OUT if out is None else Path(out)
-    cases = load_cases(paths, seeds)
-    check_out(out)
-    runs = plan(cases)
+             progress: Callable[[int, int, int, int, float], None] | None = None,
+             echo: Callable[[str], None] = lambda line: None) -> Validation:
+    """Check every case and the output folder, simulate, compare and write the report into
+    ``out`` (default ``results/validation``). A bad case or output folder raises a one-line
+    ``UsageError`` (a ValueError) before anything is simulated or written."""
+    out = out_folder(DEFAULT_OUT if out is None else Path(out))
+    cases = checked(load_cases, paths, seeds)
+    checked(check_out, out)
+    runs = checked(plan, cases)
+    echo(f"sweep validate: {len(cases)} cases, {sum(len(c.study.seeds) for c in cases)} "
+         "simulations")
     sims = simulate(cases, runs, progress)
     table = compare(cases, sims)
-    return table, render(table, overloaded(cases, sims)), write(out, table, metadata(cases))
+    try:
+        written = write(out, table, metadata(cases))
+    except OSError as exc:
+        raise UsageError(f"{out}: cannot write the report: {exc.strerror or exc}") from None
+    return Validation(table, render(table, overloaded(cases, sims)), written)
 
 
 def metadata(cases: list[Case]) -> dict:

@@ -1,0 +1,136 @@
+"""A capacity study on disk: the search of ``workflows.capacity`` run in resumable rounds into a
+results folder, and its tables. ``sweep capacity`` is ``capacity`` with its arguments from the
+command line; ``sweep.capacity`` is the same from Python."""
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from sweep.errors import UsageError, checked
+from sweep.files import out_folder
+
+
+@dataclass
+class CapacityOutcome:
+    """A capacity study's tables and metadata, and where they are."""
+
+    capacity: pd.DataFrame  # one row per design: the most load it carries within the brief
+    fleet: pd.DataFrame | None  # the cheapest fleets for the target (None without one)
+    meta: dict
+    folder: Path
+    kept: bool = False  # a finished search of the same config, kept as it was
+    simulations: int = 0  # run by this search, in all its rounds
+    seconds: float = 0.0
+
+
+def capacity(config, out=None, *, seeds: int | None = None, target_rate: float | None = None,
+             resume: bool = False, force: bool = False, progress=None,
+             echo: Callable[[str], None] = lambda line: None) -> CapacityOutcome:
+    """The most load each design of ``config`` carries within its brief, and the cheapest fleet
+    for ``target_rate`` (default ``[capacity] target_rate``), into ``out`` (default
+    ``results/<name>-capacity``). ``resume`` continues an interrupted search (a finished one of
+    the same config is kept); ``force`` replaces a finished one once the new tables are
+    complete. A refusal is a one-line ``UsageError`` raised before anything is written."""
+    import jax
+
+    from sweep.analysis.results import (CAPACITY_PARTS, load_capacity, replace_folder,
+                                        write_capacity_part, write_results)
+    from sweep.execution.runner import device_description, simulate_rows
+    from sweep.study.config import load_study
+    from sweep.workflows import capacity as search, capacity_tables
+
+    t0 = time.perf_counter()
+    study = checked(load_study, config, seeds=seeds)
+    target = target_rate if target_rate is not None else study.capacity["target_rate"]
+    checked(search.check, study, target)
+    out = out_folder(Path(out) if out else Path("results") / f"{study.name}-capacity")
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    identity = {"config_text": study.text, "seeds": study.seeds, "target_rate": target}
+    work, saved = _capacity_out(out, resume, force, identity)
+    if work is None:  # a finished search of the same config: kept
+        cap, fleet, meta = checked(load_capacity, out)
+        return CapacityOutcome(cap, fleet, meta, out, kept=True)
+    limits = search.load_limits(study)
+    rounds = [0 if saved is None else int(saved["round"].max()) + 1 if len(saved) else 0]
+
+    def on_round(rows):
+        write_capacity_part(work, rounds[0], rows.assign(round=rounds[0]))
+        rounds[0] += 1
+
+    def run(sub, skip, planned):
+        echo(f"round {rounds[0] + 1}: {len(sub.points)} rates x {len(sub.seeds)} seeds"
+             + (f", {len(skip)} of them run before or implied" if skip else ""))
+        return simulate_rows(sub, skip, progress=progress, planned=planned)
+
+    runner = search.Runner(study, run, saved=None if saved is None else saved.drop(
+        columns="round"), on_round=on_round)
+    found = search.search(study, runner, limits)
+    table = capacity_tables.table(study, runner, found, limits)
+    tables = {"capacity": table, "search": runner.table()}
+    if target is not None:
+        tables["fleet"] = capacity_tables.fleets(study, table, found, runner, target, limits)
+    seconds = time.perf_counter() - t0
+    meta = {"kind": "capacity", "name": study.name, "config_path": study.path,
+            "config_text": study.text, "axes": [a for a in study.axes if a != "arrival_rate"],
+            "seeds": study.seeds,
+            "brief": [{"key": lim.key, "min": lim.min, "max": lim.max} for lim in study.brief],
+            "slo": study.slo, "capacity": study.capacity, "target_rate": target,
+            "jax": jax.__version__, "device": device_description(), "started": started,
+            "seconds": round(seconds, 3)}
+    write_results(work, tables, meta, last="capacity")
+    shutil.rmtree(work / CAPACITY_PARTS, ignore_errors=True)
+    if work != out:
+        replace_folder(work, out)
+    return CapacityOutcome(table, tables.get("fleet"), meta, out,
+                           simulations=len(tables["search"]), seconds=seconds)
+
+
+def _capacity_out(out: Path, resume: bool, force: bool, identity: dict):
+    """Refuse a folder the search may not use; (the folder to search in, the saved rows of a
+    resumed search or None). A finished search is kept: ``--resume`` of the same config finds
+    it done (folder None), and ``--force`` searches beside it (``staging``), replacing it only
+    once the new tables are complete."""
+    from sweep.analysis.results import (CAPACITY_PARTS, load_capacity, read_capacity_parts,
+                                        staging, start_capacity_parts)
+
+    finished = (out / "capacity.parquet").is_file() and not (out / CAPACITY_PARTS).is_dir()
+    ours = finished or (out / CAPACITY_PARTS).is_dir()
+    if force and out.is_dir() and any(out.iterdir()) and not ours:
+        raise UsageError(f"{out}: not a servesweep capacity folder; --force replaces only those "
+                         "(allowed: an empty, new or capacity results folder)")
+    if (resume and not ours and out.is_dir() and any(out.iterdir())) or (
+            out.exists() and not out.is_dir()):
+        raise UsageError(f"{out}: not a servesweep capacity folder; allowed: an empty, new or "
+                         "capacity results folder")
+    if out.exists() and not force and not resume:
+        raise UsageError(f"{out}: already exists; use --resume to continue an interrupted search "
+                         "or --force to overwrite")
+    if resume and finished:
+        meta = checked(load_capacity, out)[2]
+        if {k: meta.get(k) for k in identity} != identity:
+            raise UsageError(f"{out}: holds a finished search of another config, seeds or "
+                             "target; allowed: --resume with the same config and options, or "
+                             "--force to replace it")
+        return None, None
+    if resume and (out / CAPACITY_PARTS).is_dir():
+        manifest, rows = checked(read_capacity_parts, out)
+        if not isinstance(manifest, dict) or manifest.get("identity") != identity:
+            raise UsageError(f"{out}: holds a search of another config, seeds or target; "
+                             "allowed: --resume with the same config and options, or --force to "
+                             "start over")
+        return out, rows
+    work = staging(out) if force and finished else out
+    try:
+        if work.exists() and (force or resume):
+            shutil.rmtree(work)
+        start_capacity_parts(work, {"identity": identity})
+    except OSError as exc:
+        raise UsageError(f"{out}: cannot create the results folder: "
+                         f"{exc.strerror or exc}") from None
+    return work, None
