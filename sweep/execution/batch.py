@@ -5,7 +5,7 @@ import jax
 import numpy as np
 
 from sweep.analysis.metrics import summarize
-from sweep.engine import EngineOutput, simulate_batch
+from sweep.engine import EngineOutput
 from sweep.physics.numerics import float64
 from sweep.runtime import executables
 from sweep.study.design import EngineParams
@@ -26,12 +26,3 @@ def summarize_batch(out: EngineOutput, reqs: Requests, system, compile_only: boo
     returns the compiled executable without running it."""
     exe = executables.get("summaries", _summarize_batch, (out, reqs, system), {}, {})
     return exe if compile_only else exe(out, reqs, system)
-
-
-@float64()
-def run_batch(params: EngineParams, reqs: Requests, seats: int, k_max: int, max_steps=None,
-              lanes: int | None = None):
-    """Engine + metrics for a stacked batch; returns (EngineOutput, dict of metric arrays)."""
-    out = simulate_batch(params, reqs, seats=seats, k_max=k_max, lanes=lanes,
-                         max_steps=max_steps)
-    return out, {k: np.asarray(v) for k, v in summarize_batch(out, reqs, params).items()}

@@ -43,13 +43,6 @@ class Budget:
         """Tokens of KV cache the group holds (0 when the model does not fit)."""
         return max(0, int(self.kv_gib * GIB / self.kv_bytes_per_token))
 
-    def users_at(self, context_tokens: int) -> int:
-        """Concurrent sequences of this length the cache holds."""
-        return self.kv_tokens // context_tokens
-
-    @property
-    def kv_gib_per_gpu(self) -> float:
-        return self.kv_gib / self.gpus
 
 
 def activation_peak_gib(model: Model, tokens: int, seqs: int, gpus: int = 1) -> float:

@@ -191,22 +191,3 @@ def pass_time(p: TimingParams, prefill_tokens, prefill_pairs, decode_seqs, decod
     plain = _target_time(p, 0.0, 0.0, decode_seqs, decode_context, decode_context, xp)
     draft = xp.where(decode_seqs > 0, p.draft_tokens * p.draft_cost * plain, 0.0)
     return target + draft + p.seq_overhead_s * decode_seqs
-
-
-def ops_per_byte(model: Model, tokens: int, context_read: int = 0, weight_bits: int = 16,
-                 kv_bits: int = 16) -> float:
-    """Arithmetic intensity (FLOPs per byte moved) of a pass processing ``tokens`` tokens.
-    The teaching simulator's analysis ignores attention and KV traffic: pass ``context_read=0``."""
-    p = timing_params(model, _UNIT_GPU, weight_bits=weight_bits, kv_bits=kv_bits,
-                      compute_efficiency=1.0, bandwidth_efficiency=1.0, overhead_ms=0.0)
-    pairs = 0 if context_read == 0 else tokens * context_read
-    flops, weights, kv = pass_work(p, tokens, pairs, context_read)
-    return flops / (weights + kv)
-
-
-def crossover_ops_per_byte(gpu: GPU, activation_bits: int = 16) -> float:
-    """Ops:byte at which a pass turns from bandwidth- to compute-bound (peak FLOP/s / bytes/s)."""
-    return gpu.tflops(activation_bits) / gpu.bandwidth_tbs
-
-
-_UNIT_GPU = GPU("unit", 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0)

@@ -1,0 +1,38 @@
+"""What tests need and the package does not: the engine and its metrics on a stacked batch in
+one call, and the teaching simulator's arithmetic-intensity analysis."""
+from __future__ import annotations
+
+import numpy as np
+
+from sweep.engine import simulate_batch
+from sweep.execution.batch import summarize_batch
+from sweep.physics.hardware import GPU
+from sweep.physics.models import Model
+from sweep.physics.numerics import float64
+from sweep.physics.timing import pass_work, timing_params
+
+_UNIT_GPU = GPU("unit", 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0)
+
+
+@float64()
+def run_batch(params, reqs, seats: int, k_max: int, max_steps=None, lanes: int | None = None):
+    """Engine + metrics for a stacked batch; returns (EngineOutput, dict of metric arrays)."""
+    out = simulate_batch(params, reqs, seats=seats, k_max=k_max, lanes=lanes,
+                         max_steps=max_steps)
+    return out, {k: np.asarray(v) for k, v in summarize_batch(out, reqs, params).items()}
+
+
+def ops_per_byte(model: Model, tokens: int, context_read: int = 0, weight_bits: int = 16,
+                 kv_bits: int = 16) -> float:
+    """Arithmetic intensity (FLOPs per byte moved) of a pass processing ``tokens`` tokens.
+    The teaching simulator's analysis ignores attention and KV traffic: pass ``context_read=0``."""
+    p = timing_params(model, _UNIT_GPU, weight_bits=weight_bits, kv_bits=kv_bits,
+                      compute_efficiency=1.0, bandwidth_efficiency=1.0, overhead_ms=0.0)
+    pairs = 0 if context_read == 0 else tokens * context_read
+    flops, weights, kv = pass_work(p, tokens, pairs, context_read)
+    return flops / (weights + kv)
+
+
+def crossover_ops_per_byte(gpu: GPU, activation_bits: int = 16) -> float:
+    """Ops:byte at which a pass turns from bandwidth- to compute-bound (peak FLOP/s / bytes/s)."""
+    return gpu.tflops(activation_bits) / gpu.bandwidth_tbs
