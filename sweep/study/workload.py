@@ -151,12 +151,30 @@ def _gamma(key, shape, n: int):
     return jnp.where(shape < 1.0, x * boost ** (1.0 / shape), x)
 
 
-def _sample(n: int, gamma: bool, seed, kind, cv, rate, count, duration, drain, prompt_par,
-            output_par, max_context, trace, prefix_par) -> Requests:
+class SamplerArgs(NamedTuple):
+    """One (workload, seed)'s sampler inputs, as arrays: stacked, a batch of them."""
+
+    seed: jax.Array  # u32
+    kind: jax.Array  # i32: the arrival process (``_KINDS``)
+    cv: jax.Array  # f64: Gamma gaps' coefficient of variation (1 otherwise)
+    rate: jax.Array  # f64: requests/s
+    count: jax.Array  # i32: requests at most
+    duration: jax.Array  # f64: arrivals until then (inf: none cut)
+    drain: jax.Array  # f64: simulated after the last arrival (inf: until all finish)
+    prompt: tuple  # the prompt lengths' distribution (``_par``)
+    output: tuple  # the output lengths'
+    max_context: jax.Array  # i32: prompt + output at most
+    trace: tuple  # a trace's rows (arrival, prompt, output), padded; else unused
+    prefix: tuple  # shared prefixes: count, tokens, share of requests using one
+
+
+def _sample(n: int, gamma: bool, a: SamplerArgs) -> Requests:
     """Only the slot count ``n`` and whether Gamma gaps are drawn at all (a rejection sampler,
     costlier than the others) are static: one compilation serves every workload of that size.
-    A trace's rows (``trace``: arrival, prompt, output, padded to ``n``) replace the draws and
+    A trace's rows (``a.trace``: arrival, prompt, output, padded to ``n``) replace the draws and
     are clipped to the context limit like them."""
+    seed, kind, cv, rate, count, duration, drain, prompt_par, output_par, max_context, trace, \
+        prefix_par = a
     k_arr, k_in, k_out = jax.random.split(jax.random.PRNGKey(seed), 3)
     expo = jax.random.exponential(k_arr, (n,), jnp.float64)
     # Gamma gaps of shape 1/cv^2, scaled to mean 1, have coefficient of variation cv.
@@ -197,29 +215,32 @@ def sample(wl: Workload, seed: int, max_context: int) -> Requests:
 
 
 @float64()
-def sample_args(wl: Workload, seed, max_context, n: int) -> tuple:
+def sample_args(wl: Workload, seed, max_context, n: int) -> SamplerArgs:
     """The traced arguments of one workload's sampler (stack them to sample a batch)."""
     inf = np.float64(np.inf)
     if wl.trace is not None:
         rows = wl.trace.rows(wl.trace_time_scale, n)
     else:
         rows = (np.full(n, np.inf), np.ones(n, np.int32), np.ones(n, np.int32))
-    return (np.uint32(seed), np.int32(_KINDS.index(wl.arrival)),
-            np.float64(wl.arrival_cv if wl.arrival == "gamma" else 1.0),
-            np.float64(wl.arrival_rate),
-            np.int32(wl.num_requests if wl.num_requests is not None else n),
-            inf if wl.duration_s is None else np.float64(wl.duration_s),
-            inf if wl.drain_s is None else np.float64(wl.drain_s),
-            _par(wl.prompt_tokens), _par(wl.output_tokens), np.int32(max_context), rows,
-            (np.int32(wl.prefix_count), np.int32(wl.prefix_tokens), np.float64(wl.prefix_share)))
+    return SamplerArgs(
+        seed=np.uint32(seed), kind=np.int32(_KINDS.index(wl.arrival)),
+        cv=np.float64(wl.arrival_cv if wl.arrival == "gamma" else 1.0),
+        rate=np.float64(wl.arrival_rate),
+        count=np.int32(wl.num_requests if wl.num_requests is not None else n),
+        duration=inf if wl.duration_s is None else np.float64(wl.duration_s),
+        drain=inf if wl.drain_s is None else np.float64(wl.drain_s),
+        prompt=_par(wl.prompt_tokens), output=_par(wl.output_tokens),
+        max_context=np.int32(max_context), trace=rows,
+        prefix=(np.int32(wl.prefix_count), np.int32(wl.prefix_tokens),
+                np.float64(wl.prefix_share)))
 
 
 _sample_one = jax.jit(_sample, static_argnums=(0, 1))
 
 
 @partial(jax.jit, static_argnames=("n", "gamma"))
-def _sample_batch(args: tuple, *, n: int, gamma: bool) -> Requests:
-    return jax.vmap(partial(_sample, n, gamma))(*args)
+def _sample_batch(args: SamplerArgs, *, n: int, gamma: bool) -> Requests:
+    return jax.vmap(partial(_sample, n, gamma))(args)
 
 
 def _has_gamma(kind) -> bool:
@@ -227,15 +248,15 @@ def _has_gamma(kind) -> bool:
 
 
 @float64()
-def sample_batch(n: int, args: tuple) -> Requests:
+def sample_batch(n: int, args: SamplerArgs) -> Requests:
     """Requests of many (workload, seed) pairs at once: ``args`` is a stack of ``sample_args``."""
     exe = executables.get("sampler", _sample_batch, (args,), {},
-                          dict(n=n, gamma=_has_gamma(args[1])))
+                          dict(n=n, gamma=_has_gamma(args.kind)))
     return exe(args)
 
 
 @float64()
-def sample_batch_shape(n: int, args: tuple) -> Requests:
+def sample_batch_shape(n: int, args: SamplerArgs) -> Requests:
     """The shapes and dtypes of ``sample_batch(n, args)``, without sampling."""
     return jax.eval_shape(partial(_sample_batch, n=n, gamma=False), args)
 
@@ -244,4 +265,4 @@ def sample_batch_shape(n: int, args: tuple) -> Requests:
 def sample_n(wl: Workload, seed, max_context, n: int) -> Requests:
     """``sample`` into exactly ``n >= wl.capacity`` slots (the rest never arrive)."""
     args = sample_args(wl, seed, max_context, n)
-    return _sample_one(n, _has_gamma(args[1]), *args)
+    return _sample_one(n, _has_gamma(args.kind), args)
