@@ -14,11 +14,8 @@ from sweep.physics.models import Model, get_model
 from sweep.physics.rng import acceptance_thresholds
 from sweep.physics.timing import TimingParams, timing_params
 from sweep.study.fields import (ACTIVATION_BITS, DEFAULT_KV_LINK_GBPS, DESIGN_FIELDS,
-                                MAX_DRAFT_TOKENS, Range, check, declared)
+                                GPU_FITTED, MAX_DRAFT_TOKENS, Range, check, declared)
 
-#: The factors a GPU's runs fit (``calibration`` says whose they are).
-GPU_SIDE = ("compute_efficiency", "bandwidth_efficiency", "kv_bandwidth_efficiency",
-            "decode_attention_efficiency")
 #: Checked value by value; ``gpu`` and ``model`` may be catalog objects and are checked by
 #: resolving them.
 _CHECKED = tuple(f for attr, f in DESIGN_FIELDS.items() if attr not in ("gpu", "model"))
@@ -78,7 +75,7 @@ class Design:
     def calibration(self) -> str:
         """Where the GPU-side factors come from: ``stated`` (the config gives any of them), else
         the GPU's ``fitted`` or ``transferred:<GPU>``."""
-        if any(getattr(self, k) is not None for k in GPU_SIDE):
+        if any(getattr(self, k) is not None for k in GPU_FITTED):
             return "stated"
         return self.gpu_spec.calibration
 

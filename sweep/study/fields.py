@@ -83,6 +83,7 @@ class Field(NamedTuple):
     range: Range | None = None  # what a value must be, where there are many
     unset: bool = False  # a config that omits it leaves it unset (None), whatever the default
     gpu_default: bool = False  # unset, the GPU's own value is used and shown in its column
+    fitted: str = ""  # "gpu": fitted per GPU on its real runs; "engine": the serving engine's
     values: str = ""  # the tables' "values" where kind, choices, range and unit do not say it
     shown: str = ""  # the tables' "default" where the default does not say it
 
@@ -132,26 +133,26 @@ FIELDS: tuple[Field, ...] = (
     _hw("price_per_gpu_hour", range=Range(0.0, 1e6), unit="$", gpu_default=True,
         shown="the catalog's", help="what one GPU costs per hour",
         short="price per GPU-hour"),
-    _hw("compute_efficiency", range=_SHARE, gpu_default=True,
+    _hw("compute_efficiency", range=_SHARE, gpu_default=True, fitted="gpu",
         help="share of peak FLOP/s reached", short="share of peak FLOP/s"),
-    _hw("bandwidth_efficiency", range=_SHARE, gpu_default=True,
+    _hw("bandwidth_efficiency", range=_SHARE, gpu_default=True, fitted="gpu",
         help="share of peak bandwidth reached reading the weights",
         short="share of peak bandwidth, weights"),
-    _hw("kv_bandwidth_efficiency", range=_SHARE, gpu_default=True,
+    _hw("kv_bandwidth_efficiency", range=_SHARE, gpu_default=True, fitted="gpu",
         help="share of peak bandwidth reached reading the KV cache; unset: the GPU's ratio of it "
              "to `bandwidth_efficiency`, times that",
         short="share of peak bandwidth, KV cache"),
-    _hw("decode_attention_efficiency", range=Range(0.0, 1.0), gpu_default=True,
+    _hw("decode_attention_efficiency", range=Range(0.0, 1.0), gpu_default=True, fitted="gpu",
         help="share of the 16-bit tensor peak that decode attention reaches; 0 = inside the "
              "roofline (every fitted GPU's: the runs do not identify it)",
         short="decode attention's share of the 16-bit peak"),
-    _hw("overhead_ms", range=Range(0.0, 1e4), unit="ms", gpu_default=True,
+    _hw("overhead_ms", range=Range(0.0, 1e4), unit="ms", gpu_default=True, fitted="engine",
         help="fixed cost per pass", short="fixed cost per pass"),
-    _hw("seq_overhead_us", range=Range(0.0, 1e6), unit="us", gpu_default=True,
+    _hw("seq_overhead_us", range=Range(0.0, 1e6), unit="us", gpu_default=True, fitted="engine",
         help="cost per decoding sequence per pass", short="per decoding sequence per pass"),
-    _hw("request_overhead_ms", range=Range(0.0, 1e6), unit="ms", gpu_default=True,
+    _hw("request_overhead_ms", range=Range(0.0, 1e6), unit="ms", gpu_default=True, fitted="engine",
         help="cost per request, outside the passes", short="per request, outside the passes"),
-    _hw("request_lag_passes", range=Range(0.0, 100.0), unit="TPOTs", gpu_default=True,
+    _hw("request_lag_passes", range=Range(0.0, 100.0), unit="TPOTs", gpu_default=True, fitted="engine",
         help="mean TPOTs added to TTFT and latency", short="added to TTFT and latency"),
     _hw("memory_overhead_fraction", default=DEFAULT_OVERHEAD_FRACTION, range=Range(0.0, 0.99),
         help="memory held back from the KV cache; not with `gpu_memory_utilization`",
@@ -263,11 +264,12 @@ FIELDS: tuple[Field, ...] = (
     _lever("kv_blocks", range=Range(1, MAX_KV_BLOCKS), unit="blocks", shown="from memory",
            help="KV blocks of `block_size` tokens, as a server log reports",
            short="as a server log reports"),
-    _hw("allreduce_latency_us", range=Range(0.0, 1e4), unit="us", gpu_default=True,
-        help="latency of one all-reduce between 2 GPUs; `n` GPUs take `n - 1` times it, plus "
-             "the activations' bytes over the interconnect ([model.md](model.md))",
+    _hw("allreduce_latency_us", range=Range(0.0, 1e4), unit="us", gpu_default=True, fitted="engine",
+        help="latency of one all-reduce between 2 GPUs; `n` GPUs wait `n - 1` of it per phase "
+             "(two phases above vLLM's one-shot size), plus the activations' bytes over the "
+             "interconnect ([model.md](model.md))",
         short="all-reduce latency, 2 GPUs"),
-    _hw("allreduce_bandwidth_efficiency", range=_SHARE, gpu_default=True,
+    _hw("allreduce_bandwidth_efficiency", range=_SHARE, gpu_default=True, fitted="engine",
         help="share of the interconnect's bandwidth an all-reduce of a pass's activations "
              "reaches", short="share of link bandwidth, all-reduce"),
 )
@@ -282,6 +284,9 @@ ATTRS = {**DESIGN_FIELDS, **WORKLOAD_FIELDS}
 #: Columns that follow from the keys: where the GPU-side factors come from (``fitted``,
 #: ``transferred:<GPU>`` or ``stated``).
 DERIVED_COLUMNS = ("calibration",)
+#: The factors real runs fit, per GPU and for the serving engine (what a profile may hold).
+GPU_FITTED = tuple(f.key for f in FIELDS if f.fitted == "gpu")
+ENGINE_FITTED = tuple(f.key for f in FIELDS if f.fitted == "engine")
 #: The results' columns of a grid point, in order (pinned: outside readers rely on them).
 COLUMNS: list[str] = [c for f in FIELDS for c in f.columns] + list(DERIVED_COLUMNS)
 #: Columns that hold strings (a brief limit on them makes no sense).

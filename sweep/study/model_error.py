@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from statistics import NormalDist
 
+from sweep.study.fields import GPU_FITTED
 from sweep.study.uncertainty import Uncertain
 
 #: The GPU-side efficiencies, which err together (the speed).
-SPEED = ("compute_efficiency", "bandwidth_efficiency", "kv_bandwidth_efficiency",
-         "decode_attention_efficiency")
+SPEED = GPU_FITTED
 LAG = "request_lag_passes"
 TRUNCATE = 3.0
 #: The quantiles of a 90% interval.

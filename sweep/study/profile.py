@@ -8,13 +8,11 @@ from pathlib import Path
 from sweep.errors import clip, listed
 from sweep.files import read_text
 from sweep.physics.hardware import CATALOG
-from sweep.study.fields import ATTRS
+from sweep.study.fields import ATTRS, ENGINE_FITTED, GPU_FITTED
 
 PROFILE_KEYS = ("gpu", "compute_efficiency", "bandwidth_efficiency", "overhead_ms")
-#: Keys a profile may add (a fit to serving runs writes them).
-PROFILE_EXTRA = ("decode_attention_efficiency", "seq_overhead_us", "request_overhead_ms",
-                 "request_lag_passes", "kv_bandwidth_efficiency", "allreduce_latency_us",
-                 "allreduce_bandwidth_efficiency")
+#: Keys a profile may add (a fit to serving runs writes them): the other fitted factors.
+PROFILE_EXTRA = tuple(k for k in GPU_FITTED + ENGINE_FITTED if k not in PROFILE_KEYS)
 
 
 def load_profile(path: str | Path) -> dict:
