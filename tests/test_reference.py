@@ -213,7 +213,7 @@ def test_contiguous_cache_blocks_admission():
     close(res.finish, [t2, t4, t4])
     assert res.max_queue == 1 and res.peak_blocks == 2 and res.preemptions == 0
     s = summarize_reference(res, req, params)
-    close(s["peak_kv_gb"], 2 * float(params.block_bytes) / 1e9)
+    close(s["peak_kv_gb"], 2 * float(params.summary.block_bytes) / 1e9)
 
 
 def test_fifo_admission_does_not_skip(h100):

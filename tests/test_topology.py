@@ -157,7 +157,7 @@ def test_one_replica_is_the_plain_engine():
 def test_replicas_split_round_robin_and_cost_every_gpu():
     d = Design(max_batch=8, replicas=3, gpus=2)
     p = topology.plan(d)
-    assert len(p.first) == 3 and float(p.system.gpus) == 6.0
+    assert len(p.first) == 3 and float(p.system.summary.gpus) == 6.0
     r = sample_n(Workload(num_requests=10, duration_s=None), 0, 8192, 12)
     r = type(r)(*(np.asarray(x) for x in r))
     subs = topology.split(r, topology.round_robin(12, 3), 3)

@@ -24,6 +24,7 @@ def hist_percentile(hist, q):
 
 
 def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
+    m = p.summary
     real = jnp.isfinite(r.arrival)
     n_real = real.sum()
     t_stop = out.t_stop
@@ -33,7 +34,7 @@ def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
                      jnp.nan)
     mean_tpot_ms = fixed_sum(jnp.where(tpot_ok, tpot, 0.0)) / tpot_ok.sum()
     # Outside the passes: the request overhead, and the lag of so many mean TPOTs.
-    outside = p.request_overhead_s + p.request_lag_passes * jnp.where(
+    outside = m.request_overhead_s + m.request_lag_passes * jnp.where(
         tpot_ok.any(), mean_tpot_ms, 0.0) * 1e-3
     ttft = jnp.where(jnp.isfinite(out.first), out.first, t_stop) - r.arrival
     ttft = jnp.where(real, jnp.maximum(ttft, 0.0) + outside, jnp.nan)
@@ -41,8 +42,8 @@ def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
                     + outside, jnp.nan)
     # Per-request goodput (vLLM's benchmark): completed, within both of the brief's
     # per-request limits (a one-token answer has no TPOT to miss).
-    attained = (real & done & (ttft <= p.slo_ttft_s)
-                & (jnp.where(tpot_ok, tpot, 0.0) <= p.slo_tpot_s * 1e3)).sum()
+    attained = (real & done & (ttft <= m.slo_ttft_s)
+                & (jnp.where(tpot_ok, tpot, 0.0) <= m.slo_tpot_s * 1e3)).sum()
     ttft_q = jnp.nanpercentile(ttft, jnp.array([50.0, 90.0, 95.0, 99.0]))
     tpot_q = jnp.nanpercentile(tpot, jnp.array([50.0, 95.0, 99.0]))
     e2e_q = jnp.nanpercentile(e2e, jnp.array([50.0, 90.0, 95.0, 99.0]))
@@ -73,9 +74,9 @@ def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
         "tokens_per_s": tokens / safe_t,
         "requests": n_real, "completed": completed, "unfinished": n_real - completed,
         "preemptions": out.preemptions,
-        "peak_kv_gb": out.peak_blocks * p.block_bytes / 1e9,
+        "peak_kv_gb": out.peak_blocks * m.block_bytes / 1e9,
         "max_queue": out.max_queue,
-        "cost_per_mtok": jnp.where(tokens > 0, p.gpus * p.price_per_gpu_s * t_stop / tokens * 1e6,
+        "cost_per_mtok": jnp.where(tokens > 0, m.gpus * m.price_per_gpu_s * t_stop / tokens * 1e6,
                                    jnp.inf),
         "mean_in_system": out.area / safe_t,
         "utilization": out.busy / safe_t,

@@ -43,6 +43,7 @@ def _unstable(arrival: np.ndarray, first_token: np.ndarray, real: np.ndarray, n:
 
 def summarize_reference(res: RefResult, req: Requests, params: EngineParams) -> dict:
     """The metrics of docs/model.md "Outputs and metrics", with exact percentiles."""
+    m = params.summary
     arrival = np.asarray(req.arrival, dtype=np.float64).reshape(-1)
     output = np.asarray(req.output).astype(np.int64).reshape(-1)
     real = np.isfinite(arrival)
@@ -58,7 +59,7 @@ def summarize_reference(res: RefResult, req: Requests, params: EngineParams) -> 
     tpot_ms = tpot_all_ms[long]
     mean_tpot_ms = float(np.mean(tpot_ms)) if tpot_ms.size else math.nan
     # Outside the passes: the request overhead, and the lag of so many mean TPOTs.
-    outside = float(params.request_overhead_s) + float(params.request_lag_passes) * (
+    outside = float(m.request_overhead_s) + float(m.request_lag_passes) * (
         mean_tpot_ms * 1e-3 if tpot_ms.size else 0.0)
     first = np.where(np.isfinite(res.first_token), res.first_token, t_stop)
     ttft = (first - arrival)[real] + outside
@@ -66,11 +67,11 @@ def summarize_reference(res: RefResult, req: Requests, params: EngineParams) -> 
     e2e = (end - arrival)[real] + outside
     itl_ms = res.itl_gaps * 1e3
     attained = int(np.count_nonzero(
-        done[real] & (ttft <= float(params.slo_ttft_s))
-        & (tpot_all_ms[real] <= float(params.slo_tpot_s) * 1e3)))
+        done[real] & (ttft <= float(m.slo_ttft_s))
+        & (tpot_all_ms[real] <= float(m.slo_tpot_s) * 1e3)))
 
     tokens = int(res.tokens)
-    cost = (float(params.gpus) * float(params.price_per_gpu_s) * t_stop / tokens * 1e6
+    cost = (float(m.gpus) * float(m.price_per_gpu_s) * t_stop / tokens * 1e6
             if tokens > 0 else math.inf)
     return {
         **_spread("ttft_s", ttft, (50, 90, 95, 99)),
@@ -82,7 +83,7 @@ def summarize_reference(res: RefResult, req: Requests, params: EngineParams) -> 
         "completed": int(np.count_nonzero(done)),
         "unfinished": int(n - np.count_nonzero(done)),
         "preemptions": int(res.preemptions),
-        "peak_kv_gb": float(res.peak_blocks * float(params.block_bytes) / 1e9),
+        "peak_kv_gb": float(res.peak_blocks * float(m.block_bytes) / 1e9),
         "max_queue": int(res.max_queue),
         "cost_per_mtok": cost,
         "unstable": _unstable(arrival, res.first_token, real, n),

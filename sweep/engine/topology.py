@@ -34,18 +34,23 @@ class Plan(NamedTuple):
     router: str = "round_robin"
 
 
+def _whole(params, design: Design):
+    """A server's params as the whole system's metrics read them: every GPU of the design."""
+    return params._replace(summary=params.summary._replace(gpus=np.float64(design.total_gpus)))
+
+
 def plan(design: Design) -> Plan:
     """The servers of ``design`` (validated)."""
     design.validate()
     if design.disaggregated:
         pre = design.pool(design.prefill_gpus).params()
         dec = design.pool(design.decode_gpus).params()._replace(transferred=np.bool_(True))
-        return Plan([pre], dec, dec._replace(gpus=np.float64(design.total_gpus)),
+        return Plan([pre], dec, _whole(dec, design),
                     [design.prefill_gpus, design.decode_gpus],
                     float(design.model_spec.kv_bytes_per_token(design.kv_bits)),
                     design.kv_link_gbps * 1e9 / 8)
     one = design.pool(design.gpus).params()
-    return Plan([one] * design.replicas, None, one._replace(gpus=np.float64(design.total_gpus)),
+    return Plan([one] * design.replicas, None, _whole(one, design),
                 [design.gpus] * design.replicas, 0.0, math.inf, design.router)
 
 

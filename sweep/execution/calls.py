@@ -213,9 +213,10 @@ def with_slo(plan: topology.Plan, slo: dict) -> topology.Plan:
     """The plan with the brief's per-request limits in the arrays its metrics read."""
     if not slo:
         return plan
-    return plan._replace(system=plan.system._replace(
+    summary = plan.system.summary._replace(
         slo_ttft_s=np.float64(slo.get("request_ttft_s", np.inf)),
-        slo_tpot_s=np.float64(slo.get("request_tpot_ms", np.inf) * 1e-3)))
+        slo_tpot_s=np.float64(slo.get("request_tpot_ms", np.inf) * 1e-3))
+    return plan._replace(system=plan.system._replace(summary=summary))
 
 
 def _uncertain_params(study: Study, params: list, drawn: dict) -> Callable:

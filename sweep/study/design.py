@@ -250,20 +250,21 @@ class Design:
             accept_thresholds=np.where(np.arange(MAX_DRAFT_TOKENS) < self.draft_tokens,
                                        acceptance_thresholds(self.acceptance, MAX_DRAFT_TOKENS),
                                        0).astype(np.int32),
-            block_bytes=np.float64(self.block_tokens * self.model_spec.kv_bytes_per_token(
-                self.kv_bits)),
-            gpus=np.float64(self.gpus),
             transferred=np.bool_(False),
-            price_per_gpu_s=np.float64(price / 3600.0),
             prefix_cache=np.bool_(self.prefix_cache),
             prefill_chunk=np.int32(self.prefill_chunk_tokens),
             token_budget=np.int32(self.max_num_batched_tokens),
-            request_overhead_s=np.float64((gpu.request_overhead_ms if self.request_overhead_ms
-                                           is None else self.request_overhead_ms) * 1e-3),
-            request_lag_passes=np.float64(gpu.request_lag_passes if self.request_lag_passes
-                                          is None else self.request_lag_passes),
-            slo_ttft_s=np.float64(np.inf),
-            slo_tpot_s=np.float64(np.inf),
+            summary=SummaryParams(
+                block_bytes=np.float64(self.block_tokens * self.model_spec.kv_bytes_per_token(
+                    self.kv_bits)),
+                gpus=np.float64(self.gpus),
+                price_per_gpu_s=np.float64(price / 3600.0),
+                request_overhead_s=np.float64((gpu.request_overhead_ms if self.request_overhead_ms
+                                               is None else self.request_overhead_ms) * 1e-3),
+                request_lag_passes=np.float64(gpu.request_lag_passes if self.request_lag_passes
+                                              is None else self.request_lag_passes),
+                slo_ttft_s=np.float64(np.inf),
+                slo_tpot_s=np.float64(np.inf)),
         )
 
     def replace(self, **changes) -> "Design":
@@ -281,15 +282,21 @@ class EngineParams(NamedTuple):
     total_blocks: np.ndarray  # int32
     draft_tokens: np.ndarray  # int32: k
     accept_thresholds: np.ndarray  # int32[MAX_DRAFT_TOKENS]: round(acceptance**j x 2**24), 0 past k
-    block_bytes: np.ndarray  # float64: bytes per KV block (for peak KV memory)
-    gpus: np.ndarray  # float64
     transferred: np.ndarray  # bool: requests arrive prefilled (a decode pool: sweep/engine/topology.py)
-    price_per_gpu_s: np.ndarray  # float64, $ per GPU-second
     prefix_cache: np.ndarray  # bool: reuse cached shared prefixes
     prefill_chunk: np.ndarray  # int32: prefill tokens per pass at most, 0 = unlimited
     token_budget: np.ndarray  # int32: tokens per pass, decodes' first, 0 = unlimited
+    summary: "SummaryParams"  # what only the metrics read
+
+
+class SummaryParams(NamedTuple):
+    """What a simulation's metrics read besides the engine's output; the engine reads none."""
+
+    block_bytes: np.ndarray  # float64: bytes per KV block (for peak KV memory)
+    gpus: np.ndarray  # float64
+    price_per_gpu_s: np.ndarray  # float64, $ per GPU-second
     request_overhead_s: np.ndarray  # float64: added to every request's TTFT and latency
     request_lag_passes: np.ndarray  # float64: so many mean TPOTs added to them too
-    # A brief's per-request limits (metrics only: slo_attainment, goodput_rps); inf: none.
+    # A brief's per-request limits (slo_attainment, goodput_rps); inf: none.
     slo_ttft_s: np.ndarray  # float64
     slo_tpot_s: np.ndarray  # float64
