@@ -17,12 +17,12 @@ import numpy as np
 
 from sweep.errors import listed
 
-#: The 'Serve a Model' brief's efficiency factors ("60% of peak compute and 80% of peak bandwidth
-#: plus 0.2 ms per pass"): a datasheet entry's until the catalog gives it a fitted GPU's
-#: (``_served``), and what configs/serve_a_model.toml states.
-BRIEF_COMPUTE_EFFICIENCY = 0.6
-BRIEF_BANDWIDTH_EFFICIENCY = 0.8
-BRIEF_PASS_OVERHEAD_MS = 0.2
+#: A datasheet entry's roofline factors until the catalog gives it a fitted GPU's (``_served``):
+#: the 'Serve a Model' brief's "60% of peak compute and 80% of peak bandwidth plus 0.2 ms per
+#: pass", which configs/serve_a_model.toml states.
+PRIOR_COMPUTE_EFFICIENCY = 0.6
+PRIOR_BANDWIDTH_EFFICIENCY = 0.8
+PRIOR_PASS_OVERHEAD_MS = 0.2
 
 
 @dataclass(frozen=True)
@@ -54,9 +54,9 @@ class GPU:
     timing: str = "roofline"  # "roofline" or "linear"
     linear: LinearTiming | None = None
     # Roofline factors used when a config gives none: a fitted GPU's (``_served``).
-    compute_efficiency: float = BRIEF_COMPUTE_EFFICIENCY
-    bandwidth_efficiency: float = BRIEF_BANDWIDTH_EFFICIENCY
-    overhead_ms: float = BRIEF_PASS_OVERHEAD_MS
+    compute_efficiency: float = PRIOR_COMPUTE_EFFICIENCY
+    bandwidth_efficiency: float = PRIOR_BANDWIDTH_EFFICIENCY
+    overhead_ms: float = PRIOR_PASS_OVERHEAD_MS
     # Fraction of the 16-bit tensor peak that decode attention reaches, its time added to the
     # pass (timing.py); 0: decode attention FLOPs join the roofline's, as in the brief.
     decode_attention_efficiency: float = 0.0
@@ -107,7 +107,7 @@ _PCIE_AR_US = 15.0
 #: figures (docs/model.md, "The batching lesson"): a 6.3 ms decode pass for one sequence, growing
 #: 1.3 ms per extra sequence, and 0.05 ms per prompt token -- the shape of a ~1B-parameter 16-bit
 #: model on a 400 GB/s unified-memory GPU.
-LESSON_LAPTOP_FIT = LinearTiming(
+M3_MAX_LINEAR_FIT = LinearTiming(
     fixed_ms=5.0,
     prefill_token_ms=0.05,
     decode_token_ms=1.3,
@@ -222,7 +222,7 @@ _DATASHEETS = (
         source="AMD Instinct MI300X datasheet: 192 GB HBM3, 5.3 TB/s, FP16 1307 TF, FP8 2615 TF "
                "dense; 7 Infinity Fabric links, 896 GB/s aggregate; no INT4 peak; price assumed"),
     GPU("Apple-M3-Max", 48, 0.4, 14.2, 14.2, 14.2, 0.0, 0.0, 0.1,
-        timing="linear", linear=LESSON_LAPTOP_FIT, generation="Apple",
+        timing="linear", linear=M3_MAX_LINEAR_FIT, generation="Apple",
         source="Apple M3 Max (16-core CPU, 40-core GPU) specifications: 400 GB/s unified memory, "
                "~14.2 TFLOP/s FP32/FP16 GPU (no faster low-precision path); single GPU, no "
                "tensor parallelism; price an assumed laptop amortisation"),
