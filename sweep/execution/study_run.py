@@ -108,10 +108,10 @@ def merge(results, strict: bool = False):
 
 
 def finish(out: Path, strict: bool, final: Path | None = None):
-    """Join every process's parts in ``out`` into the final tables; a run built beside finished
-    results (``final``) then takes their place."""
-    from sweep.analysis.results import (load_results, read_parts, replace_folder,
-                                        write_results)
+    """Join every process's parts in ``out`` into the final tables, written and returned as
+    ``Results`` (not read back); a run built beside finished results (``final``) then takes
+    their place."""
+    from sweep.analysis.results import Results, read_parts, replace_folder, write_results
     from sweep.analysis.tables import aggregate, requests_table, runs_table
     from sweep.study.config import Limit
 
@@ -130,8 +130,7 @@ def finish(out: Path, strict: bool, final: Path | None = None):
     write_results(out, tables, meta)
     if final is not None and final != out:
         replace_folder(out, final)
-        out = final
-    return load_results(out)
+    return Results(tables["runs"], tables["designs"], tables.get("requests"), meta)
 
 
 #: Seconds above which a run says how long it will take before it starts.
