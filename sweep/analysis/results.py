@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sweep.errors import clip, one_line
-from sweep.files import read_text
+from sweep.files import FileRefused, read_text, regular
 from sweep.study.config import Limit
 from sweep.version import __version__
 
@@ -263,9 +263,10 @@ def read_parts(out_dir: str | Path, requests: bool = True) -> Partial:
 
 
 def _read(path: Path) -> tuple[pd.DataFrame, dict]:
-    if not path.is_file():
-        raise ResultsError(f"{path}: not a regular file; allowed: a Parquet file written by "
-                           "servesweep")
+    try:
+        regular(path, "a Parquet file written by servesweep")
+    except FileRefused as exc:
+        raise ResultsError(str(exc)) from None
     try:
         table = pq.read_table(path)
         frame = table.to_pandas()
@@ -301,6 +302,10 @@ def _is_limits(v) -> bool:
         and all(x.get(k) is None or _is_num(x[k]) for k in ("min", "max")) for x in v)
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def _is_list_of(kind):
     return lambda v: isinstance(v, list) and all(isinstance(x, kind) and not isinstance(x, bool)
                                                  for x in v)
@@ -324,7 +329,7 @@ PARTS_META = {**SWEEP_META, "seeds": _SEEDS,
               "per_request": (lambda v: isinstance(v, bool), "true or false"),
               "device": (lambda v: isinstance(v, str), "a string"),
               "drawn": (_is_list_of(str), "a list of keys")}
-PART_INFO = {"process": (lambda v: _is_list_of(int)([v]), "an integer"),
+PART_INFO = {"process": (_is_int, "an integer"),
              "seconds": (_is_num, "a number")}
 #: Column -> its kind ("int", "num", "bool" or "any"), per table.
 RUNS_COLUMNS = {"design": "int", "seed": "int"}
