@@ -173,34 +173,33 @@ def _sample(n: int, gamma: bool, a: SamplerArgs) -> Requests:
     costlier than the others) are static: one compilation serves every workload of that size.
     A trace's rows (``a.trace``: arrival, prompt, output, padded to ``n``) replace the draws and
     are clipped to the context limit like them."""
-    seed, kind, cv, rate, count, duration, drain, prompt_par, output_par, max_context, trace, \
-        prefix_par = a
-    k_arr, k_in, k_out = jax.random.split(jax.random.PRNGKey(seed), 3)
+    limit = a.max_context - 1
+    k_arr, k_in, k_out = jax.random.split(jax.random.PRNGKey(a.seed), 3)
     expo = jax.random.exponential(k_arr, (n,), jnp.float64)
     # Gamma gaps of shape 1/cv^2, scaled to mean 1, have coefficient of variation cv.
-    bursty = _gamma(k_arr, 1.0 / cv**2, n) * cv**2 if gamma else expo
-    gaps = jnp.select([kind == POISSON, kind == GAMMA], [expo, bursty], 1.0) / rate
-    t_arr, t_prompt, t_out = trace
-    is_trace = kind == TRACE
+    bursty = _gamma(k_arr, 1.0 / a.cv**2, n) * a.cv**2 if gamma else expo
+    gaps = jnp.select([a.kind == POISSON, a.kind == GAMMA], [expo, bursty], 1.0) / a.rate
+    t_arr, t_prompt, t_out = a.trace
+    is_trace = a.kind == TRACE
     # A running sum keeps arrivals sorted even when gaps are tiny (bursts).
     arrival = jnp.where(is_trace, t_arr, running_sum(gaps))
-    arrival = jnp.where((arrival <= duration) & (jnp.arange(n) < count), arrival, jnp.inf)
+    arrival = jnp.where((arrival <= a.duration) & (jnp.arange(n) < a.count), arrival, jnp.inf)
     # Prefix draws come from their own key (folded in), so the other draws keep their bits.
-    p_count, p_tokens, p_share = prefix_par
-    u_use, u_id = jax.random.uniform(jax.random.fold_in(jax.random.PRNGKey(seed), 3), (2, n),
+    p_count, p_tokens, p_share = a.prefix
+    u_use, u_id = jax.random.uniform(jax.random.fold_in(jax.random.PRNGKey(a.seed), 3), (2, n),
                                      jnp.float64)
     uses = u_use < p_share
-    sampled = _lengths(k_in, prompt_par, n, max_context - 1)
-    prompt = jnp.where(is_trace, jnp.clip(t_prompt, 1, max_context - 1),
-                       jnp.where(uses, jnp.minimum(sampled + p_tokens, max_context - 1), sampled))
+    sampled = _lengths(k_in, a.prompt, n, limit)
+    prompt = jnp.where(is_trace, jnp.clip(t_prompt, 1, limit),
+                       jnp.where(uses, jnp.minimum(sampled + p_tokens, limit), sampled))
     prefix = jnp.where(uses & (prompt > p_tokens),
                        jnp.minimum(jnp.floor(u_id * p_count), p_count - 1), -1).astype(jnp.int32)
-    output = jnp.minimum(jnp.where(is_trace, jnp.clip(t_out, 1, max_context - 1),
-                                   _lengths(k_out, output_par, n, max_context - 1)),
-                         max_context - prompt)
+    output = jnp.minimum(jnp.where(is_trace, jnp.clip(t_out, 1, limit),
+                                   _lengths(k_out, a.output, n, limit)),
+                         a.max_context - prompt)
     last = jnp.max(jnp.where(jnp.isfinite(arrival), arrival, 0.0))
-    return Requests(arrival, prompt, output, last + drain, jnp.asarray(seed, jnp.uint32), prefix,
-                    jnp.asarray(p_tokens, jnp.int32))
+    return Requests(arrival, prompt, output, last + a.drain, jnp.asarray(a.seed, jnp.uint32),
+                    prefix, jnp.asarray(p_tokens, jnp.int32))
 
 
 def _par(x: Lengths):
