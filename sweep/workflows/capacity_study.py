@@ -39,8 +39,8 @@ def capacity(config, out=None, *, seeds: int | None = None, target_rate: float |
     complete. A refusal is a one-line ``UsageError`` raised before anything is written."""
     import jax
 
-    from sweep.analysis.results import (CAPACITY_PARTS, load_capacity, replace_folder,
-                                        write_capacity_part, write_results)
+    from sweep.analysis.results import (CAPACITY_PARTS, replace_folder, write_capacity_part,
+                                        write_results)
     from sweep.execution.runner import device_description, simulate_rows
     from sweep.study.config import load_study
     from sweep.workflows import capacity as search, capacity_tables
@@ -53,9 +53,8 @@ def capacity(config, out=None, *, seeds: int | None = None, target_rate: float |
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     identity = {"config_text": study.text, "seeds": study.seeds, "target_rate": target}
     work, saved = _capacity_out(out, resume, force, identity)
-    if work is None:  # a finished search of the same config: kept
-        cap, fleet, meta = checked(load_capacity, out)
-        return CapacityOutcome(cap, fleet, meta, out, kept=True)
+    if work is None:  # a finished search of the same config: kept, as read
+        return CapacityOutcome(*saved, out, kept=True)
     limits = search.load_limits(study)
     rounds = [0 if saved is None else int(saved["round"].max()) + 1 if len(saved) else 0]
 
@@ -94,7 +93,7 @@ def capacity(config, out=None, *, seeds: int | None = None, target_rate: float |
 def _capacity_out(out: Path, resume: bool, force: bool, identity: dict):
     """Refuse a folder the search may not use; (the folder to search in, the saved rows of a
     resumed search or None). A finished search is kept: ``--resume`` of the same config finds
-    it done (folder None), and ``--force`` searches beside it (``staging``), replacing it only
+    it done (folder None, and its tables as read), and ``--force`` searches beside it (``staging``), replacing it only
     once the new tables are complete."""
     from sweep.analysis.results import (CAPACITY_PARTS, load_capacity, read_capacity_parts,
                                         staging, start_capacity_parts)
@@ -112,12 +111,12 @@ def _capacity_out(out: Path, resume: bool, force: bool, identity: dict):
         raise UsageError(f"{out}: already exists; use --resume to continue an interrupted search "
                          "or --force to overwrite")
     if resume and finished:
-        meta = checked(load_capacity, out)[2]
-        if {k: meta.get(k) for k in identity} != identity:
+        kept = checked(load_capacity, out)
+        if {k: kept[2].get(k) for k in identity} != identity:
             raise UsageError(f"{out}: holds a finished search of another config, seeds or "
                              "target; allowed: --resume with the same config and options, or "
                              "--force to replace it")
-        return None, None
+        return None, kept
     if resume and (out / CAPACITY_PARTS).is_dir():
         manifest, rows = checked(read_capacity_parts, out)
         if not isinstance(manifest, dict) or manifest.get("identity") != identity:
