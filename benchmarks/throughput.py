@@ -21,6 +21,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from sweep.engine.params import engine_params
 from sweep.engine.reference import simulate_reference
 from sweep.execution.runner import run_study
 from sweep.runtime import executables
@@ -71,7 +72,7 @@ def brief(seeds: int, chunk: int | None, twin_sims: int) -> None:
     t0 = time.perf_counter()
     for i in pick:
         point = study.points[i]
-        simulate_reference(point.design.params(),
+        simulate_reference(engine_params(point.design),
                            sample(point.workload, study.seeds[0], point.design.context_limit))
     twin = (time.perf_counter() - t0) / len(pick)
     engine = steady.seconds / sims

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from sweep.cli import main
+from sweep.engine.params import engine_params
 from sweep.engine.reference import simulate_reference
 from sweep.execution.runner import run_study, simulate_rows
 from sweep.study.config import Limit, Point, parse_study
@@ -64,7 +65,7 @@ def test_one_at_a_time_capacity_brackets_the_md1_limit():
     design = study.points[0].design
     one = Requests(np.array([0.0]), np.array([64], np.int32), np.array([4], np.int32),
                    np.float64(np.inf), np.uint32(0), np.array([-1], np.int32), np.int32(0))
-    ref = simulate_reference(design.params(), one)
+    ref = simulate_reference(engine_params(design), one)
     service, first = float(ref.finish[0]), float(ref.first_token[0])
     x = (0.02 - first) / service  # W_q / S at the limit
     rho = 2 * x / (1 + 2 * x)

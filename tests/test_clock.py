@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from sweep.engine.arith import ceil_div
+from sweep.engine.params import engine_params
 from sweep.execution.batch import stack
 from sweep.physics.numerics import float64, running_sum
 from sweep.physics.timing import pass_time
@@ -27,7 +28,7 @@ PROMPT, OUTPUT = 512, 200
 def early_and_late():
     design = Design()
     reqs = [_one_request(1.0, PROMPT, OUTPUT), _one_request(LATE, PROMPT, OUTPUT)]
-    out, _ = run_batch(stack([design.params()] * 2), stack(reqs), 1, 0)
+    out, _ = run_batch(stack([engine_params(design)] * 2), stack(reqs), 1, 0)
     return design, out
 
 

@@ -3,17 +3,23 @@ and Workload's attributes, the results' columns, the README and docs tables). Fa
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
+import numpy as np
 import pytest
 
-from sweep.study import keytables
-from sweep.study.design import Design
+from sweep.engine.params import engine_params
 from sweep.errors import DoesNotFit, FieldError
-from sweep.study.fields import COLUMNS, DESIGN_FIELDS, FIELDS, KEYS, TEXT_COLUMNS, WORKLOAD_FIELDS
+from sweep.physics.timing import timing_params
+from sweep.study import keytables
+from sweep.study.design import TIMING_KEYS, Design
+from sweep.study.fields import (COLUMNS, DESIGN_FIELDS, ENGINE_LEVERS, FIELDS, KEYS, TEXT_COLUMNS,
+                                UNCERTAIN, WORKLOAD_FIELDS)
 from sweep.study.uncertainty import FACTORS
 from sweep.study.workload import Workload
 
-#: The results' grid columns: outside readers rely on these names and this order.
+#: The results' grid columns: outside readers rely on these names and this order; a new key's
+#: columns come after them.
 PINNED_COLUMNS = [
     "gpu", "price_per_gpu_hour", "compute_efficiency", "bandwidth_efficiency",
     "kv_bandwidth_efficiency", "decode_attention_efficiency", "overhead_ms", "seq_overhead_us",
@@ -35,7 +41,8 @@ PINNED_COLUMNS = [
 
 
 def test_columns_are_pinned():
-    assert COLUMNS == PINNED_COLUMNS
+    assert COLUMNS[:len(PINNED_COLUMNS)] == PINNED_COLUMNS
+    assert COLUMNS[-1] == "calibration" and len(set(COLUMNS)) == len(COLUMNS)
     assert set(TEXT_COLUMNS) == {"gpu", "model", "arrival", "prompt_tokens_dist",
                                  "output_tokens_dist", "batching", "kv_cache", "trace", "router",
                                  "calibration"}
@@ -61,10 +68,30 @@ def test_declarations_are_well_formed():
             assert f.range.holds(f.config_default, f.kind), f.key
 
 
-def test_uncertain_factors_share_the_declared_ranges():
+def test_uncertain_factors_keep_their_draw_streams():
+    """A factor's draws follow its stream: renumbering one would change every seeded result."""
+    assert {f.key: f.draw for f in UNCERTAIN} == {
+        "compute_efficiency": 0, "bandwidth_efficiency": 1, "overhead_ms": 2, "acceptance": 3,
+        "kv_bandwidth_efficiency": 4, "request_lag_passes": 5}
     for key, (section, lo, hi, lo_open) in FACTORS.items():
         r = KEYS[section][key].range
         assert (r.lo, r.hi, r.lo_open) == (lo, hi, lo_open)
+
+
+def test_a_lever_is_declared_once_and_read_where_it_acts():
+    """The timing function's keywords are declared keys (a design passes each one), and every
+    lever declared with an engine dtype is an EngineParams field of that dtype and value."""
+    keywords = [k for k, v in inspect.signature(timing_params).parameters.items()
+                if v.kind is v.KEYWORD_ONLY]
+    assert list(TIMING_KEYS) == keywords and set(keywords) <= set(DESIGN_FIELDS)
+    d = Design(draft_tokens=3, prefix_cache=True, prefill_chunk_tokens=64,
+               max_num_batched_tokens=1024)
+    p = engine_params(d)
+    assert ENGINE_LEVERS and all(f.key in p._fields for f in ENGINE_LEVERS)
+    for f in ENGINE_LEVERS:
+        v = getattr(p, f.key)
+        assert v.dtype == np.dtype(f.engine) and v == getattr(d, f.key), f.key
+    assert d.timing().draft_tokens == 3
 
 
 def test_the_readme_and_docs_tables_are_generated_from_the_declarations():

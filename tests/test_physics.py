@@ -184,7 +184,7 @@ def _roof_terms(p, tokens, pairs, context_read):
                                      ("Mistral-7B", 1)])
 def test_real_context_decode_is_bandwidth_bound_prefill_compute_bound(name, tp):
     m, g = get_model(name), get_gpu("H100-SXM")
-    p = timing.timing_params(m, g, tp=tp)
+    p = timing.timing_params(m, g, gpus=tp)
     batch, ctx = 32, 2048
     c, b = _roof_terms(p, batch, batch * ctx, batch * ctx)
     assert b > 3 * c, "decode of 32 x 2048 context should be bandwidth-bound"
@@ -248,7 +248,7 @@ def test_quantised_weights_shrink_the_weight_term(bits, factor):
 def test_tensor_parallel_divides_roofline_and_adds_allreduce(tp):
     m, g = get_model("Llama-3-8B"), get_gpu("H100-SXM")
     p1, t1 = _decode1()
-    pt, tt = _decode1(tp=tp)
+    pt, tt = _decode1(gpus=tp)
     # tp - 1 latencies of 2 GPUs' all-reduce, and one token's 16-bit activations by the
     # one-shot algorithm (each GPU reads every other's message) over the link at the share of
     # its bandwidth an all-reduce reaches.
@@ -330,7 +330,7 @@ def test_allreduce_takes_vllms_algorithm_by_message_size(tp, limit):
     one phase of latency; above it reduce-scatter and all-gather move 2 (tp - 1) / tp of it in
     two; at 2 GPUs every message goes one-shot."""
     m, g = get_model("Llama-3-70B"), get_gpu("H100-SXM")
-    p = timing.timing_params(m, g, tp=tp)
+    p = timing.timing_params(m, g, gpus=tp)
     link = g.interconnect_gbs * 1e9 * g.allreduce_bandwidth_efficiency
     per_token = m.hidden * 2
     for tokens in (8, 64, 2048):
@@ -339,4 +339,4 @@ def test_allreduce_takes_vllms_algorithm_by_message_size(tp, limit):
         expect = 2 * m.layers * (phases * (tp - 1) * g.allreduce_latency_us * 1e-6
                                  + factor * tokens * per_token / link)
         assert float(timing.allreduce_time(p, tokens)) == pytest.approx(expect, rel=1e-12)
-    assert timing.allreduce_time(timing.timing_params(m, g, tp=1), 64) == 0.0
+    assert timing.allreduce_time(timing.timing_params(m, g, gpus=1), 64) == 0.0

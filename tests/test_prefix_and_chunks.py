@@ -3,6 +3,7 @@ either off (or chunking with a budget above every prompt) changes nothing, bit f
 import numpy as np
 import pytest
 
+from sweep.engine.params import engine_params
 from sweep.engine.reference import simulate_reference, summarize_reference
 from sweep.execution.batch import stack
 from sweep.physics import timing
@@ -17,7 +18,7 @@ CONTEXT = 2048
 def _run(designs, reqs):
     """Engine results of the designs, the batch padded to 6 simulations and k_max 2, so that
     every test here shares one compiled shape (with or without the features)."""
-    params = [d.params() for d in designs]
+    params = [engine_params(d) for d in designs]
     m = len(params)
     params, reqs = params + params[-1:] * (6 - m), list(reqs) + list(reqs[-1:]) * (6 - m)
     out, mets = run_batch(stack(params), stack(reqs), SEATS, 2)
@@ -72,7 +73,7 @@ def test_prefix_caching_saves_exactly_the_cached_tokens():
     on = Design(batching="one_at_a_time", prefix_cache=True)
     off = Design(batching="one_at_a_time")
     out, mets = _run([on, off], [reqs, reqs])
-    tp = on.params().timing
+    tp = engine_params(on).timing
     ttft = (np.asarray(out.first) - np.asarray(reqs.arrival))[:, :n]
     full = timing.pass_time(tp, float(P + L), (P + L) * (P + L + 1) / 2, 0.0, 0.0)
     rest = timing.pass_time(tp, float(L), L * P + L * (L + 1) / 2, 0.0, 0.0)
@@ -84,7 +85,7 @@ def test_prefix_caching_saves_exactly_the_cached_tokens():
     # The decode passes are the same: only the prefills got shorter.
     np.testing.assert_allclose(np.asarray(out.finish[0] - out.first[0])[:n],
                                np.asarray(out.finish[1] - out.first[1])[:n], rtol=1e-9)
-    ref = summarize_reference(simulate_reference(on.params(), reqs), reqs, on.params())
+    ref = summarize_reference(simulate_reference(engine_params(on), reqs), reqs, engine_params(on))
     assert ref["prefill_tokens_saved"] == (n - 1) * P
 
 
@@ -106,7 +107,7 @@ def test_concurrent_sequences_share_prefix_blocks():
     assert int(out.passes[0]) == int(out.passes[1]) == 2
     assert mets["prefix_hit_rate"][0] == 5 / 6
     assert mets["prefill_tokens_saved"][0] == 5 * P
-    ref = simulate_reference(d.params(), reqs)
+    ref = simulate_reference(engine_params(d), reqs)
     assert (ref.peak_blocks, ref.prefix_hits, ref.prefix_lookups) == (5 * own + P // 16, 5, 6)
 
 
@@ -119,7 +120,7 @@ def test_chunked_prefill_splits_a_long_prompt():
     reqs = sample_n(wl, 0, CONTEXT, N)
     d = Design(max_batch=SEATS, prefill_chunk_tokens=256)
     out, _ = _run([d], [reqs])
-    tp = d.params().timing
+    tp = engine_params(d).timing
     expect, done = 0.0, 0
     for c in (256, 256, 256, 232):
         expect += timing.pass_time(tp, float(c), c * done + c * (c + 1) / 2, 0.0, 0.0)

@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 
+from sweep.engine.params import engine_params
 from sweep.engine.reference import simulate_reference, summarize_reference
 from sweep.physics import rng, timing
 from sweep.study.design import Design as _Design
@@ -54,7 +55,7 @@ def close(actual, expected):
 
 @pytest.fixture(scope="module")
 def h100():
-    return Design(gpu="H100-SXM", model="Llama-3-8B").params()
+    return engine_params(Design(gpu="H100-SXM", model="Llama-3-8B"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -131,7 +132,7 @@ def _two_together(params):
 
 @pytest.mark.parametrize("batching", ["continuous", "static"])
 def test_two_simultaneous_batched(batching):
-    params = Design(batching=batching, max_batch=8).params()
+    params = engine_params(Design(batching=batching, max_batch=8))
     res = simulate_reference(params, make_requests([0.0, 0.0], [100, 200], [3, 5]))
     first, fin = _two_together(params)
     close(res.first_token, first)
@@ -140,7 +141,7 @@ def test_two_simultaneous_batched(batching):
 
 
 def test_two_simultaneous_one_at_a_time():
-    params = Design(batching="one_at_a_time", max_batch=8).params()
+    params = engine_params(Design(batching="one_at_a_time", max_batch=8))
     assert int(params.max_batch) == 1
     res = simulate_reference(params, make_requests([0.0, 0.0], [100, 200], [3, 5]))
     t = pt(params, [100])
@@ -162,7 +163,7 @@ def test_late_arrival_continuous_vs_static():
     arrival, prompt, output = [0.0, 0.0, 1e-6], [100, 200, 50], [3, 5, 2]
     req = make_requests(arrival, prompt, output)
 
-    cont = Design(batching="continuous", max_batch=8).params()
+    cont = engine_params(Design(batching="continuous", max_batch=8))
     res = simulate_reference(cont, req)
     t1 = pt(cont, [100, 200])
     t2 = t1 + pt(cont, [50], [101, 201])  # request 2 joins the second pass
@@ -172,7 +173,7 @@ def test_late_arrival_continuous_vs_static():
     close(res.first_token, [t1, t1, t2])
     close(res.finish, [t3, t5, t3])
 
-    stat = Design(batching="static", max_batch=8).params()
+    stat = engine_params(Design(batching="static", max_batch=8))
     res = simulate_reference(stat, req)
     first, fin = _two_together(stat)  # request 2 waits for the whole batch
     t = fin[1] + pt(stat, [50])
@@ -185,7 +186,7 @@ def test_late_arrival_continuous_vs_static():
 
 def test_static_batch_capped_by_seats():
     # Three simultaneous requests, two seats: the third waits for the batch's longest member.
-    params = Design(batching="static", max_batch=2).params()
+    params = engine_params(Design(batching="static", max_batch=2))
     res = simulate_reference(params, make_requests([0, 0, 0], [10, 20, 30], [1, 3, 1]))
     t1 = pt(params, [10, 20])  # request 0 finishes at once; its seat stays empty
     t2 = t1 + pt(params, [], [21])
@@ -201,7 +202,7 @@ def test_static_batch_capped_by_seats():
 
 def test_contiguous_cache_blocks_admission():
     # Llama-3-70B at 8-bit weights on one H100 holds 2 contiguous 8192-token sequences.
-    params = Design(model="Llama-3-70B", weight_bits=8, kv_cache="contiguous").params()
+    params = engine_params(Design(model="Llama-3-70B", weight_bits=8, kv_cache="contiguous"))
     assert int(params.total_blocks) == 2 and int(params.block_tokens) == 8192
     req = make_requests([0, 0, 0], [100, 200, 300], [2, 4, 2])
     res = simulate_reference(params, req)
@@ -268,7 +269,7 @@ def test_paged_preemption_random_workload_completes():
                   prompt_tokens=Lengths("uniform", low=16, high=400),
                   output_tokens=Lengths("uniform", low=1, high=200))
     req = sample(wl, 3, d.model_spec.max_context)
-    params = d.params()._replace(total_blocks=np.int32(200))  # 3200 tokens of cache
+    params = engine_params(d)._replace(total_blocks=np.int32(200))  # 3200 tokens of cache
     res = simulate_reference(params, req)
     out = np.asarray(req.output)
     assert res.preemptions > 0
@@ -285,7 +286,7 @@ def test_paged_preemption_random_workload_completes():
 
 
 def test_speculation_acceptance_zero():
-    params = Design(draft_tokens=3, acceptance=0.0).params()
+    params = engine_params(Design(draft_tokens=3, acceptance=0.0))
     assert not np.asarray(params.accept_thresholds).any()
     p, o = 100, 6
     res = simulate_reference(params, make_requests([0.0], [p], [o]))
@@ -301,11 +302,11 @@ def test_speculation_acceptance_zero():
     close(res.itl_gaps, gaps)
     assert res.passes == o
     # The speculative pass costs more than a plain one.
-    assert pt(params, [], [101]) > pt(Design().params(), [], [101])
+    assert pt(params, [], [101]) > pt(engine_params(Design()), [], [101])
 
 
 def test_speculation_acceptance_one():
-    params = Design(draft_tokens=3, acceptance=1.0).params()
+    params = engine_params(Design(draft_tokens=3, acceptance=1.0))
     thr = np.asarray(params.accept_thresholds)
     assert (thr[:3] == 1 << 24).all() and not thr[3:].any()  # 0 past k: never accepted
     p, o = 100, 10
@@ -322,7 +323,7 @@ def test_speculation_acceptance_one():
 
 def test_speculation_partial_acceptance_uses_shared_draws():
     k, seed = 4, 7
-    params = Design(draft_tokens=k, acceptance=0.6).params()
+    params = engine_params(Design(draft_tokens=k, acceptance=0.6))
     p, o = 50, 40
     res = simulate_reference(params, make_requests([0.0, 0.0], [p, p], [o, o], seed=seed))
     thr = np.asarray(params.accept_thresholds)[:k]
@@ -355,7 +356,7 @@ def test_speculation_partial_acceptance_uses_shared_draws():
 
 
 def test_drain_censors_unserved_requests():
-    params = Design(batching="one_at_a_time").params()
+    params = engine_params(Design(batching="one_at_a_time"))
     arrival, prompt, output = [0.0, 0.0, 0.0], [100, 100, 100], [2, 2, 2]
     t1 = pt(params, [100])
     f0 = t1 + pt(params, [], [101])
@@ -399,7 +400,7 @@ def test_truncation(h100):
 def test_unstable_queue():
     # One at a time, a request every millisecond, 50 tokens each (~0.3 s): the queue grows.
     n = 21
-    params = Design(batching="one_at_a_time").params()
+    params = engine_params(Design(batching="one_at_a_time"))
     arrival = np.arange(n) * 1e-3
     req = make_requests(arrival, [20] * n, [50] * n)
     res = simulate_reference(params, req, max_steps=60)
@@ -409,13 +410,13 @@ def test_unstable_queue():
     assert not (res.first_token[1:] <= arrival[-1]).any()
     assert summarize_reference(res, req, params)["unstable"]
 
-    res = simulate_reference(Design().params(), req)  # 256 seats keep up
-    assert not summarize_reference(res, req, Design().params())["unstable"]
+    res = simulate_reference(engine_params(Design()), req)  # 256 seats keep up
+    assert not summarize_reference(res, req, engine_params(Design()))["unstable"]
 
 
 def test_littles_law_and_invariants():
     d = Design(max_batch=32)
-    params = d.params()
+    params = engine_params(d)
     wl = Workload(arrival_rate=20.0, duration_s=None, num_requests=300, drain_s=None,
                   prompt_tokens=Lengths("exponential", 256.0),
                   output_tokens=Lengths("exponential", 64.0))

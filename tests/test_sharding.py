@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from sweep.execution import workers as local_workers
+from sweep.execution import planning, runner
 from sweep.execution.runner import run_study
 from sweep.execution.workers import check as check_processes
-from sweep.execution import planning, runner
 from sweep.runtime import executables
 from sweep.study.config import parse_study
 

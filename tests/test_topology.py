@@ -9,6 +9,7 @@ import pytest
 from sweep.analysis.metrics import summarize
 from sweep.engine import ITL_LOG_WIDTH, simulate_batch
 from sweep.engine import topology
+from sweep.engine.params import engine_params
 from sweep.engine.reference import (simulate_disaggregated_reference, simulate_replicas_reference,
                                     summarize_reference)
 from sweep.execution.batch import stack
@@ -180,7 +181,7 @@ def test_design_refuses_bad_topologies():
     with pytest.raises(ValueError, match=r"^levers.replicas: must be 1"):
         Design(prefill_gpus=1, decode_gpus=1, replicas=2).validate()
     with pytest.raises(ValueError, match=r"^design: replicas"):
-        Design(replicas=2).params()
+        engine_params(Design(replicas=2))
 
 
 MINIMAL = '''\

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from sweep.engine import ITL_LOG_WIDTH, simulate_batch
+from sweep.engine.params import engine_params
 from sweep.engine.reference import simulate_reference, summarize_reference
 from sweep.execution.batch import stack
 from sweep.physics.models import Model
@@ -63,7 +64,7 @@ def _random_design(rng: np.random.Generator, i: int):
             draft_cost=float(rng.uniform(0.0, 0.3)),
         )
         try:
-            p = d.params()
+            p = engine_params(d)
         except ValueError:
             continue  # e.g. a 70B model on too little memory
         one_seq = math.ceil(CONTEXT / int(p.block_tokens))
@@ -202,8 +203,8 @@ def _extension_case(rng: np.random.Generator, i: int):
     extra = int(rng.choice([-1, -1, 0, 1, 5, 40]))  # -1: no budget
     budget = 0 if extra < 0 else d.seats * (d.draft_tokens + 1) + extra
     d = d.replace(prefix_cache=cache, prefill_chunk_tokens=chunk, max_num_batched_tokens=budget)
-    p = p._replace(prefix_cache=np.bool_(cache), prefill_chunk=np.int32(chunk),
-                   token_budget=np.int32(budget))
+    p = p._replace(prefix_cache=np.bool_(cache), prefill_chunk_tokens=np.int32(chunk),
+                   max_num_batched_tokens=np.int32(budget))
     if d.gpu != "Apple-M3-Max" and rng.random() < 0.3:
         d = d.replace(model=TINY_MOE)
         p = p._replace(timing=TimingParams(*(np.float64(v) for v in d.timing())))

@@ -5,6 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sweep.engine.params import engine_params
 from sweep.engine.reference import simulate_reference, summarize_reference
 from sweep.physics import timing
 from sweep.physics.hardware import CATALOG as GPU_CATALOG
@@ -41,7 +42,7 @@ def test_mixtral_config_has_its_experts():
 @pytest.mark.parametrize("tokens", [0, 1, 2, 7, 40, 2048])
 def test_a_moe_pass_reads_the_experts_its_tokens_route_to(tokens):
     m = load_hf_config(MODELS / "Mixtral-8x7B-v0.1.json")
-    p = timing.timing_params(m, get_gpu("H100-SXM"), tp=2)
+    p = timing.timing_params(m, get_gpu("H100-SXM"), gpus=2)
     flops, weights, kv_read = timing.pass_work(p, tokens, 0, 0)
     nbytes = weights + kv_read
     expert = m.expert_bytes(16) / (m.experts * m.layers)  # one expert of one layer
@@ -74,8 +75,8 @@ def test_decode_attention_adds_only_the_compute_that_outlasts_its_kv_reads(name,
     assert m.heads // m.kv_heads == heads_per_kv
     gpu = get_gpu("H100-SXM")
     seqs, context = 128.0, 128.0 * 1800
-    inside = timing.timing_params(m, gpu, tp=2, decode_attention_efficiency=0.0)
-    own = timing.timing_params(m, gpu, tp=2, decode_attention_efficiency=0.02)
+    inside = timing.timing_params(m, gpu, gpus=2, decode_attention_efficiency=0.0)
+    own = timing.timing_params(m, gpu, gpus=2, decode_attention_efficiency=0.02)
     base = timing.pass_time(inside, 0.0, 0.0, seqs, context)
     flops, weights, kv = timing.pass_work(inside, seqs, context, context)
     assert base == pytest.approx(max(flops / inside.flops_per_s, weights / inside.bytes_per_s
@@ -157,12 +158,12 @@ def test_the_token_budget_covers_decodes_first():
     and the engine agrees with the twin."""
     d = Design(max_batch=5, max_num_batched_tokens=104)
     r = requests([0.0, 0.0, 0.0, 0.0, 1e-4], [8, 8, 8, 8, 1000], [400, 400, 400, 400, 2])
-    ref = simulate_reference(d.params(), r)
+    ref = simulate_reference(engine_params(d), r)
     # Pass 1 prefills the four short prompts; from pass 2 they decode and the long prompt takes
     # 100 tokens a pass for 10 passes: its first token ends pass 11.
     passes_to_first = 11
     assert ref.passes >= passes_to_first
-    p = d.params()
+    p = engine_params(d)
     times = [timing.pass_time(p.timing, 32.0, 4 * 36.0, 0.0, 0.0)]
     for i in range(10):
         ctx = 4 * (8 + 1 + i)
@@ -170,7 +171,7 @@ def test_the_token_budget_covers_decodes_first():
         pairs = 100 * done + 100 * 101 // 2
         times.append(timing.pass_time(p.timing, 100.0, float(pairs), 4.0, float(ctx)))
     assert ref.first_token[4] == pytest.approx(sum(float(t) for t in times), rel=1e-12)
-    no_budget = simulate_reference(d.replace(max_num_batched_tokens=0).params(), r)
+    no_budget = simulate_reference(engine_params(d.replace(max_num_batched_tokens=0)), r)
     assert no_budget.first_token[4] < ref.first_token[4]
 
 
@@ -186,9 +187,9 @@ def test_request_overhead_and_lag_add_to_ttft_and_latency_only():
     r = requests([0.0, 0.01, 0.02], [100, 200, 300], [20, 30, 40])
     plain = Design(request_overhead_ms=0.0, request_lag_passes=0.0)
     slow = plain.replace(request_overhead_ms=15.0, request_lag_passes=2.0)
-    ref = simulate_reference(plain.params(), r)
-    a = summarize_reference(ref, r, plain.params())
-    b = summarize_reference(simulate_reference(slow.params(), r), r, slow.params())
+    ref = simulate_reference(engine_params(plain), r)
+    a = summarize_reference(ref, r, engine_params(plain))
+    b = summarize_reference(simulate_reference(engine_params(slow), r), r, engine_params(slow))
     extra = 0.015 + 2 * a["mean_tpot_ms"] * 1e-3
     for key in ("mean_ttft_s", "p50_ttft_s", "p99_ttft_s", "mean_e2e_s", "p95_e2e_s"):
         assert b[key] == pytest.approx(a[key] + extra, rel=1e-12), key

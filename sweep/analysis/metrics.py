@@ -8,8 +8,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from sweep.engine import ITL_LO_S, ITL_LOG_WIDTH, EngineOutput
+from sweep.engine.params import EngineParams
 from sweep.physics.numerics import fixed_sum
-from sweep.study.design import EngineParams
 from sweep.study.workload import Requests
 
 

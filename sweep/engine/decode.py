@@ -16,11 +16,11 @@ from jax import lax
 
 from sweep.engine.arith import ceil_div
 from sweep.engine.extensions import prefix_blocks, prefix_of, run_prefix_blocks
+from sweep.engine.params import EngineParams
 from sweep.engine.passes import accepted
 from sweep.engine.state import Aux, EngineState, arrived, itl_bin, needs_pass, unfinished
 from sweep.physics.numerics import running_sum
 from sweep.physics.timing import pass_time
-from sweep.study.design import EngineParams
 from sweep.study.workload import Requests
 
 

@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from sweep.engine.arith import ceil_div
+from sweep.engine.params import EngineParams
 from sweep.engine.state import EngineState, Extensions, Seats
-from sweep.study.design import EngineParams
 from sweep.study.workload import MAX_PREFIXES, Requests
 
 #: Prefill budget per pass when chunking is off: more than any pass can hold.
@@ -27,18 +27,18 @@ NO_CHUNK = 2**30
 def uses_extensions(p: EngineParams) -> bool:
     """Whether any design of a (concrete) batch caches prefixes or chunks prefills: only then
     is the engine compiled with them, so a batch without either runs the plain rules' code."""
-    return bool(np.any(np.asarray(p.prefix_cache)) or np.any(np.asarray(p.prefill_chunk) > 0)
-                or np.any(np.asarray(p.token_budget) > 0))
+    return bool(np.any(np.asarray(p.prefix_cache))
+                or np.any(np.asarray(p.prefill_chunk_tokens) > 0)
+                or np.any(np.asarray(p.max_num_batched_tokens) > 0))
 
 
 def smallest_chunk(p: EngineParams):
     """The fewest prompt tokens a pass that prefills at all may prefill (0: no limit). Under a
     token budget a seat is free or holds a prefill whenever one is due, so at most
     ``max_batch - 1`` seats decode beside it."""
-    left = p.token_budget - (p.max_batch - 1) * (p.draft_tokens + 1)
-    return jnp.where(p.token_budget > 0,
-                     jnp.where(p.prefill_chunk > 0, jnp.minimum(p.prefill_chunk, left), left),
-                     p.prefill_chunk)
+    chunk, budget = p.prefill_chunk_tokens, p.max_num_batched_tokens
+    left = budget - (p.max_batch - 1) * (p.draft_tokens + 1)
+    return jnp.where(budget > 0, jnp.where(chunk > 0, jnp.minimum(chunk, left), left), chunk)
 
 
 def onehot(pfx):
@@ -91,9 +91,10 @@ class Budget(NamedTuple):
 def budget(p: EngineParams, s: EngineState, x: Held, decoding, work) -> Budget:
     """A token budget covers the ``decoding`` seats first; mid-prefill seats then take the
     pass's prefill budget, in request order (if a pass ``work``s at all)."""
-    total = jnp.where(p.prefill_chunk > 0, p.prefill_chunk, jnp.int32(NO_CHUNK))
-    after_decodes = p.token_budget - decoding.sum(dtype=jnp.int32) * (p.draft_tokens + 1)
-    total = jnp.where(p.token_budget > 0, jnp.minimum(total, after_decodes), total)
+    chunk, budget = p.prefill_chunk_tokens, p.max_num_batched_tokens
+    total = jnp.where(chunk > 0, chunk, jnp.int32(NO_CHUNK))
+    after_decodes = budget - decoding.sum(dtype=jnp.int32) * (p.draft_tokens + 1)
+    total = jnp.where(budget > 0, jnp.minimum(total, after_decodes), total)
     ahead = jnp.where(x.mid[None, :] & (s.seat_req[None, :] < s.seat_req[:, None]),
                       s.ext.todo[None, :], 0).sum(axis=1)
     mid_chunk = jnp.where(x.mid & work, jnp.clip(total - ahead, 0, s.ext.todo), 0)

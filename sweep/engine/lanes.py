@@ -14,12 +14,12 @@ from jax import lax
 
 from sweep.engine.decode import decode_run, plain_run
 from sweep.engine.extensions import smallest_chunk, uses_extensions
+from sweep.engine.params import EngineParams
 from sweep.engine.passes import accepted, general_pass
 from sweep.engine.state import (Aux, EngineOutput, EngineState, initial_state, make_aux, needs_pass,
                                 output, unfinished)
 from sweep.physics.numerics import float64
 from sweep.runtime import executables
-from sweep.study.design import EngineParams
 from sweep.study.workload import Requests
 
 #: Scan steps per block of the outer while loop: the loop stops within one block of the slowest

@@ -12,13 +12,13 @@ import jax.numpy as jnp
 from jax import lax
 
 from sweep.engine.extensions import Budget, Held, budget, cache_after, chunks, completes, held
+from sweep.engine.params import EngineParams
 from sweep.engine.scheduling import (Admission, Growth, Readmission, admission, growth, idle_jump,
                                      readmission, stop)
 from sweep.engine.state import (Aux, EngineState, Extensions, Seats, arrived, itl_bin, needs_pass,
                                 seats_of)
 from sweep.physics.rng import uniform_bits
 from sweep.physics.timing import pass_time
-from sweep.study.design import EngineParams
 from sweep.study.workload import Requests
 
 

@@ -16,12 +16,12 @@ import math
 
 import numpy as np
 
+from sweep.engine.params import EngineParams
 from sweep.engine.reference_metrics import summarize_reference
 from sweep.engine.reference_rules import (Pass, admit, complete, continue_prefills, emit_tokens,
                                           evict, growth, idle_jump, prefill_budget, readmit,
                                           run_pass, stop, used)
 from sweep.engine.reference_state import RefResult, columns, load, result
-from sweep.study.design import EngineParams
 from sweep.study.workload import Requests
 
 __all__ = ["RefResult", "simulate_disaggregated_reference", "simulate_reference",

@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
+from sweep.engine.params import EngineParams
 from sweep.engine.reference_state import RefResult
-from sweep.study.design import EngineParams
 from sweep.study.workload import Requests
 
 

@@ -41,12 +41,12 @@ def used(tw: Twin) -> int:
 
 
 def free(tw: Twin) -> int:
-    return tw.total_blocks - used(tw)
+    return tw.design.total_blocks - used(tw)
 
 
 def own_blocks(tw: Twin, pfx: int, tokens: int) -> int:
     """A sequence's own blocks for a context of ``tokens``: a prefix's blocks are shared."""
-    return ceil_div(tokens, tw.block_tokens) - (tw.prefix_blocks if pfx >= 0 else 0)
+    return ceil_div(tokens, tw.design.block_tokens) - (tw.prefix_blocks if pfx >= 0 else 0)
 
 
 def cost(tw: Twin, pfx: int, tokens: int) -> tuple[int, int]:
@@ -84,9 +84,10 @@ def evict(tw: Twin) -> None:
 def prefill_budget(tw: Twin, decoding: list[Seat]) -> float:
     """The prefill tokens a pass may take: C (unlimited at 0), and no more than a token budget
     leaves after its decodes, k + 1 tokens each."""
-    left = tw.chunk if tw.chunk > 0 else math.inf
-    if tw.budget > 0:
-        left = min(left, tw.budget - len(decoding) * (tw.k + 1))
+    d = tw.design
+    left = d.prefill_chunk_tokens if d.prefill_chunk_tokens > 0 else math.inf
+    if d.max_num_batched_tokens > 0:
+        left = min(left, d.max_num_batched_tokens - len(decoding) * (d.draft_tokens + 1))
     return left
 
 
@@ -151,7 +152,8 @@ def growth(tw: Twin) -> list[Seat] | None:
     zero-time step, with no pass. A sequence mid-prefill holds its blocks and does not decode."""
     running = [s for s in tw.occupied.values() if not s.preempted]
     decoding = [s for s in running if s.todo == 0]
-    grows = [max(0, own_blocks(tw, s.pfx, s.p + s.g + min(tw.k + 1, s.o - s.g)) - s.b)
+    look = tw.design.draft_tokens + 1
+    grows = [max(0, own_blocks(tw, s.pfx, s.p + s.g + min(look, s.o - s.g)) - s.b)
              for s in decoding]
     if sum(grows) > free(tw):
         preempt(tw, max(running, key=lambda s: s.req))
@@ -187,7 +189,7 @@ def admit(tw: Twin, ps: Pass) -> None:
     """5. Admission, FIFO with no skipping, into the free seats in increasing order while the
     head request's blocks fit and prefill budget is left; under static batching only into an
     empty server. A transferred admission was prefilled in another pool and just decodes."""
-    if tw.static and tw.occupied:
+    if tw.design.static and tw.occupied:
         return
     while tw.head < tw.tail and tw.free_seats and ps.left > 0:
         i = tw.head
@@ -197,7 +199,7 @@ def admit(tw: Twin, ps: Pass) -> None:
         s = Seat(req=i, p=tw.prompt[i], o=tw.output[i], b=own, pfx=tw.prefix[i])
         tw.occupied[heapq.heappop(tw.free_seats)] = s
         tw.head += 1
-        if tw.transferred:
+        if tw.design.transferred:
             ps.prefills.append((s, 0, s.p))  # no chunk to prefill: it emits one token
             ps.loads.append(s)
         else:
@@ -219,7 +221,7 @@ def run_pass(tw: Twin, ps: Pass) -> float:
     p_pairs = sum(c * L + c * (c + 1) // 2 for _, c, L in ps.prefills)
     d_seqs = len(ps.decoding) + len(ps.loads)
     d_context = sum(s.p + s.g for s in ps.decoding) + sum(s.p for s in ps.loads)
-    duration = timing.pass_time(tw.tparams, np.float64(p_tokens), np.float64(p_pairs),
+    duration = timing.pass_time(tw.design.timing, np.float64(p_tokens), np.float64(p_pairs),
                                 np.float64(d_seqs), np.float64(d_context), xp=np)
     return float(np.float64(tw.t) + np.float64(duration))
 
@@ -240,12 +242,12 @@ def _chunks_done(tw: Twin, ps: Pass) -> list[tuple[Seat, int]]:
 def _accepted_drafts(tw: Twin, decoding: list[Seat]) -> list[int]:
     """Speculative decoding: A = #{j <= k : u < T_j}, the leading run of accepted drafts, from
     one draw per seat keyed by its request and the decode passes it has taken."""
-    if tw.k == 0 or not decoding:
+    if tw.design.draft_tokens == 0 or not decoding:
         return [0] * len(decoding)
     idx = np.array([s.req for s in decoding], dtype=np.int64)
     npass = np.array([s.npass for s in decoding], dtype=np.int64)
     draws = rng.uniform_bits(tw.seed, idx, npass, xp=np)
-    return (draws[:, None] < tw.thresholds[None, :]).sum(axis=1).tolist()
+    return (draws[:, None] < tw.design.accept_thresholds[None, :]).sum(axis=1).tolist()
 
 
 def emit_tokens(tw: Twin, ps: Pass, t_end: float) -> None:

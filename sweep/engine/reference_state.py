@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sweep.engine.params import EngineParams
 from sweep.physics import timing
-from sweep.study.design import EngineParams
 from sweep.study.workload import Requests
 
 
@@ -45,18 +45,10 @@ class Twin:
     prefix_tokens: int  # P
     end_time: float
     seed: np.uint32  # keys the speculative draws
-    # The design.
-    seats: int  # max_batch
-    static: bool  # static batching (and one-at-a-time): admission into an empty server only
-    block_tokens: int
-    total_blocks: int
+    # The design: its engine params as Python scalars (``accept_thresholds``: T_1 .. T_k, a
+    # draft accepted below its threshold; ``timing``: float64), as the rules read them.
+    design: EngineParams
     prefix_blocks: int  # pb = ceil(P / block_tokens)
-    k: int  # draft tokens
-    thresholds: np.ndarray  # T_1 .. T_k: a draft is accepted below its threshold
-    tparams: timing.TimingParams  # float64 scalars
-    transferred: bool  # a decode pool: admissions arrive prefilled
-    chunk: int  # C: prefill tokens per pass (0: unlimited)
-    budget: int  # B: tokens per pass, decodes first (0: none)
     max_steps: int | None
     # The state.
     t: float = 0.0
@@ -83,7 +75,7 @@ class Twin:
 
     def __post_init__(self):
         n = len(self.arrival)
-        self.free_seats = list(range(self.seats))  # a sorted list is a valid min-heap
+        self.free_seats = list(range(self.design.max_batch))  # a sorted list is a valid min-heap
         self.first_token = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
         self.generated = np.zeros(n, dtype=np.int64)
@@ -109,23 +101,28 @@ def _checked(req: Requests):
     return arrival, prompt, output, n
 
 
+def scalars(params: EngineParams) -> EngineParams:
+    """One design's engine params as the twin reads them: Python ints and bools, the timing
+    constants as float64, and the thresholds of the ``draft_tokens`` drafts only."""
+    plain = {k: np.asarray(v).item() for k, v in params._asdict().items()
+             if k not in ("timing", "accept_thresholds", "summary")}
+    return params._replace(
+        timing=timing.TimingParams(*(np.float64(v) for v in params.timing)),
+        accept_thresholds=np.asarray(params.accept_thresholds)[:int(params.draft_tokens)],
+        **plain)
+
+
 def load(params: EngineParams, req: Requests, max_steps: int | None) -> Twin:
     """The twin at t = 0: one design, its requests, and an optional bound on the steps."""
     arrival, prompt, output, n = _checked(req)
     prefix = (np.asarray(req.prefix).astype(np.int64).reshape(-1).tolist()
               if bool(params.prefix_cache) else [-1] * n)
     P = int(np.asarray(req.prefix_tokens))
-    k = int(params.draft_tokens)
     return Twin(
         arrival=arrival.tolist(), prompt=prompt.tolist(), output=output.tolist(), prefix=prefix,
         prefix_tokens=P, end_time=float(np.asarray(req.end_time)),
-        seed=np.uint32(np.asarray(req.seed)), seats=int(params.max_batch),
-        static=bool(params.static), block_tokens=int(params.block_tokens),
-        total_blocks=int(params.total_blocks), prefix_blocks=ceil_div(P, int(params.block_tokens)),
-        k=k, thresholds=np.asarray(params.accept_thresholds)[:k],
-        tparams=timing.TimingParams(*(np.float64(v) for v in params.timing)),
-        transferred=bool(params.transferred), chunk=int(params.prefill_chunk),
-        budget=int(params.token_budget), max_steps=max_steps)
+        seed=np.uint32(np.asarray(req.seed)), design=scalars(params),
+        prefix_blocks=ceil_div(P, int(params.block_tokens)), max_steps=max_steps)
 
 
 @dataclass

@@ -12,8 +12,8 @@ from jax import lax
 
 from sweep.engine.arith import ceil_div, exclusive_cumsum
 from sweep.engine.extensions import Budget, Held, readmission_lookup, window_lookup
+from sweep.engine.params import EngineParams
 from sweep.engine.state import Aux, EngineState, Seats, arrived
-from sweep.study.design import EngineParams
 from sweep.study.workload import Requests
 
 

@@ -10,8 +10,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from sweep.engine.params import EngineParams
 from sweep.physics.numerics import fixed_sum
-from sweep.study.design import EngineParams
 from sweep.study.workload import MAX_PREFIXES, Requests
 
 #: Inter-token gaps go into a log-spaced histogram: bin 0 holds the zero gaps of multi-token

@@ -18,7 +18,8 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from sweep.engine import ITL_BINS, ITL_LO_S, ITL_LOG_WIDTH, EngineOutput
-from sweep.study.design import Design, EngineParams
+from sweep.engine.params import EngineParams, engine_params
+from sweep.study.design import Design
 from sweep.study.workload import Requests
 
 
@@ -43,13 +44,14 @@ def plan(design: Design) -> Plan:
     """The servers of ``design`` (validated)."""
     design.validate()
     if design.disaggregated:
-        pre = design.pool(design.prefill_gpus).params()
-        dec = design.pool(design.decode_gpus).params()._replace(transferred=np.bool_(True))
+        pre = engine_params(design.pool(design.prefill_gpus))
+        dec = engine_params(design.pool(design.decode_gpus))._replace(
+            transferred=np.bool_(True))
         return Plan([pre], dec, _whole(dec, design),
                     [design.prefill_gpus, design.decode_gpus],
                     float(design.model_spec.kv_bytes_per_token(design.kv_bits)),
                     design.kv_link_gbps * 1e9 / 8)
-    one = design.pool(design.gpus).params()
+    one = engine_params(design.pool(design.gpus))
     return Plan([one] * design.replicas, None, _whole(one, design),
                 [design.gpus] * design.replicas, 0.0, math.inf, design.router)
 

@@ -8,7 +8,6 @@ from sweep.analysis.metrics import summarize
 from sweep.engine import EngineOutput
 from sweep.physics.numerics import float64
 from sweep.runtime import executables
-from sweep.study.design import EngineParams
 from sweep.study.workload import Requests
 
 

@@ -54,8 +54,9 @@ class TimingParams(NamedTuple):
     draft_cost: float  # draft pass cost per drafted token, as a fraction of a target decode pass
 
 
-def timing_params(model: Model, gpu: GPU, *, tp: int = 1, weight_bits: int = 16, kv_bits: int = 16,
-                  activation_bits: int = 16, compute_efficiency: float | None = None,
+def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int = 16,
+                  kv_bits: int = 16, activation_bits: int = 16,
+                  compute_efficiency: float | None = None,
                   bandwidth_efficiency: float | None = None,
                   kv_bandwidth_efficiency: float | None = None,
                   decode_attention_efficiency: float | None = None,
@@ -67,7 +68,9 @@ def timing_params(model: Model, gpu: GPU, *, tp: int = 1, weight_bits: int = 16,
     """A design's constants; a factor left at None is the GPU's default, and the KV cache's
     bandwidth efficiency keeps the GPU's ratio to the weights' (``kv_efficiency``). Decode
     attention has its own term only where
-    ``decode_attention_efficiency`` (or the GPU's default) is above 0."""
+    ``decode_attention_efficiency`` (or the GPU's default) is above 0. A design passes every
+    lever named here (``Design.timing``): a new timing factor is a keyword of this function."""
+    tp = gpus  # the tensor-parallel degree
     if compute_efficiency is None:
         compute_efficiency = gpu.compute_efficiency
     if bandwidth_efficiency is None:

@@ -16,7 +16,6 @@ import re
 import sys
 import tomllib
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from sweep.errors import ConfigError, FieldError, clip, got, one_line, show
 from sweep.files import MAX_TEXT_BYTES, FileRefused, check_table, read_text

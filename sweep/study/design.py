@@ -1,67 +1,29 @@
-"""Designs (the levers a capacity planner chooses) and their array form for the engine."""
+"""Designs: the levers a capacity planner chooses, and their combined checks."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import NamedTuple
-
-import numpy as np
+import inspect
 
 from sweep.errors import DoesNotFit, FieldError
 from sweep.physics.hardware import GPU, get_gpu
 from sweep.physics.memory import DEFAULT_PROFILE_TOKENS, memory_budget
 from sweep.physics.models import Model, get_model
-from sweep.physics.rng import acceptance_thresholds
 from sweep.physics.timing import TimingParams, timing_params
 from sweep.study.fields import (ACTIVATION_BITS, DEFAULT_KV_LINK_GBPS, DESIGN_FIELDS,
-                                GPU_FITTED, MAX_DRAFT_TOKENS, Range, check, declared)
+                                GPU_FITTED, Range, check, declared_class)
 
+#: The levers the timing function reads: its keyword-only parameters, each a declared key.
+TIMING_KEYS = tuple(k for k, v in inspect.signature(timing_params).parameters.items()
+                    if v.kind is v.KEYWORD_ONLY and k in DESIGN_FIELDS)
 #: Checked value by value; ``gpu`` and ``model`` may be catalog objects and are checked by
 #: resolving them.
 _CHECKED = tuple(f for attr, f in DESIGN_FIELDS.items() if attr not in ("gpu", "model"))
 
 
-@dataclass(frozen=True)
-class Design:
-    """One serving design. ``gpu`` and ``model`` are catalog names (or objects); what every
-    attribute means, its unit, range and default are declared in ``sweep.study.fields``."""
-
-    gpu: str | GPU = declared("gpu")
-    model: str | Model = declared("model")
-    batching: str = declared("batching")
-    max_batch: int = declared("max_batch")
-    kv_cache: str = declared("kv_cache")
-    block_size: int = declared("block_size")
-    max_seq_len: int | None = declared("max_seq_len")
-    gpus: int = declared("gpus")
-    weight_bits: int = declared("weight_bits")
-    activation_bits: int = declared("activation_bits")
-    kv_bits: int = declared("kv_bits")
-    draft_tokens: int = declared("draft_tokens")
-    acceptance: float = declared("acceptance")
-    draft_cost: float = declared("draft_cost")
-    compute_efficiency: float | None = declared("compute_efficiency")
-    bandwidth_efficiency: float | None = declared("bandwidth_efficiency")
-    kv_bandwidth_efficiency: float | None = declared("kv_bandwidth_efficiency")
-    decode_attention_efficiency: float | None = declared("decode_attention_efficiency")
-    overhead_ms: float | None = declared("overhead_ms")
-    seq_overhead_us: float | None = declared("seq_overhead_us")
-    request_overhead_ms: float | None = declared("request_overhead_ms")
-    request_lag_passes: float | None = declared("request_lag_passes")
-    memory_overhead_fraction: float = declared("memory_overhead_fraction")
-    gpu_memory_utilization: float | None = declared("gpu_memory_utilization")
-    kv_blocks: int | None = declared("kv_blocks")
-    price_per_gpu_hour: float | None = declared("price_per_gpu_hour")
-    replicas: int = declared("replicas")
-    router: str = declared("router")
-    prefill_gpus: int | None = declared("prefill_gpus")
-    decode_gpus: int | None = declared("decode_gpus")
-    kv_link_gbps: float = declared("kv_link_gbps")
-    prefix_cache: bool = declared("prefix_cache")
-    prefill_chunk_tokens: int = declared("prefill_chunk_tokens")
-    max_num_batched_tokens: int = declared("max_num_batched_tokens")
-    allreduce_latency_us: float | None = declared("allreduce_latency_us")
-    allreduce_bandwidth_efficiency: float | None = declared("allreduce_bandwidth_efficiency")
+class _Design:
+    """One serving design: an attribute per declared key of ``[hardware]``, ``[model]`` and
+    ``[levers]`` (``sweep.study.fields``: what each means, its unit, range and default).
+    ``gpu`` and ``model`` are catalog names (or objects)."""
 
     @property
     def gpu_spec(self) -> GPU:
@@ -206,19 +168,9 @@ class Design:
         return self.kv_tokens() // self.block_tokens
 
     def timing(self) -> TimingParams:
-        return timing_params(
-            self.model_spec, self.gpu_spec, tp=self.gpus, weight_bits=self.weight_bits,
-            kv_bits=self.kv_bits, activation_bits=self.activation_bits,
-            compute_efficiency=self.compute_efficiency,
-            bandwidth_efficiency=self.bandwidth_efficiency,
-            kv_bandwidth_efficiency=self.kv_bandwidth_efficiency,
-            decode_attention_efficiency=self.decode_attention_efficiency,
-            overhead_ms=self.overhead_ms,
-            seq_overhead_us=self.seq_overhead_us,
-            allreduce_latency_us=self.allreduce_latency_us,
-            allreduce_bandwidth_efficiency=self.allreduce_bandwidth_efficiency,
-            draft_tokens=self.draft_tokens,
-            draft_cost=self.draft_cost)
+        """The pass-time constants: ``timing_params`` gets every lever it names."""
+        return timing_params(self.model_spec, self.gpu_spec,
+                             **{k: getattr(self, k) for k in TIMING_KEYS})
 
     def _one_server_features(self) -> None:
         """Prefix caching and chunked prefill are checked against the twin on one server only."""
@@ -230,73 +182,9 @@ class Design:
                              "disaggregated pools", "one server (replicas = 1, no prefill_gpus)",
                              getattr(self, key))
 
-    def params(self) -> "EngineParams":
-        """One server's engine arrays (validated first); a design with replicas or
-        disaggregated pools runs as several servers: ``sweep.engine.topology.plan``."""
-        self.validate()
-        if self.replicas != 1 or self.disaggregated:
-            raise FieldError("design", "replicas and prefill/decode pools are several servers",
-                             "sweep.engine.topology.plan(design)")
-        gpu = self.gpu_spec
-        price = gpu.price_per_gpu_hour if self.price_per_gpu_hour is None else self.price_per_gpu_hour
-        return EngineParams(
-            timing=TimingParams(*(np.float64(v) for v in self.timing())),
-            max_batch=np.int32(self.seats),
-            static=np.bool_(self.batching != "continuous"),
-            block_tokens=np.int32(self.block_tokens),
-            total_blocks=np.int32(min(self.total_blocks(), 2**31 - 1)),
-            draft_tokens=np.int32(self.draft_tokens),
-            # Thresholds past k are 0 (never accept): the engine needs no mask by k.
-            accept_thresholds=np.where(np.arange(MAX_DRAFT_TOKENS) < self.draft_tokens,
-                                       acceptance_thresholds(self.acceptance, MAX_DRAFT_TOKENS),
-                                       0).astype(np.int32),
-            transferred=np.bool_(False),
-            prefix_cache=np.bool_(self.prefix_cache),
-            prefill_chunk=np.int32(self.prefill_chunk_tokens),
-            token_budget=np.int32(self.max_num_batched_tokens),
-            summary=SummaryParams(
-                block_bytes=np.float64(self.block_tokens * self.model_spec.kv_bytes_per_token(
-                    self.kv_bits)),
-                gpus=np.float64(self.gpus),
-                price_per_gpu_s=np.float64(price / 3600.0),
-                request_overhead_s=np.float64((gpu.request_overhead_ms if self.request_overhead_ms
-                                               is None else self.request_overhead_ms) * 1e-3),
-                request_lag_passes=np.float64(gpu.request_lag_passes if self.request_lag_passes
-                                              is None else self.request_lag_passes),
-                slo_ttft_s=np.float64(np.inf),
-                slo_tpot_s=np.float64(np.inf)),
-        )
-
     def replace(self, **changes) -> "Design":
         """``dataclasses.replace``, as a method for the many callers that change a few levers."""
         return dataclasses.replace(self, **changes)
 
 
-class EngineParams(NamedTuple):
-    """A design in the engine's array form (a pytree: stack many to vmap a sweep)."""
-
-    timing: TimingParams
-    max_batch: np.ndarray  # int32: seats in use (1 for one-at-a-time)
-    static: np.ndarray  # bool: admit only into an empty batch (static and one-at-a-time)
-    block_tokens: np.ndarray  # int32: KV allocation unit in tokens
-    total_blocks: np.ndarray  # int32
-    draft_tokens: np.ndarray  # int32: k
-    accept_thresholds: np.ndarray  # int32[MAX_DRAFT_TOKENS]: round(acceptance**j x 2**24), 0 past k
-    transferred: np.ndarray  # bool: requests arrive prefilled (a decode pool: sweep/engine/topology.py)
-    prefix_cache: np.ndarray  # bool: reuse cached shared prefixes
-    prefill_chunk: np.ndarray  # int32: prefill tokens per pass at most, 0 = unlimited
-    token_budget: np.ndarray  # int32: tokens per pass, decodes' first, 0 = unlimited
-    summary: "SummaryParams"  # what only the metrics read
-
-
-class SummaryParams(NamedTuple):
-    """What a simulation's metrics read besides the engine's output; the engine reads none."""
-
-    block_bytes: np.ndarray  # float64: bytes per KV block (for peak KV memory)
-    gpus: np.ndarray  # float64
-    price_per_gpu_s: np.ndarray  # float64, $ per GPU-second
-    request_overhead_s: np.ndarray  # float64: added to every request's TTFT and latency
-    request_lag_passes: np.ndarray  # float64: so many mean TPOTs added to them too
-    # A brief's per-request limits (slo_attainment, goodput_rps); inf: none.
-    slo_ttft_s: np.ndarray  # float64
-    slo_tpot_s: np.ndarray  # float64
+Design = declared_class("Design", DESIGN_FIELDS, _Design, __name__)

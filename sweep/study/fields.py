@@ -1,16 +1,18 @@
 """Every config key of ``[hardware]``, ``[model]``, ``[workload]`` and ``[levers]``, declared once.
 
 ``FIELDS`` gives each key its type, choices or range, default, unit and help. Everything else is
-derived from it: the ``Design`` and ``Workload`` attributes' defaults (``declared``) and their
-checks of each value alone (``check``), the config parser's keys and choices, the results'
-columns (``COLUMNS``, in the order of ``FIELDS``: keep new keys at the end) and the key tables of
-README.md and docs/config.md (``python -m sweep.study.keytables --write``). A new lever is a
-row here, a ``declared`` attribute of ``Design`` and the physics that reads it.
+derived from it: the ``Design`` and ``Workload`` classes themselves (``declared_class``) and
+their checks of each value alone (``check``), the config parser's keys and choices, the results'
+columns (``COLUMNS``, in the order of ``FIELDS``: keep new keys at the end), the factors that may
+be uncertain (``draw``), the levers the engine reads as they are (``engine``) and the key tables
+of README.md and docs/config.md (``python -m sweep.study.keytables --write``). A new lever is a
+row here and the physics or rule that reads it (docs/internals.md, "Adding a lever").
 """
 from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from typing import NamedTuple
 
 from sweep.errors import FieldError, listed, show
@@ -84,6 +86,8 @@ class Field(NamedTuple):
     unset: bool = False  # a config that omits it leaves it unset (None), whatever the default
     gpu_default: bool = False  # unset, the GPU's own value is used and shown in its column
     fitted: str = ""  # "gpu": fitted per GPU on its real runs; "engine": the serving engine's
+    engine: str = ""  # the dtype under which the engine's rules read the lever as it is
+    draw: int = -1  # may be uncertain (a distribution); its draws' stream, never reused
     values: str = ""  # the tables' "values" where kind, choices, range and unit do not say it
     shown: str = ""  # the tables' "default" where the default does not say it
 
@@ -133,12 +137,12 @@ FIELDS: tuple[Field, ...] = (
     _hw("price_per_gpu_hour", range=Range(0.0, 1e6), unit="$", gpu_default=True,
         shown="the catalog's", help="what one GPU costs per hour",
         short="price per GPU-hour"),
-    _hw("compute_efficiency", range=_SHARE, gpu_default=True, fitted="gpu",
+    _hw("compute_efficiency", range=_SHARE, draw=0, gpu_default=True, fitted="gpu",
         help="share of peak FLOP/s reached", short="share of peak FLOP/s"),
-    _hw("bandwidth_efficiency", range=_SHARE, gpu_default=True, fitted="gpu",
+    _hw("bandwidth_efficiency", range=_SHARE, draw=1, gpu_default=True, fitted="gpu",
         help="share of peak bandwidth reached reading the weights",
         short="share of peak bandwidth, weights"),
-    _hw("kv_bandwidth_efficiency", range=_SHARE, gpu_default=True, fitted="gpu",
+    _hw("kv_bandwidth_efficiency", range=_SHARE, draw=4, gpu_default=True, fitted="gpu",
         help="share of peak bandwidth reached reading the KV cache; unset: the GPU's ratio of it "
              "to `bandwidth_efficiency`, times that",
         short="share of peak bandwidth, KV cache"),
@@ -146,13 +150,14 @@ FIELDS: tuple[Field, ...] = (
         help="share of the 16-bit tensor peak that decode attention reaches; 0 = inside the "
              "roofline (every fitted GPU's: the runs do not identify it)",
         short="decode attention's share of the 16-bit peak"),
-    _hw("overhead_ms", range=Range(0.0, 1e4), unit="ms", gpu_default=True, fitted="engine",
+    _hw("overhead_ms", range=Range(0.0, 1e4), draw=2, unit="ms", gpu_default=True, fitted="engine",
         help="fixed cost per pass", short="fixed cost per pass"),
     _hw("seq_overhead_us", range=Range(0.0, 1e6), unit="us", gpu_default=True, fitted="engine",
         help="cost per decoding sequence per pass", short="per decoding sequence per pass"),
     _hw("request_overhead_ms", range=Range(0.0, 1e6), unit="ms", gpu_default=True, fitted="engine",
         help="cost per request, outside the passes", short="per request, outside the passes"),
-    _hw("request_lag_passes", range=Range(0.0, 100.0), unit="TPOTs", gpu_default=True, fitted="engine",
+    _hw("request_lag_passes", range=Range(0.0, 100.0), draw=5, unit="TPOTs", gpu_default=True,
+        fitted="engine",
         help="mean TPOTs added to TTFT and latency", short="added to TTFT and latency"),
     _hw("memory_overhead_fraction", default=DEFAULT_OVERHEAD_FRACTION, range=Range(0.0, 0.99),
         help="memory held back from the KV cache; not with `gpu_memory_utilization`",
@@ -207,10 +212,11 @@ FIELDS: tuple[Field, ...] = (
            short="8: W8A8, 4: FP4, where the GPU has it"),
     _lever("kv_bits", default=16, choices=KV_BITS, help="KV cache precision",
            short="KV cache precision"),
-    _lever("draft_tokens", default=0, range=Range(0, MAX_DRAFT_TOKENS), unit="tokens",
+    _lever("draft_tokens", default=0, engine="int32", range=Range(0, MAX_DRAFT_TOKENS),
+           unit="tokens",
            shown="0 (off)",
            help="speculative draft length", short="speculative draft length"),
-    _lever("acceptance", "num", 0.7, range=Range(0.0, 1.0),
+    _lever("acceptance", "num", 0.7, range=Range(0.0, 1.0), draw=3,
            help="acceptance probability per drafted token", short="per-token acceptance"),
     _lever("draft_cost", "num", 0.1, range=Range(0.0, 10.0),
            help="cost per drafted token, as a share of a target decode pass",
@@ -253,12 +259,14 @@ FIELDS: tuple[Field, ...] = (
     _wl("prefix_share", default=0.0, range=Range(0, 1), shown="0 (none)",
         help="share of requests that use a prefix; not with a trace",
         short="share of requests using one"),
-    _lever("prefix_cache", "bool", False, help="reuse cached prefixes' KV (paged cache only)",
+    _lever("prefix_cache", "bool", False, engine="bool",
+           help="reuse cached prefixes' KV (paged cache only)",
            short="reuse cached prefixes' KV (paged only)"),
-    _lever("prefill_chunk_tokens", default=0, range=Range(0, MAX_TOKENS_PER_PASS), unit="tokens",
+    _lever("prefill_chunk_tokens", default=0, engine="int32", range=Range(0, MAX_TOKENS_PER_PASS),
+           unit="tokens",
            shown="0 (off)",
            help="prefill tokens per pass at most (chunked prefill)", short="chunked prefill"),
-    _lever("max_num_batched_tokens", default=0, range=Range(0, MAX_TOKENS_PER_PASS),
+    _lever("max_num_batched_tokens", default=0, engine="int32", range=Range(0, MAX_TOKENS_PER_PASS),
            unit="tokens", shown="0 (off)", help="vLLM's token budget per pass, decodes first",
            short="vLLM's token budget per pass"),
     _lever("kv_blocks", range=Range(1, MAX_KV_BLOCKS), unit="blocks", shown="from memory",
@@ -295,9 +303,26 @@ TEXT_COLUMNS = tuple(c for f in FIELDS for c in f.columns
 NUMERIC_COLUMNS = [c for c in COLUMNS if c not in TEXT_COLUMNS]
 
 
+#: Levers the engine's rules read as they are, in ``EngineParams`` under their own names.
+ENGINE_LEVERS = tuple(f for f in FIELDS if f.engine)
+#: Factors a config may give as a distribution, in the order of their draws' streams.
+UNCERTAIN = tuple(sorted((f for f in FIELDS if f.draw >= 0), key=lambda f: f.draw))
+_TYPES = {"num": float, "int": int, "bool": bool, "str": str}
+
+
 def declared(attr: str) -> dataclasses.Field:
     """A Design or Workload attribute with its declared default (and declaration, as metadata)."""
     return dataclasses.field(default=ATTRS[attr].default, metadata={"field": ATTRS[attr]})
+
+
+def declared_class(name: str, fields: dict[str, Field], base: type, module: str) -> type:
+    """A frozen dataclass with one attribute per declaration, in declaration order, and the
+    methods of ``base``: a new key becomes an attribute without being written twice."""
+    cls = dataclasses.make_dataclass(
+        name, [(attr, typing.Optional[_TYPES.get(f.kind, object)], declared(attr))
+               for attr, f in fields.items()], bases=(base,), frozen=True)
+    cls.__module__, cls.__qualname__, cls.__doc__ = module, name, base.__doc__
+    return cls
 
 
 def check(f: Field, value, scope: str) -> None:

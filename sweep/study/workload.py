@@ -7,7 +7,6 @@ seed.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from functools import partial
 from typing import NamedTuple
 
@@ -18,9 +17,8 @@ import numpy as np
 from sweep.errors import FieldError
 from sweep.physics.numerics import float64, running_sum
 from sweep.runtime import executables
-from sweep.study.fields import ARRIVALS, WORKLOAD_FIELDS, check, declared
+from sweep.study.fields import ARRIVALS, WORKLOAD_FIELDS, check, declared_class
 from sweep.study.lengths import DISTS, Lengths
-from sweep.study.trace import Trace
 
 _KINDS = ARRIVALS + ("trace",)
 POISSON, CONSTANT, GAMMA, TRACE = range(4)
@@ -28,8 +26,7 @@ POISSON, CONSTANT, GAMMA, TRACE = range(4)
 MAX_PREFIXES = WORKLOAD_FIELDS["prefix_count"].range.hi
 
 
-@dataclass(frozen=True)
-class Workload:
+class _Workload:
     """Arrivals at ``arrival_rate`` requests/s, either for ``duration_s`` seconds or for a fixed
     ``num_requests``. The run ends ``drain_s`` after the last arrival (unserved requests are
     censored), or, with ``drain_s=None``, when every request is done.
@@ -43,20 +40,6 @@ class Workload:
     ``prefix_share``, uniformly one of ``prefix_count``; its prompt is then ``prefix_tokens``
     plus the sampled length (clipped to the context like any prompt). A request whose clipped
     prompt is not longer than the prefix uses none."""
-
-    arrival_rate: float = declared("arrival_rate")
-    duration_s: float | None = declared("duration_s")
-    num_requests: int | None = declared("num_requests")
-    drain_s: float | None = declared("drain_s")
-    arrival: str = declared("arrival")
-    prompt_tokens: Lengths = declared("prompt_tokens")
-    output_tokens: Lengths = declared("output_tokens")
-    arrival_cv: float = declared("arrival_cv")
-    trace: Trace | None = declared("trace")
-    trace_time_scale: float = declared("trace_time_scale")
-    prefix_count: int = declared("prefix_count")
-    prefix_tokens: int = declared("prefix_tokens")
-    prefix_share: float = declared("prefix_share")
 
     def validate(self) -> None:
         """Every value against its declaration (``sweep.study.fields``), then the combinations;
@@ -99,6 +82,9 @@ class Workload:
             return int(math.floor(mean)) + 1
         spread = max(1.0, self.arrival_cv) if self.arrival == "gamma" else 1.0
         return int(math.ceil(mean + 6.0 * spread * math.sqrt(mean) + 16))
+
+
+Workload = declared_class("Workload", WORKLOAD_FIELDS, _Workload, __name__)
 
 
 class Requests(NamedTuple):

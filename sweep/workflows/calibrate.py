@@ -29,8 +29,6 @@ The result is a hardware profile (TOML) that a config names with ``[hardware] pr
 """
 from __future__ import annotations
 
-import dataclasses
-import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,7 +229,7 @@ def roofline(gpu_name: str, model, gpus: int = 1, weight_bits: int = 16, kv_bits
                              f"{', '.join(map(str, options))}")
     if gpus > 1 and gpu.interconnect_gbs <= 0:
         raise ValueError(f"--gpus: {gpu.name} has no tensor-parallel interconnect; allowed: 1")
-    return gpu, timing_params(model, gpu, tp=gpus, weight_bits=weight_bits, kv_bits=kv_bits,
+    return gpu, timing_params(model, gpu, gpus=gpus, weight_bits=weight_bits, kv_bits=kv_bits,
                               compute_efficiency=1.0, bandwidth_efficiency=1.0,
                               kv_bandwidth_efficiency=1.0, decode_attention_efficiency=0.0,
                               overhead_ms=0.0)

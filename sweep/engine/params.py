@@ -1,0 +1,84 @@
+"""The engine's input for one server: a validated design in array form (``EngineParams``, a
+pytree: stack many to vmap a sweep), built once by ``engine_params``.
+
+Its fields are the rules' derived values, then every lever declared with an ``engine`` dtype
+(``sweep.study.fields.ENGINE_LEVERS``) under its own name, then what only the metrics read
+(``SummaryParams``). A rule lever the rules read as it is needs no line here.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from sweep.errors import FieldError
+from sweep.physics.rng import acceptance_thresholds
+from sweep.physics.timing import TimingParams
+from sweep.study.design import Design
+from sweep.study.fields import ENGINE_LEVERS, MAX_DRAFT_TOKENS
+
+
+class SummaryParams(NamedTuple):
+    """What a simulation's metrics read besides the engine's output; the engine reads none."""
+
+    block_bytes: np.ndarray  # float64: bytes per KV block (for peak KV memory)
+    gpus: np.ndarray  # float64
+    price_per_gpu_s: np.ndarray  # float64, $ per GPU-second
+    request_overhead_s: np.ndarray  # float64: added to every request's TTFT and latency
+    request_lag_passes: np.ndarray  # float64: so many mean TPOTs added to them too
+    # A brief's per-request limits (slo_attainment, goodput_rps); inf: none.
+    slo_ttft_s: np.ndarray  # float64
+    slo_tpot_s: np.ndarray  # float64
+
+
+#: The values the rules read that no lever states as it is.
+_DERIVED = [
+    ("timing", TimingParams),  # the pass-time constants (float64)
+    ("max_batch", np.ndarray),  # int32: seats in use (1 for one-at-a-time)
+    ("static", np.ndarray),  # bool: admit only into an empty batch (static and one-at-a-time)
+    ("block_tokens", np.ndarray),  # int32: KV allocation unit in tokens
+    ("total_blocks", np.ndarray),  # int32
+    ("accept_thresholds", np.ndarray),  # int32[MAX_DRAFT_TOKENS]: acceptance**j x 2**24, 0 past k
+    ("transferred", np.ndarray),  # bool: requests arrive prefilled (a decode pool: topology.py)
+]
+EngineParams = NamedTuple("EngineParams", [*_DERIVED, *((f.key, np.ndarray) for f in ENGINE_LEVERS),
+                                           ("summary", SummaryParams)])
+EngineParams.__module__ = __name__
+EngineParams.__doc__ = """A design in the engine's array form: the rules' derived values, each
+lever of ``ENGINE_LEVERS`` as it is, and ``summary``, what only the metrics read."""
+
+
+def engine_params(design: Design) -> EngineParams:
+    """One server's engine arrays (validated first); a design with replicas or disaggregated
+    pools runs as several servers: ``sweep.engine.topology.plan``."""
+    design.validate()
+    if design.replicas != 1 or design.disaggregated:
+        raise FieldError("design", "replicas and prefill/decode pools are several servers",
+                         "sweep.engine.topology.plan(design)")
+    gpu = design.gpu_spec
+    price = (gpu.price_per_gpu_hour if design.price_per_gpu_hour is None
+             else design.price_per_gpu_hour)
+    return EngineParams(
+        timing=TimingParams(*(np.float64(v) for v in design.timing())),
+        max_batch=np.int32(design.seats),
+        static=np.bool_(design.batching != "continuous"),
+        block_tokens=np.int32(design.block_tokens),
+        total_blocks=np.int32(min(design.total_blocks(), 2**31 - 1)),
+        # Thresholds past k are 0 (never accept): the engine needs no mask by k.
+        accept_thresholds=np.where(np.arange(MAX_DRAFT_TOKENS) < design.draft_tokens,
+                                   acceptance_thresholds(design.acceptance, MAX_DRAFT_TOKENS),
+                                   0).astype(np.int32),
+        transferred=np.bool_(False),
+        **{f.key: np.dtype(f.engine).type(getattr(design, f.key)) for f in ENGINE_LEVERS},
+        summary=SummaryParams(
+            block_bytes=np.float64(design.block_tokens * design.model_spec.kv_bytes_per_token(
+                design.kv_bits)),
+            gpus=np.float64(design.gpus),
+            price_per_gpu_s=np.float64(price / 3600.0),
+            request_overhead_s=np.float64((gpu.request_overhead_ms if design.request_overhead_ms
+                                           is None else design.request_overhead_ms) * 1e-3),
+            request_lag_passes=np.float64(gpu.request_lag_passes if design.request_lag_passes
+                                          is None else design.request_lag_passes),
+            slo_ttft_s=np.float64(np.inf),
+            slo_tpot_s=np.float64(np.inf)),
+    )
