@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from sweep.engine.arith import ceil_div
-from sweep.engine.extensions import prefix_blocks, prefix_of, run_prefix_blocks
+from sweep.engine.extensions import hooks
 from sweep.engine.params import EngineParams
 from sweep.engine.passes import accepted
 from sweep.engine.state import Aux, EngineState, arrived, itl_bin, needs_pass, unfinished
@@ -31,8 +31,7 @@ def _run_start(p: EngineParams, r: Requests, aux: Aux, ext: bool, s: EngineState
     n = r.arrival.shape[0]
     skipped = unfinished(aux, s) & ~needs_pass(p, aux, s)
     ok = unfinished(aux, s) & ~(s.seat_pre & (s.seat_req >= 0)).any()
-    if ext:
-        ok = ok & ~((s.ext.todo > 0) & (s.seat_req >= 0)).any()
+    ok = hooks(ext).run_ok(s, ok)
     next_arrival = jnp.where(s.tail < n, r.arrival[jnp.minimum(s.tail, n - 1)], jnp.inf)
     return skipped, ok, next_arrival
 
@@ -116,6 +115,7 @@ def decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: in
     KV block that may not fit, the end time, or an empty batch. With ``ext``, no run starts
     while a seat is mid-prefill, and growth must fit beside every cached prefix (so the run
     never evicts one)."""
+    f = hooks(ext)
     skipped, ok, next_arrival = _run_start(p, r, aux, ext, s)
     running = (s.seat_req >= 0) & ~s.seat_pre
     prompt, output, gen, npass = s.seat_prompt, s.seat_output, s.seat_gen, s.seat_npass
@@ -131,9 +131,7 @@ def decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: in
     alive = running[:, None] & (gen_before < out_col)  # decodes at pass j
     ctx = prompt[:, None] + gen_before
     need = ceil_div(ctx + jnp.minimum(p.draft_tokens + 1, out_col - gen_before), p.block_tokens)
-    if ext:
-        pfx, pb = prefix_of(p, r, s.seat_req, running), prefix_blocks(p, r)
-        need = need - jnp.where(pfx >= 0, pb, 0)[:, None]
+    need = f.run_need(p, r, s, running, need)
     held = jnp.maximum(need, s.seat_blocks[:, None])
     # Each ``unit`` of passes counts growth from the blocks held when it starts (the sequences
     # finished before it have freed theirs), as a run of its own would.
@@ -141,16 +139,14 @@ def decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: in
                                                 for q in range(unit, lookahead, unit)], axis=1)
     base = jnp.repeat(unit_blocks, unit, axis=1)
     free = jnp.repeat(p.total_blocks - unit_blocks.sum(axis=0, dtype=jnp.int32), unit)
-    if ext:
-        free = free - pb * s.ext.cached.sum(dtype=jnp.int32)
+    free = f.run_free(p, r, s, free)
     # Growth as a difference of two sums: XLA recomputes ``held`` in each reduction that reads it.
     in_use = jnp.where(alive, held, 0).sum(axis=0, dtype=jnp.int32)
     growth = in_use - jnp.where(alive, base, 0).sum(axis=0, dtype=jnp.int32)
     fits = growth <= free
     n_run = alive.sum(axis=0, dtype=jnp.int32)
     context = jnp.where(alive, ctx, 0).sum(axis=0).astype(jnp.float64)
-    if ext:
-        in_use = in_use + run_prefix_blocks(pfx, pb, alive)
+    in_use = f.run_in_use(p, r, s, running, alive, in_use)
     run = _run_length(p, r, aux, s, skipped, ok, next_arrival, fits, n_run, context, unit)
     seat_passes = (alive & run.took).sum(axis=1, dtype=jnp.int32)
     return _run_end(r, aux, s, skipped, unit, run, in_use, output, seat_passes,

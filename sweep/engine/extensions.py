@@ -1,8 +1,9 @@
 """Prefix caching and chunked prefill (docs/model.md: "Prefix caching", "Chunked prefill",
-"Token budget"): their part of each rule, and their state (``EngineState.ext``). The engine
-compiles them in only for a batch in which some design uses them (``uses_extensions``); without
-them every rule is exactly the plain one. They add O(S^2 + S x MAX_PREFIXES) per pass (who
-shares whose prefix, who prefills first).
+"Token budget"): their part of each rule, as hooks the rules call (``Cached``), and their state
+(``EngineState.ext``). Each hook has a plain form (``Plain``) that adds nothing; the engine
+compiles the features in only for a batch in which some design uses them (``uses_extensions``),
+so without them every rule traces exactly the plain arithmetic. They add
+O(S^2 + S x MAX_PREFIXES) per pass (who shares whose prefix, who prefills first).
 
 The rules' results they read (``ra``, ``ad``, ``ps``, ``tk``) are those of
 ``scheduling.readmission``, ``scheduling.admission``, ``passes.the_pass`` and
@@ -14,10 +15,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
-from sweep.engine.arith import ceil_div
+from sweep.engine.arith import ceil_div, exclusive_cumsum
 from sweep.engine.params import EngineParams
-from sweep.engine.state import EngineState, Extensions, Seats
+from sweep.engine.state import EngineState, Extensions, Seats, itl_bin
 from sweep.study.workload import MAX_PREFIXES, Requests
 
 #: Prefill budget per pass when chunking is off: more than any pass can hold.
@@ -196,3 +198,190 @@ def run_prefix_blocks(pfx, pb, alive):
     refs = jnp.einsum("sc,sj->cj", onehot(pfx).astype(jnp.float32),
                       alive.astype(jnp.float32)) > 0
     return pb * refs.sum(axis=0, dtype=jnp.int32)
+
+
+class Plain:
+    """The rules' hooks with prefix caching and chunked prefill compiled out: each adds nothing
+    (a prefill is its whole prompt, found in no cache, within no budget), so the rules trace
+    exactly the plain engine's arithmetic."""
+
+    @staticmethod
+    def view(p, r, s, seats) -> None:
+        return None
+
+    @staticmethod
+    def budget(c, decoding, work) -> None:
+        return None
+
+    @staticmethod
+    def free(x, free):
+        return free
+
+    @staticmethod
+    def growth(x, seats, need):
+        """The seats that decode, and the blocks each needs of its own."""
+        return seats.running, need
+
+    @staticmethod
+    def readmission_lookup(c, index, length, need) -> Lookup:
+        return Lookup(need, need, None, None)
+
+    @staticmethod
+    def within_budget(b, ok):
+        return ok
+
+    @staticmethod
+    def take(b, ok, todo):
+        """The readmission's chunk and the prefill budget left after it."""
+        return None, None
+
+    @staticmethod
+    def window_lookup(c, ra, need, prompt, ok):
+        return Lookup(need, need, None, None), ok
+
+    @staticmethod
+    def admitted(ra, admit, look, slot, ad):
+        return ad
+
+    @staticmethod
+    def prefills(c, b, ra, ad, load):
+        """Each seat's prompt tokens left before the pass (None: all), its prefill in the pass,
+        and the prefill's query-key pairs."""
+        prefill = jnp.where(ad.new & ~load, ad.prompt, 0) + jnp.where(ra.seat, ra.length, 0)
+        return None, prefill, prefill.astype(jnp.int64) * (prefill + 1) // 2
+
+    @staticmethod
+    def completes(c, g, ra, ad, ps, n_decode):
+        """Prompt tokens left after the pass, the seats whose prefill completes, and the pass's
+        inter-token gaps (histogram bins and counts): every decode's, and a recompute's."""
+        done = ad.new | ra.seat
+        gaps = jnp.stack([itl_bin(ps.dt), itl_bin(ps.t_end - c.s.seat_last[ra.index])])
+        return None, done, gaps, jnp.stack([n_decode, ra.ok.astype(jnp.int32)])
+
+    @staticmethod
+    def first_tokens(c, ad, ps, tk, seat_req):
+        """Each seat's tokens after the pass, and the first-token times: every admission's
+        first token comes at the end of its pass (the admitted requests are the contiguous
+        window head..head+m-1: a slice update, no scatter)."""
+        s, nseat = c.s, c.seats.index.shape[0]
+        gen = jnp.where(ad.new, 1, s.seat_gen + tk.emitted)
+        window_first = lax.dynamic_slice(s.first, (s.head,), (nseat,))
+        return gen, lax.dynamic_update_slice(
+            s.first, jnp.where(c.seats.index < ad.count, ps.t_end, window_first), (s.head,))
+
+    @staticmethod
+    def cache_after(c, ra, ad, tk, done):
+        return done
+
+    @staticmethod
+    def run_ok(s, ok):
+        """Whether a decode run may start."""
+        return ok
+
+    @staticmethod
+    def run_need(p, r, s, running, need):
+        """Blocks each seat needs of its own at each pass of a decode run."""
+        return need
+
+    @staticmethod
+    def run_free(p, r, s, free):
+        return free
+
+    @staticmethod
+    def run_in_use(p, r, s, running, alive, in_use):
+        return in_use
+
+
+class Cached(Plain):
+    """The hooks of prefix caching and chunked prefill (and the token budget)."""
+
+    @staticmethod
+    def view(p, r, s, seats) -> Held:
+        return held(p, r, s, seats)
+
+    @staticmethod
+    def budget(c, decoding, work) -> Budget:
+        return budget(c.p, c.s, c.x, decoding, work)
+
+    @staticmethod
+    def free(x, free):
+        return free - x.blocks
+
+    @staticmethod
+    def growth(x, seats, need):
+        return seats.running & ~x.mid, need - x.shared
+
+    @staticmethod
+    def readmission_lookup(c, index, length, need) -> Lookup:
+        return readmission_lookup(c.r, c.s, c.x, index, length, need)
+
+    @staticmethod
+    def within_budget(b, ok):
+        return ok & (b.left > 0)
+
+    @staticmethod
+    def take(b, ok, todo):
+        chunk = jnp.minimum(todo, b.left)
+        return chunk, b.left - jnp.where(ok, chunk, 0)
+
+    @staticmethod
+    def window_lookup(c, ra, need, prompt, ok):
+        look = window_lookup(c.p, c.r, c.s, c.x, c.seats.index, need, prompt)
+        return look, ok & (exclusive_cumsum(look.todo) < ra.left)
+
+    @staticmethod
+    def admitted(ra, admit, look, slot, ad):
+        ahead = exclusive_cumsum(look.todo)
+        return ad._replace(overflow=ad.overflow & (jnp.where(admit, look.todo, 0).sum() < ra.left),
+                           hit=look.hit[slot], todo=look.todo[slot],
+                           chunk=jnp.clip(ra.left - ahead[slot], 0, look.todo[slot]))
+
+    @staticmethod
+    def prefills(c, b, ra, ad, load):
+        return chunks(c.s, c.seats, c.x, b, ra, ad)
+
+    @staticmethod
+    def completes(c, g, ra, ad, ps, n_decode):
+        todo, done = completes(c.x, g.work, ra, ad, ps)
+        stalls = done & ~ad.new & (c.s.seat_gen > 0)
+        gaps = jnp.concatenate([itl_bin(ps.dt)[None], itl_bin(ps.t_end - c.s.seat_last)])
+        return todo, done, gaps, jnp.concatenate([n_decode[None], stalls.astype(jnp.int32)])
+
+    @staticmethod
+    def first_tokens(c, ad, ps, tk, seat_req):
+        """A first token comes when a prefill completes, chunks later perhaps."""
+        s, n, nseat = c.s, c.r.arrival.shape[0], c.seats.index.shape[0]
+        gen = jnp.where(ad.new, 0, s.seat_gen) + tk.emitted
+        first_tok = tk.completes & (jnp.where(ad.new, 0, s.seat_gen) == 0)
+        return gen, s.first.at[jnp.where(first_tok, seat_req, n + nseat)].set(ps.t_end,
+                                                                            mode="drop")
+
+    @staticmethod
+    def cache_after(c, ra, ad, tk, done):
+        ext, prefixes = cache_after(c.p, c.r, c.s, c.seats, c.x, ra, ad, tk, done)
+        return done._replace(ext=ext, in_use=done.in_use + prefixes)
+
+    @staticmethod
+    def run_ok(s, ok):
+        """No run starts while a seat is mid-prefill."""
+        return ok & ~((s.ext.todo > 0) & (s.seat_req >= 0)).any()
+
+    @staticmethod
+    def run_need(p, r, s, running, need):
+        pfx = prefix_of(p, r, s.seat_req, running)
+        return need - jnp.where(pfx >= 0, prefix_blocks(p, r), 0)[:, None]
+
+    @staticmethod
+    def run_free(p, r, s, free):
+        """Growth must fit beside every cached prefix, so a run never evicts one."""
+        return free - prefix_blocks(p, r) * s.ext.cached.sum(dtype=jnp.int32)
+
+    @staticmethod
+    def run_in_use(p, r, s, running, alive, in_use):
+        pfx = prefix_of(p, r, s.seat_req, running)
+        return in_use + run_prefix_blocks(pfx, prefix_blocks(p, r), alive)
+
+
+def hooks(ext: bool) -> type:
+    """The hooks an engine compiled with (``ext``) or without the features uses."""
+    return Cached if ext else Plain

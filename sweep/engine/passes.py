@@ -1,22 +1,19 @@
 """Rules 6-9 of docs/model.md ("One step"): the pass, its tokens and completions, and the clock
-after it; and the general pass, the composition of all nine. Each rule is a pure function of the
-parameters, the state and the earlier rules' results; ``x`` is prefix caching and chunked
-prefill's view of the pass (``extensions.Held``), None when the engine is compiled without
-them."""
+after it; and the general pass, the composition of all nine. Each rule is one pure function of
+the step (``scheduling.Step``) and the earlier rules' results; prefix caching and chunked
+prefill enter through the step's hooks (``extensions``)."""
 from __future__ import annotations
 
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 
-from sweep.engine.extensions import Budget, Held, budget, cache_after, chunks, completes, held
+from sweep.engine.extensions import Budget, hooks
 from sweep.engine.params import EngineParams
-from sweep.engine.scheduling import (Admission, Growth, Readmission, admission, growth, idle_jump,
-                                     readmission, stop)
-from sweep.engine.state import (Aux, EngineState, Extensions, Seats, arrived, itl_bin, needs_pass,
-                                seats_of)
+from sweep.engine.scheduling import (Admission, Growth, Readmission, Step, admission, growth,
+                                     idle_jump, readmission, stop)
+from sweep.engine.state import Aux, EngineState, Extensions, arrived, needs_pass, seats_of
 from sweep.physics.rng import uniform_bits
 from sweep.physics.timing import pass_time
 from sweep.study.workload import Requests
@@ -42,26 +39,20 @@ class Pass(NamedTuple):
     t_end: jax.Array  # f64 the clock at its end
 
 
-def the_pass(p: EngineParams, s: EngineState, seats: Seats, t, g: Growth, ra: Readmission,
-             ad: Admission, x: Held | None = None, b: Budget | None = None) -> Pass:
+def the_pass(c: Step, t, g: Growth, ra: Readmission, ad: Admission, b: Budget | None) -> Pass:
     """Rule 6: a pass from ``t`` prefills the admitted and readmitted requests (under chunked
     prefill, each prefilling seat's chunk) and decodes every seat that grew in rule 3; it takes
     ``timing.pass_time``."""
     decode = g.decoding & g.work
     # A transferred request (a decode pool's) is not prefilled: its admission decodes one token
     # over its cached context (docs/model.md "Disaggregated prefill and decode").
-    load = ad.new & p.transferred
-    if x is None:
-        todo = None
-        prefill = jnp.where(ad.new & ~load, ad.prompt, 0) + jnp.where(ra.seat, ra.length, 0)
-        pairs = prefill.astype(jnp.int64) * (prefill + 1) // 2
-    else:
-        todo, prefill, pairs = chunks(s, seats, x, b, ra, ad)
+    load = ad.new & c.p.transferred
+    todo, prefill, pairs = c.f.prefills(c, b, ra, ad, load)
     f64 = jnp.float64
-    dt = pass_time(p.timing, prefill.sum(dtype=f64), pairs.sum(dtype=f64),
+    dt = pass_time(c.p.timing, prefill.sum(dtype=f64), pairs.sum(dtype=f64),
                    (decode | load).sum(dtype=f64),
-                   (jnp.where(decode, seats.ctx, 0) + jnp.where(load, ad.prompt, 0)).sum(dtype=f64),
-                   xp=jnp)
+                   (jnp.where(decode, c.seats.ctx, 0) + jnp.where(load, ad.prompt, 0)).sum(
+                       dtype=f64), xp=jnp)
     dt = jnp.where(g.work, dt, 0.0)
     return Pass(decode, prefill, todo, dt, t + dt)
 
@@ -76,23 +67,14 @@ class Tokens(NamedTuple):
     todo: jax.Array | None  # i32[S] chunked prefill: prompt tokens left after the pass
 
 
-def tokens(s: EngineState, g: Growth, ra: Readmission, ad: Admission, ps: Pass, drafts,
-           x: Held | None = None) -> Tokens:
+def tokens(c: Step, g: Growth, ra: Readmission, ad: Admission, ps: Pass, drafts) -> Tokens:
     """Rule 7: at the end of the pass a completed prefill emits one token and a decoding seat
     min(A + 1, o - g) (A: its ``drafts`` accepted). Every decoding seat emitted its previous
     token at the pass's start, so its gap is the pass time; only a seat completing a recompute
-    has a gap of its own."""
+    (or, under chunked prefill, a prefill after a stall) has a gap of its own."""
+    s = c.s
     decoded = jnp.where(ps.decode, jnp.minimum(drafts + 1, s.seat_output - s.seat_gen), 0)
-    n_decode = ps.decode.sum(dtype=jnp.int32)
-    if x is None:
-        todo, done = None, ad.new | ra.seat
-        gaps = jnp.stack([itl_bin(ps.dt), itl_bin(ps.t_end - s.seat_last[ra.index])])
-        counts = jnp.stack([n_decode, ra.ok.astype(jnp.int32)])
-    else:
-        todo, done = completes(x, g.work, ra, ad, ps)
-        stalls = done & ~ad.new & (s.seat_gen > 0)
-        gaps = jnp.concatenate([itl_bin(ps.dt)[None], itl_bin(ps.t_end - s.seat_last)])
-        counts = jnp.concatenate([n_decode[None], stalls.astype(jnp.int32)])
+    todo, done, gaps, counts = c.f.completes(c, g, ra, ad, ps, ps.decode.sum(dtype=jnp.int32))
     return Tokens(decoded, done, decoded + done, s.itl_hist.at[gaps].add(counts), todo)
 
 
@@ -110,32 +92,19 @@ class Completion(NamedTuple):
     ext: Extensions
 
 
-def completion(p: EngineParams, r: Requests, s: EngineState, seats: Seats, g: Growth,
-               ra: Readmission, ad: Admission, ps: Pass, tk: Tokens,
-               x: Held | None = None) -> Completion:
+def completion(c: Step, g: Growth, ra: Readmission, ad: Admission, ps: Pass,
+               tk: Tokens) -> Completion:
     """Rule 8: a seat whose g reaches o finishes at the end of the pass and frees its seat and
     blocks. Under prefix caching the cache is then updated (``extensions.cache_after``)."""
-    n, nseat = r.arrival.shape[0], seats.index.shape[0]
+    s, n = c.s, c.r.arrival.shape[0]
     seat_req = jnp.where(ad.new, ad.req, s.seat_req)
-    if x is None:
-        gen = jnp.where(ad.new, 1, s.seat_gen + tk.emitted)
-        # Admitted requests are the contiguous window head..head+m-1: a slice update, no scatter.
-        window_first = lax.dynamic_slice(s.first, (s.head,), (nseat,))
-        first = lax.dynamic_update_slice(
-            s.first, jnp.where(seats.index < ad.count, ps.t_end, window_first), (s.head,))
-    else:
-        gen = jnp.where(ad.new, 0, s.seat_gen) + tk.emitted
-        first_tok = tk.completes & (jnp.where(ad.new, 0, s.seat_gen) == 0)
-        first = s.first.at[jnp.where(first_tok, seat_req, n + nseat)].set(ps.t_end, mode="drop")
+    gen, first = c.f.first_tokens(c, ad, ps, tk, seat_req)
     done = (tk.emitted > 0) & (gen >= jnp.where(ad.new, ad.output, s.seat_output))
     blocks = jnp.where(ad.new, ad.own, jnp.where(ra.seat, ra.own, g.blocks))
-    c = Completion(seat_req, gen, done, jnp.where(done, 0, blocks),
-                   g.seat_pre & ~ra.seat & ~done, blocks.sum(dtype=jnp.int32), first,
-                   s.finish.at[jnp.where(done, seat_req, n)].set(ps.t_end, mode="drop"), s.ext)
-    if x is None:
-        return c
-    ext, prefixes = cache_after(p, r, s, seats, x, ra, ad, tk, c)
-    return c._replace(ext=ext, in_use=c.in_use + prefixes)
+    return c.f.cache_after(c, ra, ad, tk, Completion(
+        seat_req, gen, done, jnp.where(done, 0, blocks), g.seat_pre & ~ra.seat & ~done,
+        blocks.sum(dtype=jnp.int32), first,
+        s.finish.at[jnp.where(done, seat_req, n)].set(ps.t_end, mode="drop"), s.ext))
 
 
 def advance(aux: Aux, s: EngineState, live, halt, tail, g: Growth, ad: Admission, ps: Pass,
@@ -175,18 +144,20 @@ def general_pass(p: EngineParams, r: Requests, aux: Aux, ext: bool, s: EngineSta
                  drafts) -> EngineState:
     """One engine pass (or one preemption) by the rules: docs/model.md, "One step", in which
     each seat's draft accepts ``drafts`` tokens if it decodes. ``ext`` compiles in prefix
-    caching and chunked prefill; without it the pass is exactly the plain rules'. A simulation
-    that does not ``needs_pass`` is left as it is."""
+    caching and chunked prefill (``extensions.Cached``); without it every hook is the plain
+    one and the pass is exactly the plain rules'. A simulation that does not ``needs_pass`` is
+    left as it is."""
     live = needs_pass(p, aux, s)
+    f = hooks(ext)
     seats = seats_of(s)
-    x = held(p, r, s, seats) if ext else None
-    t, tail = idle_jump(r, aux, s, seats, live)
-    halt = stop(r, s, seats, t)
-    g = growth(p, s, seats, live & ~halt, x)
-    b = budget(p, s, x, g.decoding, g.work) if ext else None
-    ra = readmission(p, r, s, seats, g, x, b)
-    ad = admission(p, r, aux, s, seats, tail, g, ra, x)
-    ps = the_pass(p, s, seats, t, g, ra, ad, x, b)
-    tk = tokens(s, g, ra, ad, ps, drafts, x)
-    c = completion(p, r, s, seats, g, ra, ad, ps, tk, x)
-    return advance(aux, s, live, halt, tail, g, ad, ps, tk, c)
+    c = Step(p, r, aux, s, seats, f, f.view(p, r, s, seats))
+    t, tail = idle_jump(c, live)
+    halt = stop(c, t)
+    g = growth(c, live & ~halt)
+    b = f.budget(c, g.decoding, g.work)
+    ra = readmission(c, g, b)
+    ad = admission(c, tail, g, ra)
+    ps = the_pass(c, t, g, ra, ad, b)
+    tk = tokens(c, g, ra, ad, ps, drafts)
+    done = completion(c, g, ra, ad, ps, tk)
+    return advance(aux, s, live, halt, tail, g, ad, ps, tk, done)

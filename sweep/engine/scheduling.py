@@ -1,7 +1,8 @@
 """Rules 1-5 of docs/model.md ("One step"): the clock, then who takes part in the pass. Each
-rule is a pure function of the parameters, the state and the earlier rules' results; ``x`` is
-prefix caching and chunked prefill's view of the pass (``extensions.Held``, and ``b`` its
-prefill budget), None when the engine is compiled without them."""
+rule is one pure function of the step (``Step``: the design, the requests, the state and its
+seats, and the features' hooks with their view of the pass) and the earlier rules' results.
+Prefix caching and chunked prefill enter only through ``c.f``'s hooks, whose plain form adds
+nothing (``extensions.Plain``)."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -10,33 +11,46 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from sweep.engine.arith import ceil_div, exclusive_cumsum
-from sweep.engine.extensions import Budget, Held, readmission_lookup, window_lookup
+from sweep.engine.arith import ceil_div
+from sweep.engine.extensions import Budget, Held
 from sweep.engine.params import EngineParams
 from sweep.engine.state import Aux, EngineState, Seats, arrived
 from sweep.study.workload import Requests
 
 
-def _next_arrival(r: Requests, s: EngineState, seats: Seats):
+class Step(NamedTuple):
+    """What every rule of a pass reads."""
+
+    p: EngineParams
+    r: Requests
+    aux: Aux
+    s: EngineState  # the state at the step's start
+    seats: Seats  # its seats
+    f: type  # the features' hooks: ``extensions.Plain`` or ``extensions.Cached``
+    x: Held | None  # their view of the pass (``f.view``; None in the plain form)
+
+
+def _next_arrival(c: Step):
     """The arrival of the next request to admit (inf: none left), and whether the server is
     idle until then: nothing occupied and that request not yet arrived."""
-    n = r.arrival.shape[0]
-    next_arrival = jnp.where(s.head < n, r.arrival[jnp.minimum(s.head, n - 1)], jnp.inf)
-    return next_arrival, (seats.occupied.sum() == 0) & (next_arrival > s.t)
+    n = c.r.arrival.shape[0]
+    next_arrival = jnp.where(c.s.head < n, c.r.arrival[jnp.minimum(c.s.head, n - 1)], jnp.inf)
+    return next_arrival, (c.seats.occupied.sum() == 0) & (next_arrival > c.s.t)
 
 
-def idle_jump(r: Requests, aux: Aux, s: EngineState, seats: Seats, live):
+def idle_jump(c: Step, live):
     """Rule 1: with no seat occupied and nobody waiting, the clock of a ``live`` simulation
     jumps to the next arrival. The clock, and the requests arrived by it."""
-    next_arrival, idle = _next_arrival(r, s, seats)
-    t = jnp.where(live & idle & jnp.isfinite(next_arrival), jnp.maximum(s.t, next_arrival), s.t)
-    return t, arrived(aux, t, r.arrival.shape[0])
+    next_arrival, idle = _next_arrival(c)
+    t = jnp.where(live & idle & jnp.isfinite(next_arrival), jnp.maximum(c.s.t, next_arrival),
+                  c.s.t)
+    return t, arrived(c.aux, t, c.r.arrival.shape[0])
 
 
-def stop(r: Requests, s: EngineState, seats: Seats, t):
+def stop(c: Step, t):
     """Rule 2: done when nothing is occupied, waiting or left to arrive, or at the end time."""
-    next_arrival, idle = _next_arrival(r, s, seats)
-    return (idle & ~jnp.isfinite(next_arrival)) | (t >= r.end_time)
+    next_arrival, idle = _next_arrival(c)
+    return (idle & ~jnp.isfinite(next_arrival)) | (t >= c.r.end_time)
 
 
 class Growth(NamedTuple):
@@ -50,35 +64,31 @@ class Growth(NamedTuple):
     free: jax.Array  # i32 blocks free after it
 
 
-def _free(p: EngineParams, blocks, x: Held | None):
+def _free(c: Step, blocks):
     """Free KV blocks: all less the seats' own and the held prefixes'."""
-    free = p.total_blocks - blocks.sum()
-    return free if x is None else free - x.blocks
+    return c.f.free(c.x, c.p.total_blocks - blocks.sum())
 
 
-def growth(p: EngineParams, s: EngineState, seats: Seats, go, x: Held | None = None) -> Growth:
+def growth(c: Step, go) -> Growth:
     """Rule 3: every decoding seat grows to cover the tokens it may emit; if the growth does not
     fit, the running seat of the latest arrival is preempted and no pass runs. ``go``: the step
     runs (neither stopped nor skipped). Under prefix caching a seat's own blocks are its
     context's less its prefix's, which are shared; mid-prefill seats do not decode."""
+    p, s, seats = c.p, c.s, c.seats
     look = jnp.minimum(p.draft_tokens + 1, s.seat_output - s.seat_gen)
-    need = ceil_div(seats.ctx + look, p.block_tokens)
-    decoding = seats.running
-    if x is not None:
-        decoding = seats.running & ~x.mid
-        need = need - x.shared
+    decoding, need = c.f.growth(c.x, seats, ceil_div(seats.ctx + look, p.block_tokens))
     grow = jnp.where(decoding, jnp.maximum(need - s.seat_blocks, 0), 0)
-    short = grow.sum() > _free(p, s.seat_blocks, x)
+    short = grow.sum() > _free(c, s.seat_blocks)
     preempt = go & short
     work = go & ~short
     victim = seats.index == jnp.argmax(jnp.where(seats.running, s.seat_req, -1))
     blocks = jnp.where(preempt & victim, 0, s.seat_blocks + jnp.where(work, grow, 0))
     return Growth(decoding, preempt, work, blocks, s.seat_pre | (preempt & victim),
-                  _free(p, blocks, x))
+                  _free(c, blocks))
 
 
 class Readmission(NamedTuple):
-    """Rule 4's outcome; the last four are chunked prefill's and prefix caching's."""
+    """Rule 4's outcome; the last four are the features' (None in the plain form)."""
 
     ok: jax.Array  # bool a request is readmitted
     seat: jax.Array  # bool[S] its seat
@@ -92,29 +102,22 @@ class Readmission(NamedTuple):
     left: jax.Array | None = None  # i32 prefill budget left after it
 
 
-def readmission(p: EngineParams, r: Requests, s: EngineState, seats: Seats, g: Growth,
-                x: Held | None = None, b: Budget | None = None) -> Readmission:
+def readmission(c: Step, g: Growth, b: Budget | None) -> Readmission:
     """Rule 4: the earliest preempted request is readmitted if its blocks are free, to
     recompute its context in this pass. Under chunked prefill it starts only while prefill
     budget is left, and recomputes as much as the budget allows."""
+    s, seats = c.s, c.seats
     index = jnp.argmin(jnp.where(seats.pre, s.seat_req, jnp.iinfo(jnp.int32).max))
     length = seats.ctx[index]
-    need = ceil_div(length + 1, p.block_tokens)
-    ok = g.work & seats.pre.any()
-    if x is None:
-        ok = ok & (need <= g.free)
-        return Readmission(ok, ok & (seats.index == index), index, length, need,
-                           g.free - jnp.where(ok, need, 0))
-    look = readmission_lookup(r, s, x, index, length, need)
-    ok = ok & (look.need <= g.free) & (b.left > 0)
-    chunk = jnp.minimum(look.todo, b.left)
+    look = c.f.readmission_lookup(c, index, length, ceil_div(length + 1, c.p.block_tokens))
+    ok = c.f.within_budget(b, g.work & seats.pre.any() & (look.need <= g.free))
+    chunk, left = c.f.take(b, ok, look.todo)
     return Readmission(ok, ok & (seats.index == index), index, length, look.own,
-                       g.free - jnp.where(ok, look.need, 0), look.hit, look.todo, chunk,
-                       b.left - jnp.where(ok, chunk, 0))
+                       g.free - jnp.where(ok, look.need, 0), look.hit, look.todo, chunk, left)
 
 
 class Admission(NamedTuple):
-    """Rule 5's outcome, by seat; the last three are chunked prefill's and prefix caching's."""
+    """Rule 5's outcome, by seat; the last three are the features' (None in the plain form)."""
 
     count: jax.Array  # i32 requests admitted (the window head..head+count-1)
     overflow: jax.Array  # bool the seat array, not max_batch, held back an admission
@@ -128,35 +131,26 @@ class Admission(NamedTuple):
     chunk: jax.Array | None = None  # i32[S] of which this pass prefills
 
 
-def admission(p: EngineParams, r: Requests, aux: Aux, s: EngineState, seats: Seats, tail,
-              g: Growth, ra: Readmission, x: Held | None = None) -> Admission:
+def admission(c: Step, tail, g: Growth, ra: Readmission) -> Admission:
     """Rule 5: unless a seat was preempted (or, for a static batch, any seat is occupied), the
     waiting requests (head..``tail``-1) take the free seats in FIFO order while their blocks
     fit; the first that does not fit stops admission. Under chunked prefill a prefill starts
     only while budget is left."""
+    p, s, seats = c.p, c.s, c.seats
     nseat = seats.index.shape[0]
     n_occ = seats.occupied.sum()
     gate = g.work & ~seats.pre.any() & (~p.static | (n_occ == 0))
     free_seat = ~seats.occupied & (seats.index < p.max_batch)
-    w_prompt, w_output = lax.dynamic_slice_in_dim(aux.window, s.head, nseat, axis=1)
-    own = cost = ceil_div(w_prompt + 1, p.block_tokens)
+    w_prompt, w_output = lax.dynamic_slice_in_dim(c.aux.window, s.head, nseat, axis=1)
     ok = (s.head + seats.index < tail) & (seats.index < free_seat.sum())
-    if x is not None:
-        look = window_lookup(p, r, s, x, seats.index, own, w_prompt)
-        ahead = exclusive_cumsum(look.todo)
-        own, cost = look.own, look.need
-        ok = ok & (ahead < ra.left)
-    admit = gate & ok & (jnp.cumsum(jnp.where(ok, cost, 0)) <= ra.free)
+    look, ok = c.f.window_lookup(c, ra, ceil_div(w_prompt + 1, p.block_tokens), w_prompt, ok)
+    admit = gate & ok & (jnp.cumsum(jnp.where(ok, look.need, 0)) <= ra.free)
     m = admit.sum(dtype=jnp.int32)
     # A seat array narrower than max_batch (a cheaper first try) is exact until it is what stops
     # an admission.
     overflow = gate & (m == free_seat.sum()) & (tail - s.head > m) & (n_occ + m < p.max_batch)
     rank = jnp.cumsum(free_seat, dtype=jnp.int32) - 1
     slot = jnp.clip(rank, 0, nseat - 1)
-    out = Admission(m, overflow, free_seat & (rank < m), s.head + rank, w_prompt[slot],
-                    w_output[slot], own[slot])
-    if x is None:
-        return out
-    return out._replace(overflow=overflow & (jnp.where(admit, look.todo, 0).sum() < ra.left),
-                        hit=look.hit[slot], todo=look.todo[slot],
-                        chunk=jnp.clip(ra.left - ahead[slot], 0, look.todo[slot]))
+    return c.f.admitted(ra, admit, look, slot, Admission(
+        m, overflow, free_seat & (rank < m), s.head + rank, w_prompt[slot], w_output[slot],
+        look.own[slot]))
