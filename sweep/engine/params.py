@@ -14,6 +14,7 @@ import numpy as np
 from sweep.errors import FieldError
 from sweep.physics.rng import acceptance_thresholds
 from sweep.physics.timing import TimingParams
+from sweep.study.batching import POLICIES
 from sweep.study.design import Design
 from sweep.study.fields import ENGINE_LEVERS, MAX_DRAFT_TOKENS
 
@@ -35,7 +36,7 @@ class SummaryParams(NamedTuple):
 _DERIVED = [
     ("timing", TimingParams),  # the pass-time constants (float64)
     ("max_batch", np.ndarray),  # int32: seats in use (1 for one-at-a-time)
-    ("static", np.ndarray),  # bool: admit only into an empty batch (static and one-at-a-time)
+    ("static", np.ndarray),  # bool: admit only into an empty server (the policy's empty_only)
     ("block_tokens", np.ndarray),  # int32: KV allocation unit in tokens
     ("total_blocks", np.ndarray),  # int32
     ("accept_thresholds", np.ndarray),  # int32[MAX_DRAFT_TOKENS]: acceptance**j x 2**24, 0 past k
@@ -61,7 +62,7 @@ def engine_params(design: Design) -> EngineParams:
     return EngineParams(
         timing=TimingParams(*(np.float64(v) for v in design.timing())),
         max_batch=np.int32(design.seats),
-        static=np.bool_(design.batching != "continuous"),
+        static=np.bool_(POLICIES[design.batching].empty_only),
         block_tokens=np.int32(design.block_tokens),
         total_blocks=np.int32(min(design.total_blocks(), 2**31 - 1)),
         # Thresholds past k are 0 (never accept): the engine needs no mask by k.

@@ -18,9 +18,9 @@ import numpy as np
 
 from sweep.engine.params import EngineParams
 from sweep.engine.reference_metrics import summarize_reference
-from sweep.engine.reference_rules import (Pass, admit, complete, continue_prefills, emit_tokens,
-                                          evict, growth, idle_jump, prefill_budget, readmit,
-                                          run_pass, stop, used)
+from sweep.engine.reference_rules import (Pass, admission, budget, completion, continue_prefills,
+                                          evict, growth, idle_jump, readmission, stop, the_pass,
+                                          tokens, used)
 from sweep.engine.reference_state import RefResult, columns, load, result
 from sweep.study.workload import Requests
 
@@ -41,18 +41,18 @@ def simulate_reference(params: EngineParams, req: Requests,
         if decoding is None:  # a preemption: no pass, the clock does not move
             evict(tw)
             continue
-        ps = Pass(decoding, prefill_budget(tw, decoding))
+        ps = Pass(decoding, budget(tw, decoding))
         continue_prefills(tw, ps)
         # Admission waits while a seat is preempted, so never in a step that readmits.
         barred = any(s.preempted for s in tw.occupied.values())
-        readmit(tw, ps)  # 4
+        readmission(tw, ps)  # 4
         if not barred:
-            admit(tw, ps)  # 5
+            admission(tw, ps)  # 5
         tw.max_queue = max(tw.max_queue, tw.tail - tw.head)
         tw.peak_blocks = max(tw.peak_blocks, used(tw))
-        t_end = run_pass(tw, ps)  # 6
-        emit_tokens(tw, ps, t_end)  # 7
-        complete(tw, t_end)  # 8
+        t_end = the_pass(tw, ps)  # 6
+        tokens(tw, ps, t_end)  # 7
+        completion(tw, t_end)  # 8
         evict(tw)
         tw.t = t_end  # 9
         tw.passes += 1

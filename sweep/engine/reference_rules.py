@@ -81,7 +81,7 @@ def evict(tw: Twin) -> None:
 
 # Chunked prefill (and the token budget).
 
-def prefill_budget(tw: Twin, decoding: list[Seat]) -> float:
+def budget(tw: Twin, decoding: list[Seat]) -> float:
     """The prefill tokens a pass may take: C (unlimited at 0), and no more than a token budget
     leaves after its decodes, k + 1 tokens each."""
     d = tw.design
@@ -171,7 +171,7 @@ def preempt(tw: Twin, s: Seat) -> None:
     tw.preemptions += 1
 
 
-def readmit(tw: Twin, ps: Pass) -> None:
+def readmission(tw: Twin, ps: Pass) -> None:
     """4. Readmission of the earliest preempted request, at most one per step, when its blocks
     fit and prefill budget is left: it recomputes its whole context."""
     preempted = [s for s in tw.occupied.values() if s.preempted]
@@ -185,7 +185,7 @@ def readmit(tw: Twin, ps: Pass) -> None:
         start_prefill(tw, ps, s)
 
 
-def admit(tw: Twin, ps: Pass) -> None:
+def admission(tw: Twin, ps: Pass) -> None:
     """5. Admission, FIFO with no skipping, into the free seats in increasing order while the
     head request's blocks fit and prefill budget is left; under static batching only into an
     empty server. A transferred admission was prefilled in another pool and just decodes."""
@@ -206,7 +206,7 @@ def admit(tw: Twin, ps: Pass) -> None:
             start_prefill(tw, ps, s)
 
 
-def run_pass(tw: Twin, ps: Pass) -> float:
+def the_pass(tw: Twin, ps: Pass) -> float:
     """6. The pass: its prefills and decodes, timed by ``timing.pass_time``; returns its end.
     Integer sums are exact Python ints, then float64. A chunk of c tokens after L already in
     the KV attends to L + 1 .. L + c keys; a transferred admission decodes once over its
@@ -250,7 +250,7 @@ def _accepted_drafts(tw: Twin, decoding: list[Seat]) -> list[int]:
     return (draws[:, None] < tw.design.accept_thresholds[None, :]).sum(axis=1).tolist()
 
 
-def emit_tokens(tw: Twin, ps: Pass, t_end: float) -> None:
+def tokens(tw: Twin, ps: Pass, t_end: float) -> None:
     """7. Tokens, all at the pass's end: one for each prefill done, and ``min(A + 1, o - g)``
     for each decoding seat, the ones after the first in a pass 0 s after it."""
     emitted = _chunks_done(tw, ps)
@@ -270,7 +270,7 @@ def emit_tokens(tw: Twin, ps: Pass, t_end: float) -> None:
         tw.tokens += m
 
 
-def complete(tw: Twin, t_end: float) -> None:
+def completion(tw: Twin, t_end: float) -> None:
     """8. Completion: a seat whose ``g`` reaches ``o`` finishes and frees its seat and blocks."""
     for seat_index in [j for j, s in tw.occupied.items() if s.g >= s.o]:
         s = tw.occupied.pop(seat_index)

@@ -9,6 +9,7 @@ from sweep.physics.hardware import GPU, get_gpu
 from sweep.physics.memory import DEFAULT_PROFILE_TOKENS, memory_budget
 from sweep.physics.models import Model, get_model
 from sweep.physics.timing import TimingParams, timing_params
+from sweep.study.batching import POLICIES
 from sweep.study.fields import (ACTIVATION_BITS, DEFAULT_KV_LINK_GBPS, DESIGN_FIELDS,
                                 GPU_FITTED, Range, check, declared_class)
 
@@ -59,7 +60,7 @@ class _Design:
 
     @property
     def seats(self) -> int:
-        return 1 if self.batching == "one_at_a_time" else self.max_batch
+        return 1 if POLICIES[self.batching].one_seat else self.max_batch
 
     @property
     def context_limit(self) -> int:

@@ -19,9 +19,10 @@ from sweep.errors import FieldError, listed, show
 from sweep.physics.hardware import CATALOG as GPU_CATALOG
 from sweep.physics.memory import DEFAULT_OVERHEAD_FRACTION
 from sweep.physics.models import CATALOG as MODEL_CATALOG
+from sweep.study.batching import POLICIES
 from sweep.study.lengths import LENGTH_KEYS, Lengths
 
-BATCHING = ("one_at_a_time", "static", "continuous")
+BATCHING = tuple(POLICIES)
 KV_CACHE = ("contiguous", "paged")
 GPUS = (1, 2, 4, 8)
 WEIGHT_BITS = (16, 8, 4)

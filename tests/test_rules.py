@@ -1,0 +1,159 @@
+"""The JAX engine's rules one at a time (docs/model.md, "One step"), each on a hand-made state:
+what each rule decides, apart from the others and from the scan around them. Fast (eager, a few
+seats and requests)."""
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from sweep.engine.extensions import Cached, Plain
+from sweep.engine.params import engine_params
+from sweep.engine.passes import completion, the_pass, tokens
+from sweep.engine.scheduling import Step, admission, growth, idle_jump, readmission, stop
+from sweep.engine.state import initial_state, make_aux, seats_of
+from sweep.physics.numerics import float64
+from sweep.physics.timing import pass_time
+from sweep.study.design import Design
+from sweep.study.workload import Requests
+
+SEATS = 4
+BLOCK = 16  # tokens per KV block
+
+
+@pytest.fixture(autouse=True)
+def _float64():
+    with float64():
+        yield
+
+
+def params(total_blocks: int, **levers):
+    p = engine_params(Design(max_batch=SEATS, block_size=BLOCK, max_seq_len=64, kv_blocks=64,
+                             **levers))
+    return p._replace(total_blocks=np.int32(total_blocks))
+
+
+def step(p, arrival, prompt, output, end_time=math.inf, **state) -> Step:
+    """The step of a simulation whose requests and state are given; a seat field given as a
+    list is the seats' values (the rest of the ``SEATS`` free or zero)."""
+    n = len(arrival)
+    r = Requests(arrival=jnp.asarray(arrival, jnp.float64), prompt=jnp.asarray(prompt, jnp.int32),
+                 output=jnp.asarray(output, jnp.int32), end_time=jnp.float64(end_time),
+                 seed=jnp.uint32(0), prefix=jnp.full((n,), -1, jnp.int32),
+                 prefix_tokens=jnp.int32(0))
+    s = initial_state(n, SEATS)
+    for k, v in state.items():
+        old = getattr(s, k)
+        if old.ndim:
+            v = list(v) + [-1 if k == "seat_req" else 0] * (SEATS - len(v))
+        s = s._replace(**{k: jnp.asarray(v, old.dtype)})
+    return Step(p, r, make_aux(r, SEATS, None), s, seats_of(s), Plain, None)
+
+
+def test_idle_jump_takes_an_idle_server_to_the_next_arrival():
+    c = step(params(8), [2.0, 3.0], [8, 8], [4, 4])
+    t, tail = idle_jump(c, jnp.bool_(True))
+    assert (float(t), int(tail)) == (2.0, 1)
+    assert float(idle_jump(c, jnp.bool_(False))[0]) == 0.0  # a finished lane stays put
+    busy = step(params(8), [2.0, 3.0], [8, 8], [4, 4], head=1, seat_req=[0],
+                seat_prompt=[8], seat_output=[4], seat_blocks=[1])
+    assert float(idle_jump(busy, jnp.bool_(True))[0]) == 0.0  # an occupied server does not jump
+
+
+def test_stop_when_nothing_is_left_or_at_the_end_time():
+    empty = step(params(8), [math.inf], [8], [4])
+    assert bool(stop(empty, empty.s.t))
+    waiting = step(params(8), [1.0], [8], [4])
+    assert not bool(stop(waiting, waiting.s.t))
+    late = step(params(8), [1.0], [8], [4], end_time=0.5)
+    assert bool(stop(late, jnp.float64(0.5)))
+
+
+def _two_running(p, prompt: int):
+    """Two running seats (requests 0 and 1) with ``prompt`` tokens and one generated each,
+    holding two blocks each."""
+    return step(p, [0.0, 0.0], [prompt, prompt], [10, 10], head=2, tail=2, seat_req=[0, 1],
+                seat_prompt=[prompt, prompt], seat_output=[10, 10], seat_gen=[1, 1],
+                seat_blocks=[2, 2])
+
+
+def test_growth_takes_the_blocks_a_pass_needs_or_preempts_the_latest_arrival():
+    fits = growth(_two_running(params(4), 16), jnp.bool_(True))  # context 17 + 1 in 2 blocks
+    assert bool(fits.work) and not bool(fits.preempt) and int(fits.free) == 0
+    short = growth(_two_running(params(5), 31), jnp.bool_(True))  # each needs a third block
+    assert bool(short.preempt) and not bool(short.work)
+    assert short.seat_pre.tolist()[:2] == [False, True] and short.blocks.tolist()[:2] == [2, 0]
+    grows = growth(_two_running(params(6), 31), jnp.bool_(True))
+    assert bool(grows.work) and grows.blocks.tolist()[:2] == [3, 3] and int(grows.free) == 0
+
+
+@pytest.mark.parametrize("total,readmitted", [(6, True), (5, False)])
+def test_readmission_recomputes_the_earliest_preempted_when_its_blocks_are_free(total,
+                                                                               readmitted):
+    c = step(params(total), [0.0, 0.0], [31, 31], [10, 10], head=2, tail=2, seat_req=[0, 1],
+             seat_prompt=[31, 31], seat_output=[10, 10], seat_gen=[1, 1], seat_blocks=[2, 0],
+             seat_pre=[False, True])
+    g = growth(c, jnp.bool_(True))  # seat 0 grows to 3 blocks: context 32 + 1
+    assert bool(g.work) and int(g.free) == total - 3
+    ra = readmission(c, g, None)
+    # Context 32, plus the token it emits: ceil(33 / 16) = 3 blocks.
+    assert bool(ra.ok) == readmitted and int(ra.index) == 1 and int(ra.length) == 32
+    assert int(ra.free) == total - 3 - (3 if readmitted else 0)
+    assert bool(admission(c, 2, g, ra).count == 0)  # no admission while a seat is preempted
+
+
+@pytest.mark.parametrize("prompts,admitted", [([40, 10], 1), ([10, 40], 1), ([10, 10], 2),
+                                              ([40, 40, 10], 1)])
+def test_admission_is_first_come_first_served_without_skipping(prompts, admitted):
+    n = len(prompts)
+    c = step(params(3), [0.0] * n, prompts, [4] * n)
+    g = growth(c, jnp.bool_(True))
+    ad = admission(c, n, g, readmission(c, g, None))
+    assert int(ad.count) == admitted
+    assert ad.new.tolist() == [True] * admitted + [False] * (SEATS - admitted)
+    assert ad.own.tolist()[:admitted] == [-(-(q + 1) // BLOCK) for q in prompts[:admitted]]
+
+
+@pytest.mark.parametrize("batching,admitted", [("continuous", 1), ("static", 0),
+                                               ("one_at_a_time", 0)])
+def test_only_continuous_batching_admits_beside_a_running_seat(batching, admitted):
+    c = step(params(8, batching=batching), [0.0, 0.0], [8, 8], [4, 4], head=1, tail=2,
+             seat_req=[0], seat_prompt=[8], seat_output=[4], seat_gen=[1], seat_blocks=[1])
+    g = growth(c, jnp.bool_(True))
+    assert int(admission(c, 2, g, readmission(c, g, None)).count) == admitted
+
+
+def test_a_pass_is_timed_by_its_prefills_and_decodes_and_emits_and_completes():
+    """Seat 0 decodes its last token, request 1 is admitted and prefilled: the pass takes
+    pass_time of that work, seat 0 finishes and frees its blocks at its end, and request 1
+    has its first token then."""
+    p = params(8)
+    c = step(p, [0.0, 0.0], [20, 8], [3, 4], head=1, tail=2, seat_req=[0], seat_prompt=[20],
+             seat_output=[3], seat_gen=[2], seat_blocks=[2], t=1.0)
+    g = growth(c, jnp.bool_(True))
+    ra = readmission(c, g, None)
+    ad = admission(c, 2, g, ra)
+    ps = the_pass(c, c.s.t, g, ra, ad, None)
+    expect = pass_time(p.timing, 8.0, 8 * 9 / 2, 1.0, 22.0, xp=np)
+    assert float(ps.dt) == pytest.approx(float(expect), rel=1e-12)
+    tk = tokens(c, g, ra, ad, ps, jnp.zeros(SEATS, jnp.int32))
+    assert tk.emitted.tolist() == [1, 1, 0, 0]
+    done = completion(c, g, ra, ad, ps, tk)
+    assert done.done.tolist() == [True, False, False, False]
+    assert done.blocks.tolist() == [0, 1, 0, 0]
+    assert float(done.finish[0]) == float(done.first[1]) == 1.0 + float(ps.dt)
+
+
+def test_the_plain_hooks_add_nothing():
+    """Every hook of the plain form returns what it is given (or nothing to add), so the rules
+    with it are the plain rules; the features' form changes what it must."""
+    c = step(params(8), [0.0], [8], [4])
+    need = jnp.arange(SEATS, dtype=jnp.int32)
+    assert Plain.free(None, 7) == 7 and Plain.within_budget(None, True) is True
+    assert Plain.growth(None, c.seats, need)[1] is need
+    assert Plain.take(None, True, None) == (None, None)
+    assert Plain.view(c.p, c.r, c.s, c.seats) is None and Plain.budget(c, None, None) is None
+    held = Cached.view(c.p, c.r, c.s, c.seats)
+    assert int(Cached.free(held, 7)) == 7  # no prefix held: nothing to take
