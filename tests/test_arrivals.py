@@ -4,7 +4,7 @@ import pytest
 
 from sweep.execution.batch import stack
 from sweep.study.config import ConfigError, parse_study
-from sweep.study.workload import Workload, sample_args, sample_batch, sample_n
+from sweep.study.workload import Workload, sample_batch, sample_n, workload_params
 
 #: Every sampler call here has this many slots and a batch of SEEDS: one compilation each (the
 #: same slot count as tests/test_queueing.py's).
@@ -20,7 +20,7 @@ def gamma_workload(cv, rate=10.0, **kw):
 
 def batch(workloads):
     """Requests of ``workloads[j]`` with seed j, sampled together."""
-    return sample_batch(N, stack([sample_args(w, j, 4096, N) for j, w in enumerate(workloads)]))
+    return sample_batch(N, stack([workload_params(w, j, 4096, N) for j, w in enumerate(workloads)]))
 
 
 @pytest.mark.parametrize("cv", [0.5, 1.0, 3.0])

@@ -37,7 +37,7 @@ from sweep.physics.numerics import float64
 from sweep.study import model_error
 from sweep.study.config import Study
 from sweep.study.uncertainty import draws
-from sweep.study.workload import sample_args, sample_batch
+from sweep.study.workload import sample_batch, workload_params
 
 
 @dataclass
@@ -137,11 +137,11 @@ class Scheduler:
         t_call = time.perf_counter()
         shape: Shape = self.shapes[group]
         points = self.study.points
-        args = [sample_args(points[s.point].workload, s.seed,
+        args = [workload_params(points[s.point].workload, s.seed,
                             points[s.point].design.context_limit, shape.slots) for s in part]
         plist = [self.sim_params(s) for s in part]
         # Pad with simulations that have no requests: they end at once.
-        args += [sample_args(NOTHING, 0, 2, shape.slots)] * (shape.size - len(part))
+        args += [workload_params(NOTHING, 0, 2, shape.slots)] * (shape.size - len(part))
         plist += [plist[0]] * (shape.size - len(part))
         reqs = sample_batch(shape.slots, stack(args))
         # Sampled while the group compiles; the call's seconds leave the wait out.

@@ -15,7 +15,7 @@ from sweep.execution.batch import stack, summarize_batch
 from sweep.execution.planning import Shape
 from sweep.physics.numerics import float64
 from sweep.study.metric_names import METRICS
-from sweep.study.workload import Workload, sample_args, sample_batch_shape
+from sweep.study.workload import Workload, sample_batch_shape, workload_params
 
 #: A workload with no requests: padding that ends at once.
 NOTHING = Workload(arrival_rate=1.0, duration_s=None, num_requests=0)
@@ -56,7 +56,7 @@ def warm(shape: Shape, seats: int, k_max: int, devices, max_steps, plan, widest:
     per simulation) without simulating: compiled functions are cached, so its calls find
     them."""
     width = shape.size * widest
-    shaped = sample_batch_shape(shape.slots, stack([sample_args(NOTHING, 0, 2, shape.slots)]
+    shaped = sample_batch_shape(shape.slots, stack([workload_params(NOTHING, 0, 2, shape.slots)]
                                                    * width))
 
     def zeros(tree, m: int, xp=np):

@@ -89,6 +89,9 @@ class Field(NamedTuple):
     fitted: str = ""  # "gpu": fitted per GPU on its real runs; "engine": the serving engine's
     engine: str = ""  # the dtype under which the engine's rules read the lever as it is
     draw: int = -1  # may be uncertain (a distribution); its draws' stream, never reused
+    #: (Design keywords, Workload keywords) -> whether the key applies; where it does not, its
+    #: column is empty (and a workload key takes its default: the sampler ignores it).
+    when: typing.Callable[[dict, dict], bool] | None = None
     values: str = ""  # the tables' "values" where kind, choices, range and unit do not say it
     shown: str = ""  # the tables' "default" where the default does not say it
 
@@ -126,6 +129,10 @@ def _wl(key, kind="num", default=None, **kw) -> Field:
 
 def _lever(key, kind="int", default=None, **kw) -> Field:
     return Field(key, "levers", kind, default, **kw)
+
+
+def _pools(d: dict, w: dict) -> bool:
+    return d["prefill_gpus"] is not None or d["decode_gpus"] is not None
 
 
 _SHARE = Range(0.0, 1.0, lo_open=True)
@@ -203,7 +210,7 @@ FIELDS: tuple[Field, ...] = (
            short="batching strategy"),
     _lever("kv_cache", "str", "paged", choices=KV_CACHE, help="KV cache layout",
            short="KV cache layout"),
-    _lever("gpus", default=1, choices=GPUS,
+    _lever("gpus", default=1, choices=GPUS, when=lambda d, w: not _pools(d, w),
            help="tensor-parallel degree; not with `prefill_gpus`/`decode_gpus`",
            short="tensor-parallel degree"),
     _lever("weight_bits", default=16, choices=WEIGHT_BITS,
@@ -230,6 +237,7 @@ FIELDS: tuple[Field, ...] = (
            shown="the model's context", help="contiguous reservation per sequence",
            short="contiguous reservation"),
     _wl("arrival_cv", default=1.0, range=Range(0, MAX_ARRIVAL_CV, lo_open=True),
+        when=lambda d, w: w["arrival"] == "gamma",
         help="`gamma` only: coefficient of variation of the gaps",
         short="gamma only: cv of the gaps"),
     _wl("trace", "trace", values="path to CSV or Parquet",
@@ -238,6 +246,7 @@ FIELDS: tuple[Field, ...] = (
              "`output_tokens`; not with `arrival`, `arrival_rate`, `arrival_cv` or `*_tokens`",
         short="replay a trace (Azure LLM trace columns)"),
     _wl("trace_time_scale", default=1.0, range=Range(0.0, MAX_TIME_SCALE, lo_open=True),
+        when=lambda d, w: w["trace"] is not None,
         help="with a trace only: multiply its times (0.5 = twice the load)",
         short="with a trace: multiply its times"),
     _lever("replicas", default=1, range=Range(1, MAX_REPLICAS),
@@ -252,6 +261,7 @@ FIELDS: tuple[Field, ...] = (
     _lever("decode_gpus", choices=GPUS, help="the decode pool's GPUs (with `prefill_gpus`)",
            short="the decode pool's GPUs"),
     _lever("kv_link_gbps", "num", DEFAULT_KV_LINK_GBPS, range=Range(0.0, 1e6, lo_open=True),
+           when=_pools,
            unit="Gb/s", help="the pools' KV link", short="the pools' KV link"),
     _wl("prefix_count", "int", 0, range=Range(0, 128),  # the engine's cache slots for prefixes
         help="shared prefixes (system prompts)", short="shared prefixes (system prompts)"),
@@ -304,6 +314,8 @@ TEXT_COLUMNS = tuple(c for f in FIELDS for c in f.columns
 NUMERIC_COLUMNS = [c for c in COLUMNS if c not in TEXT_COLUMNS]
 
 
+#: Keys that apply only with others (``when``).
+CONDITIONAL = tuple(f for f in FIELDS if f.when is not None)
 #: Levers the engine's rules read as they are, in ``EngineParams`` under their own names.
 ENGINE_LEVERS = tuple(f for f in FIELDS if f.engine)
 #: Factors a config may give as a distribution, in the order of their draws' streams.

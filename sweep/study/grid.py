@@ -2,6 +2,7 @@
 designs that do not fit in memory, each a validated design, workload and row of columns."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
@@ -10,7 +11,8 @@ from sweep.errors import ConfigError, DoesNotFit, FieldError, got, listed, one_l
 from sweep.physics.hardware import CATALOG as GPU_CATALOG
 from sweep.physics.timing import kv_efficiency
 from sweep.study.design import Design
-from sweep.study.fields import ATTRS, COLUMNS, DESIGN_FIELDS, FIELDS, KEYS, WORKLOAD_FIELDS
+from sweep.study.fields import (ATTRS, COLUMNS, CONDITIONAL, DESIGN_FIELDS, FIELDS, KEYS,
+                                WORKLOAD_FIELDS)
 from sweep.study.lengths import length_columns
 from sweep.study.reader import Reader
 from sweep.study.workload import Workload
@@ -24,6 +26,11 @@ class Point:
     design: Design  # validated
     workload: Workload  # validated
     columns: dict  # every column of COLUMNS, in that order
+
+    def at_rate(self, rate: float) -> "Point":
+        """The same point at another arrival rate (a capacity search's probe)."""
+        return Point(self.design, dataclasses.replace(self.workload, arrival_rate=rate),
+                     {**self.columns, "arrival_rate": rate})
 
 
 def parse_excludes(r: Reader, raw) -> list[dict]:
@@ -150,7 +157,8 @@ def _axes(axis_keys) -> list[str]:
 
 def _fill(cols, dkw, wkw) -> None:
     """The columns that follow from others: the GPU's defaults, and the keys that apply only
-    with gamma arrivals, a trace or disaggregated pools (missing otherwise)."""
+    with others (``Field.when``: gamma arrivals, a trace, disaggregated pools), empty where
+    they do not."""
     gpu = GPU_CATALOG[dkw["gpu"]]
     for c in _GPU_DEFAULTS:
         if dkw[c] is None:
@@ -158,14 +166,15 @@ def _fill(cols, dkw, wkw) -> None:
     if dkw["kv_bandwidth_efficiency"] is None and dkw["bandwidth_efficiency"] is not None:
         # (of a bandwidth drawn per seed, the centre's)
         cols["kv_bandwidth_efficiency"] = kv_efficiency(gpu, dkw["bandwidth_efficiency"])
-    gamma = wkw["arrival"] == "gamma"
-    if not gamma:
-        wkw["arrival_cv"] = WORKLOAD_FIELDS["arrival_cv"].default
-    cols["arrival_cv"] = float(wkw["arrival_cv"]) if gamma else None
-    cols["trace_time_scale"] = None if wkw["trace"] is None else float(wkw["trace_time_scale"])
-    pools = dkw["prefill_gpus"] is not None or dkw["decode_gpus"] is not None
-    cols["gpus"] = None if pools else dkw["gpus"]  # the pools have their own
-    cols["kv_link_gbps"] = float(dkw["kv_link_gbps"]) if pools else None
+    for f in CONDITIONAL:
+        kw = wkw if f.section == "workload" else dkw
+        if f.when(dkw, wkw):
+            cols[f.attr] = float(kw[f.attr]) if f.kind == "num" else kw[f.attr]
+            continue
+        cols[f.attr] = None
+        # A design key left as given is for its checks to judge (gpus with pools is refused).
+        if f.section == "workload":
+            kw[f.attr] = f.default
 
 
 def _check_exclusions(r: Reader, excludes, seen) -> None:

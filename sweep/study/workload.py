@@ -137,8 +137,8 @@ def _gamma(key, shape, n: int):
     return jnp.where(shape < 1.0, x * boost ** (1.0 / shape), x)
 
 
-class SamplerArgs(NamedTuple):
-    """One (workload, seed)'s sampler inputs, as arrays: stacked, a batch of them."""
+class WorkloadParams(NamedTuple):
+    """A workload in the sampler's array form, for one seed (a pytree: stacked, a batch)."""
 
     seed: jax.Array  # u32
     kind: jax.Array  # i32: the arrival process (``_KINDS``)
@@ -154,7 +154,7 @@ class SamplerArgs(NamedTuple):
     prefix: tuple  # shared prefixes: count, tokens, share of requests using one
 
 
-def _sample(n: int, gamma: bool, a: SamplerArgs) -> Requests:
+def _sample(n: int, gamma: bool, a: WorkloadParams) -> Requests:
     """Only the slot count ``n`` and whether Gamma gaps are drawn at all (a rejection sampler,
     costlier than the others) are static: one compilation serves every workload of that size.
     A trace's rows (``a.trace``: arrival, prompt, output, padded to ``n``) replace the draws and
@@ -200,14 +200,14 @@ def sample(wl: Workload, seed: int, max_context: int) -> Requests:
 
 
 @float64()
-def sample_args(wl: Workload, seed, max_context, n: int) -> SamplerArgs:
+def workload_params(wl: Workload, seed, max_context, n: int) -> WorkloadParams:
     """The traced arguments of one workload's sampler (stack them to sample a batch)."""
     inf = np.float64(np.inf)
     if wl.trace is not None:
         rows = wl.trace.rows(wl.trace_time_scale, n)
     else:
         rows = (np.full(n, np.inf), np.ones(n, np.int32), np.ones(n, np.int32))
-    return SamplerArgs(
+    return WorkloadParams(
         seed=np.uint32(seed), kind=np.int32(_KINDS.index(wl.arrival)),
         cv=np.float64(wl.arrival_cv if wl.arrival == "gamma" else 1.0),
         rate=np.float64(wl.arrival_rate),
@@ -224,7 +224,7 @@ _sample_one = jax.jit(_sample, static_argnums=(0, 1))
 
 
 @partial(jax.jit, static_argnames=("n", "gamma"))
-def _sample_batch(args: SamplerArgs, *, n: int, gamma: bool) -> Requests:
+def _sample_batch(args: WorkloadParams, *, n: int, gamma: bool) -> Requests:
     return jax.vmap(partial(_sample, n, gamma))(args)
 
 
@@ -233,15 +233,15 @@ def _has_gamma(kind) -> bool:
 
 
 @float64()
-def sample_batch(n: int, args: SamplerArgs) -> Requests:
-    """Requests of many (workload, seed) pairs at once: ``args`` is a stack of ``sample_args``."""
+def sample_batch(n: int, args: WorkloadParams) -> Requests:
+    """Requests of many (workload, seed) pairs at once: ``args`` stacks ``workload_params``."""
     exe = executables.get("sampler", _sample_batch, (args,), {},
                           dict(n=n, gamma=_has_gamma(args.kind)))
     return exe(args)
 
 
 @float64()
-def sample_batch_shape(n: int, args: SamplerArgs) -> Requests:
+def sample_batch_shape(n: int, args: WorkloadParams) -> Requests:
     """The shapes and dtypes of ``sample_batch(n, args)``, without sampling."""
     return jax.eval_shape(partial(_sample_batch, n=n, gamma=False), args)
 
@@ -249,5 +249,5 @@ def sample_batch_shape(n: int, args: SamplerArgs) -> Requests:
 @float64()
 def sample_n(wl: Workload, seed, max_context, n: int) -> Requests:
     """``sample`` into exactly ``n >= wl.capacity`` slots (the rest never arrive)."""
-    args = sample_args(wl, seed, max_context, n)
+    args = workload_params(wl, seed, max_context, n)
     return _sample_one(n, _has_gamma(args.kind), args)

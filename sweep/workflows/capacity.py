@@ -172,11 +172,6 @@ def roofline_rate(point: Point) -> float:
     return d.replicas / (per_request_decode + prefill)
 
 
-def _at_rate(point: Point, rate: float) -> Point:
-    return Point(point.design, dataclasses.replace(point.workload, arrival_rate=rate),
-                 {**point.columns, "arrival_rate": rate})
-
-
 def failures(row, limits: list[Limit]) -> list[str]:
     """The load-limited limits one run misses: ``queueing`` when its queue grows, then the
     metric limits' keys."""
@@ -215,7 +210,7 @@ class Runner:
         todo = [(i, f, p, r) for i, f, p, r in jobs if any(needs(i, f, r, s) for s in seeds)]
         if not todo:
             return
-        sub = dataclasses.replace(self.study, points=[_at_rate(p, r) for _, _, p, r in todo],
+        sub = dataclasses.replace(self.study, points=[p.at_rate(r) for _, _, p, r in todo],
                                   seeds=list(seeds), brief=[], axes=["arrival_rate"])
         # A rate some seeds already ran (or need not run) runs only on the others.
         done = {(k, s) for k, (i, f, _, r) in enumerate(todo) for s in seeds
