@@ -1,4 +1,4 @@
-"""Peak memory against the chunk size (simulations in flight per call) on the "Serve a Model" brief.
+"""Peak memory against the chunk size (simulations in flight per call) on the Serve a Model study.
 
     python benchmarks/memory.py                   # chunks 36 to 2304, and the default
     python benchmarks/memory.py --chunks 64 256

@@ -1,4 +1,4 @@
-"""Throughput of the sweep against the event-driven twin, on the "Serve a Model" brief.
+"""Throughput of the sweep against the event-driven twin, on the Serve a Model study.
 
     python benchmarks/throughput.py                      # 72 designs x 16 seeds
     python benchmarks/throughput.py --seeds 4 --twin-sims 8

@@ -1,4 +1,4 @@
-"""The "Serve a Model" brief in a few lines: five designs of Llama-3-8B on H100s at 16 requests/s.
+"""The Serve a Model study in a few lines: five designs of Llama-3-8B on H100s at 16 requests/s.
 
 Run: python examples/quickstart.py
 """

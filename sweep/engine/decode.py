@@ -125,7 +125,7 @@ def decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: in
         accepted(p, r.seed, s.seat_req[:, None], npass[:, None] + j, k_max) + 1)
     out_col = output[:, None]
     # Tokens by each pass: the unrolled sum is one elementwise kernel; a triangular float32
-    # matmul (a library call on a CPU) made calls of speculating designs 10-35% slower.
+    # matmul (a library call on a CPU) made calls of speculating designs slower.
     gen_after = jnp.minimum(gen[:, None] + running_sum(steps_tokens, 0, unroll=True), out_col)
     gen_before = jnp.concatenate([gen[:, None], gen_after[:, :-1]], axis=1)
     alive = running[:, None] & (gen_before < out_col)  # decodes at pass j

@@ -26,11 +26,11 @@ from sweep.study.workload import Requests
 #: simulation finishing.
 DEFAULT_BLOCK_STEPS = 64
 #: Passes a decode run may cover in one step, and in a step of static batches only (a continuous
-#: batch's runs end at the next arrival, about ten passes in the brief; a static batch's only at
-#: its end). Measured on 2 CPU cores (benchmarks/README.md): for continuous batches 8-16 cost the
-#: same and 32 was 30% slower; calls of static batches only ran 24% faster with 32 at 64 seats,
-#: but the brief did not (its static designs mostly overflow into the wide tier) while a second
-#: decode run made compilation 20% longer, so by default both are 16 (one decode run compiled).
+#: batch's runs end at the next arrival, about ten passes in the Serve a Model study; a static
+#: batch's only at its end). On 2 CPU cores, for continuous batches 8-16 cost the same and 32 was
+#: slower; calls of static batches alone ran faster with 32 at 64 seats, but the Serve a Model
+#: study did not (its static designs mostly overflow into the wide tier) while a second decode
+#: run made compilation longer, so by default both are 16 (one decode run compiled).
 DEFAULT_LOOKAHEAD = 16
 DEFAULT_STATIC_LOOKAHEAD = 16
 
@@ -179,7 +179,8 @@ _STATIC = ("seats", "k_max", "lanes", "lookahead", "static_lookahead", "block_st
 #: every reduction over more than 32 elements into a reduce-window and a reduce (for float
 #: accuracy): two kernels where one would do. The engine's float sums that reach results are
 #: fixed-order (``numerics``) and the rest are exact integer counts, so without the split the
-#: bits are the same, a step is ~170 kernels instead of ~380 and runs ~15% faster on 2 cores.
+#: bits are the same, and a step is under half the kernels (benchmarks/README.md, "Why it is
+#: fast").
 _SIMULATE_BATCH = {
     True: jax.jit(_simulate_batch, static_argnames=_STATIC,
                   compiler_options={"xla_disable_hlo_passes": "tree_reduction_rewriter"}),

@@ -124,16 +124,17 @@ def _count_block(n: int) -> int:
     return max(8, 1 << math.ceil(math.log2(max(n, 1)) / 2))
 
 
-def make_aux(r: Requests, seats: int, max_steps, chunk=None) -> Aux:
-    """``chunk``: the smallest prefill chunk (``extensions.smallest_chunk``; None: no chunking
-    compiled in)."""
+def make_aux(r: Requests, seats: int, max_steps, prefill_chunk=None) -> Aux:
+    """``prefill_chunk``: the smallest prefill chunk (``extensions.smallest_chunk``; None: no
+    chunking compiled in)."""
     real = jnp.isfinite(r.arrival)
     # Every pass emits a token and every preemption is undone by a readmission pass.
     bound = 2 * jnp.where(real, r.output, 0).sum() + seats + 16
-    if chunk is not None:
+    if prefill_chunk is not None:
         # A chunked prefill (or recompute) of at most a whole context takes this many passes.
+        c = prefill_chunk
         longest = jnp.where(real, r.prompt + r.output, 0).max().astype(jnp.int64)
-        per = 1 + jnp.where(chunk > 0, (longest + chunk - 1) // jnp.maximum(chunk, 1), 1)
+        per = 1 + jnp.where(c > 0, (longest + c - 1) // jnp.maximum(c, 1), 1)
         bound = jnp.minimum(bound.astype(jnp.int64) * per, 2**31 - 1)
     if max_steps is not None:
         bound = jnp.minimum(bound, max_steps)

@@ -13,24 +13,24 @@ from sweep.study.config import Study
 
 #: Simulations in flight at once (vmapped lanes, shared by the calls in flight) unless the study
 #: or the user says otherwise: an accelerator wants as many as memory allows. On a CPU a few
-#: dozen run fastest (measured: 24-48 lanes 1.5-2x faster than 512, see benchmarks/README.md):
+#: dozen run fastest (faster than hundreds, benchmarks/README.md):
 #: there this sets how many simulations a call holds (x ``POOL_ROUNDS``), and each tier's lanes
 #: follow ``CPU_SEAT_LANES``.
 DEFAULT_CHUNK_CPU = 32
 DEFAULT_CHUNK_ACCELERATOR = 65536
 #: On a CPU, by default, a call's lanes x seats, and its lanes at most: the decode run's
-#: [lanes, seats, passes] arrays then stay in a core's cache. Measured on 2 cores, two calls at
-#: once (benchmarks/README.md): the brief's wide tier (256 seats) ran 4 lanes per call ~20%
-#: faster than 16, and 8 lanes ~10%; its narrow tier (64 seats) 16 lanes as fast as 32.
+#: [lanes, seats, passes] arrays then stay in a core's cache: on 2 cores, two calls at once,
+#: the Serve a Model study's wide tier (256 seats) ran faster with 4 lanes per call than with
+#: 8 or 16, and its narrow tier (64 seats) as fast with 16 lanes as with 32.
 CPU_SEAT_LANES = 1024
 CPU_LANES_MAX = 32
 #: Engine calls in flight at once on a CPU, at most (one per core): one call keeps only part of
 #: a second core busy (XLA splits its small kernels over both and waits for each); on 2 cores,
-#: two calls of half the lanes each ran the brief ~20% faster than one (benchmarks/README.md).
+#: two calls of half the lanes each ran the Serve a Model study faster than one.
 #: An accelerator takes one call at a time, as wide as memory allows.
 CALLS_IN_FLIGHT_CPU = 4
-#: Requests a 2-core CPU simulates per second in a large study's steady state (50,000-90,000
-#: measured, benchmarks/README.md): the low end, for a run's time estimate.
+#: Requests a 2-core CPU simulates per second in a large study's steady state, the low end of
+#: those measured (benchmarks/README.md), for a run's time estimate.
 CPU_REQUESTS_PER_S = 50_000
 #: Peak bytes of a per-request row: 9 eight-byte columns, held in the chunks' parts and in the
 #: joined, sorted table at once.
@@ -181,7 +181,7 @@ def request_slots(study: Study, planned: Planned | None = None) -> list[int]:
     shapes across studies, every point takes the study's largest bucket instead (at least
     ``planned.min_slots``): one group per seat tier, so that a batch of similar loads (a
     capacity search's round) runs as few, full calls rather than one pair of part-empty calls
-    per bucket (the brief's search ran ~15% faster), and every shape is a power of two
+    per bucket (benchmarks/README.md, ``capacity.py``), and every shape is a power of two
     (compiled once). The draws of the slots in use
     do not depend on how many there are, and a workload's requests outnumber its capacity with
     p < 1e-9 (``Workload.capacity``), so the slots change no result."""

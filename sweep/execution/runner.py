@@ -50,7 +50,7 @@ def iter_chunks(study: Study, chunk_size: int | None = None, per_request: bool |
     ``share = (index, count)``: simulation k of the (design, seed) order belongs to process
     ``k % count``. Simulations are spread over ``devices`` (default: every local device; a CPU
     is one device unless XLA_FLAGS=--xla_force_host_platform_device_count=N splits it, which on
-    2 cores measured only ~5% faster in steady state and doubled compilation). Up to
+    2 cores gained little in steady state and doubled compilation). Up to
     ``calls_in_flight()`` calls run at once, on worker threads, and their chunks come back as
     they finish. ``stop`` is asked between chunks: once it says so, no call starts, and those
     in flight finish and are yielded.

@@ -1,12 +1,12 @@
 """Local worker processes: a CPU sweep split over one JAX process per core.
 
 XLA's CPU runtime sizes its thread pool to the cores a process may use. Pinned to one core, a
-process runs a call's ~200 small kernels per step on one thread; a pool of two hands each of
-them between threads, and a `perf` profile of one process on 2 cores found 31% of the CPU time
-in the runtime. The brief's steady state ran 1.35-1.93x faster as two pinned processes
-(benchmarks/README.md). With a cache set (``sweep run`` always sets one), the workers
-compile the call groups in turn and load each other's executables (``executables``); each
-still starts its own Python and JAX, so a small study gains nothing.
+process runs a call's few hundred small kernels per step on one thread; a pool of two hands
+each of them between threads, and a profile of one process on 2 cores found much of the CPU
+time in the runtime. The Serve a Model study's steady state runs faster as two pinned
+processes (benchmarks/README.md, ``per_core.py``). With a cache set (``sweep run`` always sets
+one), the workers compile the call groups in turn and load each other's executables
+(``executables``); each still starts its own Python and JAX, so a small study gains nothing.
 
 A worker is ``python -m sweep.execution.workers FD``: it reads its job (a pickle) on stdin,
 writes its chunks (pickles, then None or the error) on file descriptor FD, and stops starting
@@ -23,10 +23,9 @@ from multiprocessing.connection import wait
 from typing import Iterator
 
 #: Simulations (of this machine's share) from which ``sweep run`` splits a CPU run over one
-#: worker per core unless told (``--processes``). Measured on 2 cores with executables kept,
-#: cache empty / warm (benchmarks/README.md): 576 simulations 31.4 / 8.0 s as two workers
-#: against 22.1 / 8.6-9.1 s in one process; the brief's 1,152 23.5-32.6 / 15.0-16.4 s against
-#: 26.1-35.5 / 12.8-23.9 s (medians ~29 / 15.5 against ~31 / 18).
+#: worker per core unless told (``--processes``): on 2 cores with executables kept, half the
+#: Serve a Model study's simulations ran faster in one process (the workers' start-up outweighs
+#: their gain), the whole study faster as two workers (benchmarks/README.md, ``sweep run``).
 AUTO_FROM_SIMULATIONS = 1000
 #: Workers at most by default: each holds its own JAX runtime, engines and requests (~1 GB).
 AUTO_MAX = 4

@@ -18,7 +18,7 @@ import numpy as np
 from sweep.errors import listed
 
 #: A datasheet entry's roofline factors until the catalog gives it a fitted GPU's (``_served``):
-#: the 'Serve a Model' brief's "60% of peak compute and 80% of peak bandwidth plus 0.2 ms per
+#: the 'Serve a Model' document's "60% of peak compute and 80% of peak bandwidth plus 0.2 ms per
 #: pass", which configs/serve_a_model.toml states.
 PRIOR_COMPUTE_EFFICIENCY = 0.6
 PRIOR_BANDWIDTH_EFFICIENCY = 0.8
@@ -202,7 +202,7 @@ _DATASHEETS = (
     GPU("H100-SXM", 80, 3.35, 989.4, 1978.9, 1978.9, 450, _NVLINK_AR_US, 2.0, generation="Hopper",
         source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): 3.35 TB/s HBM3, BF16 989 TF, "
                "FP8 1979 TF dense; NVLink 4 900 GB/s bidirectional; no INT4 tensor cores; "
-               "$2/GPU-h per the 'Serve a Model' brief"),
+               "$2/GPU-h per the 'Serve a Model' document"),
     GPU("H200", 141, 4.8, 989.4, 1978.9, 1978.9, 450, _NVLINK_AR_US, 3.0, generation="Hopper",
         source="NVIDIA H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, same compute as H100; "
                "price an assumed cloud on-demand rate"),

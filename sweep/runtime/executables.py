@@ -2,8 +2,8 @@
 process skips tracing and lowering as well as XLA.
 
 JAX's persistent compilation cache skips only XLA: to find its key a process still traces and
-lowers the function, which for the engine is ~3-4 CPU-s per seat tier, in every process and
-every worker (benchmarks/README.md). Here an executable's key is computed without tracing,
+lowers the function, which for the engine costs seconds of CPU per seat tier, in every process
+and every worker (benchmarks/README.md). Here an executable's key is computed without tracing,
 from everything that shapes the program: this package's source, the jax and jaxlib versions,
 jax's settings, ``XLA_FLAGS``, the host's CPU, and the call's static arguments and its other
 arguments' tree, shapes, dtypes and placements. A process that finds no file compiles and
@@ -35,7 +35,7 @@ WAIT_S = 600.0
 #: A lock file still without its owner after this many seconds is a crashed writer's.
 LOCK_UNWRITTEN_S = 10.0
 #: The directory's executables are kept within this many bytes, the least recently used
-#: removed first (the brief's four are ~5 MB on a CPU).
+#: removed first (the Serve a Model study's four are a few MB on a CPU).
 MAX_BYTES = 2e9
 #: jax settings that do not change a compiled program (caches, logging).
 _NEUTRAL = ("jax_compilation_cache", "jax_enable_compilation_cache", "jax_persistent_cache",

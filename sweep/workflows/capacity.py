@@ -55,9 +55,9 @@ CONFIRM_SPLITS = 4  # parts a confirmation round cuts a bracket into, at most
 STEPS = (1, 3, 9)  # tolerances a confirmation round steps from an end the seeds overturned
 FIRST_SEEDS = 4  # seeds a confirmation tries first: failures there may decide a rate
 #: Seats of a simulation's first try (``calls``): near its capacity a design holds more
-#: requests at once than at a sweep's load, and the brief's search ran 1.27x faster with
-#: 128 than with the sweep's 64 (benchmarks/README.md), which overflow more often into the
-#: costly full seat array.
+#: requests at once than at a sweep's load, and the Serve a Model search ran faster with 128 than
+#: with the sweep's 64 (benchmarks/README.md), which overflow more often into the costly full
+#: seat array.
 FIRST_TRY_SEATS = 128
 MAX_ROUNDS = 40
 QUEUEING = "queueing"
