@@ -47,9 +47,11 @@ class _Design:
         return self.prefill_gpus is not None or self.decode_gpus is not None
 
     def pool(self, gpus: int) -> "Design":
-        """One server of this design: ``gpus`` GPUs, no router, no disaggregation."""
-        return self.replace(gpus=gpus, replicas=1, router="round_robin", prefill_gpus=None,
-                            decode_gpus=None, kv_link_gbps=DEFAULT_KV_LINK_GBPS)
+        """One server of this design: ``gpus`` GPUs, no router, no disaggregation (the design
+        itself when it is one, with what it has computed)."""
+        one = self.replace(gpus=gpus, replicas=1, router="round_robin", prefill_gpus=None,
+                           decode_gpus=None, kv_link_gbps=DEFAULT_KV_LINK_GBPS)
+        return self if one == self else one
 
     @property
     def total_gpus(self) -> int:
@@ -76,7 +78,14 @@ class _Design:
 
     def validate(self) -> None:
         """Every value against its declaration (``sweep.study.fields``), then the combinations;
-        a ``FieldError`` names the lever, ``DoesNotFit`` a model too large for its memory."""
+        a ``FieldError`` names the lever, ``DoesNotFit`` a model too large for its memory. A
+        design is immutable, so once it passes, later calls return at once."""
+        if self.__dict__.get("_valid"):
+            return
+        self._checks()
+        object.__setattr__(self, "_valid", True)
+
+    def _checks(self) -> None:
         for f in _CHECKED:
             check(f, getattr(self, f.attr), "levers")
         if self.disaggregated:
@@ -153,11 +162,15 @@ class _Design:
                 "gpus or fewer weight_bits")
 
     def budget(self):
-        return memory_budget(self.model_spec, self.gpu_spec.memory_gib, self.gpus,
-                             self.weight_bits, self.kv_bits, self.memory_overhead_fraction,
-                             utilization=self.gpu_memory_utilization,
-                             profile_tokens=self.max_num_batched_tokens or DEFAULT_PROFILE_TOKENS,
-                             profile_seqs=self.seats)
+        """The memory budget, computed once per design (it is immutable)."""
+        if "_budget" not in self.__dict__:
+            object.__setattr__(self, "_budget", memory_budget(
+                self.model_spec, self.gpu_spec.memory_gib, self.gpus, self.weight_bits,
+                self.kv_bits, self.memory_overhead_fraction,
+                utilization=self.gpu_memory_utilization,
+                profile_tokens=self.max_num_batched_tokens or DEFAULT_PROFILE_TOKENS,
+                profile_seqs=self.seats))
+        return self.__dict__["_budget"]
 
     def kv_tokens(self) -> int:
         """Tokens of KV cache: ``kv_blocks`` blocks when given, else the memory budget's."""
