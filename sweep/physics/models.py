@@ -87,8 +87,75 @@ def get_model(name: str) -> Model:
 MAX_FIELD = 2**31 - 1
 
 
+#: What the loader sizes: a decoder whose every layer has full attention (MHA or GQA) and a
+#: dense or routed-expert MLP. Fields that would change the size of anything else are refused.
+SUPPORTED = ("a decoder with full attention and a dense or routed-expert MLP in every layer "
+             "(Llama, Mistral, Mixtral, Qwen3)")
+
+
+def _nonzero(v) -> bool:
+    return v not in (None, 0, False, [], {}, "")
+
+
+def _unmodelled(cfg: dict, path: Path) -> tuple[str, str] | None:
+    """The first field of ``cfg`` that changes the model's size in a way the loader does not
+    model, and what it means; None if there is none."""
+    context = cfg.get("max_position_embeddings")
+    layer_kinds = sorted({k for k in cfg.get("layer_types") or () if k != "full_attention"})
+    window = cfg.get("sliding_window")
+    checks = (
+        ("text_config", _nonzero(cfg.get("text_config")), "a language model nested in a "
+                                                           "multimodal checkpoint"),
+        ("vision_config", _nonzero(cfg.get("vision_config")), "a vision tower's weights"),
+        ("audio_config", _nonzero(cfg.get("audio_config")), "an audio tower's weights"),
+        ("kv_lora_rank", _nonzero(cfg.get("kv_lora_rank")), "multi-head latent attention"),
+        ("q_lora_rank", _nonzero(cfg.get("q_lora_rank")), "multi-head latent attention"),
+        ("layer_types", bool(layer_kinds), f"layers of kind {', '.join(map(str, layer_kinds))}"),
+        ("sliding_window", isinstance(window, int) and 0 < window < (context or 0)
+         and cfg.get("use_sliding_window", True) is not False, "windowed attention"),
+        ("hybrid_override_pattern", _nonzero(cfg.get("hybrid_override_pattern")),
+         "state-space (Mamba) layers"),
+        ("n_shared_experts", _nonzero(cfg.get("n_shared_experts")), "shared experts"),
+        ("shared_expert_intermediate_size",
+         _nonzero(cfg.get("shared_expert_intermediate_size")), "shared experts"),
+        ("moe_shared_expert_intermediate_size",
+         _nonzero(cfg.get("moe_shared_expert_intermediate_size")), "shared experts"),
+        ("first_k_dense_replace", _nonzero(cfg.get("first_k_dense_replace")),
+         "dense layers before the expert layers"),
+        ("moe_layer_freq", cfg.get("moe_layer_freq", 1) != 1, "expert layers interleaved"),
+        ("interleave_moe_layer_step", cfg.get("interleave_moe_layer_step", 1) not in (0, 1),
+         "expert layers interleaved"),
+        ("decoder_sparse_step", cfg.get("decoder_sparse_step", 1) not in (0, 1),
+         "expert layers interleaved"),
+        ("mlp_only_layers", _nonzero(cfg.get("mlp_only_layers")), "dense layers among the "
+                                                                  "expert layers"),
+        ("num_nextn_predict_layers", _nonzero(cfg.get("num_nextn_predict_layers")),
+         "multi-token prediction layers"),
+        ("experts_per_token", _nonzero(cfg.get("experts_per_token")),
+         "top-k routing under another name"),
+        ("quantization_config", _nonzero(cfg.get("quantization_config"))
+         or _nonzero(cfg.get("quantization")), "the checkpoint's own weight precision"),
+        ("hf_quant_config.json", (path.parent / "hf_quant_config.json").is_file(),
+         "the checkpoint's own weight precision"),
+    )
+    mamba = sorted(k for k in cfg if k.startswith(("mamba_", "ssm_")))
+    if mamba:
+        checks += ((mamba[0], True, "state-space (Mamba) layers"),)
+    return next(((key, meaning) for key, found, meaning in checks if found), None)
+
+
+def _refuse_unmodelled(cfg: dict, path: Path, where: str) -> None:
+    """A config the loader would mis-size is refused in one line naming the field."""
+    found = _unmodelled(cfg, path)
+    if found:
+        key, meaning = found
+        raise FieldError("model.config_json", f"{where}: {key} ({meaning}) is not modelled, so "
+                                              "the model would be mis-sized", SUPPORTED)
+
+
 def load_hf_config(path: str | Path, name: str | None = None) -> Model:
-    """Build a Model from a local Hugging Face ``config.json`` (Llama/Mistral/Mixtral/Qwen-style)."""
+    """Build a Model from a local Hugging Face ``config.json`` (Llama/Mistral/Mixtral/Qwen-style);
+    a config with anything the loader does not size is refused in one line naming the field."""
     path = Path(path)
     try:
         cfg = json.loads(path.read_text())
@@ -104,6 +171,7 @@ def load_hf_config(path: str | Path, name: str | None = None) -> Model:
         return isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_FIELD
 
     where = clip(str(path))
+    _refuse_unmodelled(cfg, path, where)
     missing = [k for k in required if not positive_int(cfg.get(k))]
     if missing:
         raise FieldError("model.config_json", f"{where}: field {missing[0]} is missing or not an "

@@ -181,7 +181,9 @@ FIELDS: tuple[Field, ...] = (
     Field("name", "model", "str", "Llama-3-8B", choices=tuple(MODEL_CATALOG), shown="-",
           help="a catalog model", short="a catalog model"),
     Field("config_json", "model", "path", values="path", shown="-",
-          help="a local Hugging Face `config.json` (dense or mixture of experts)",
+          help="a local Hugging Face `config.json` of a decoder with full attention and a dense "
+               "or routed-expert MLP in every layer; a config it would mis-size is refused "
+               "naming the field ([model.md](model.md))",
           short="a Hugging Face `config.json` (dense or MoE)"),
     _wl("arrival", "str", "poisson", choices=ARRIVALS,
         help="how requests arrive: `constant` evenly spaced, `gamma` bursty",
