@@ -12,9 +12,11 @@ from sweep.engine.params import engine_params
 from sweep.errors import DoesNotFit, FieldError
 from sweep.physics.timing import timing_params
 from sweep.study import keytables
+from sweep.study.config import load_study
 from sweep.study.design import TIMING_KEYS, Design
 from sweep.study.fields import (COLUMNS, DESIGN_FIELDS, ENGINE_LEVERS, FIELDS, KEYS, TEXT_COLUMNS,
                                 UNCERTAIN, WORKLOAD_FIELDS)
+from sweep.study.grid import columns
 from sweep.study.uncertainty import FACTORS
 from sweep.study.workload import Workload
 
@@ -121,3 +123,20 @@ def test_refusals_are_structured():
                                "got -1.0")
     with pytest.raises(DoesNotFit):
         Design(model="Llama-3-70B", gpu="A100-80GB").validate()
+
+
+def test_a_points_row_is_its_design_and_workload_columns():
+    """The row a config gives a point is what ``columns`` derives from the point's design and
+    workload alone, the same designs built in Python (as ``sweep.simulate`` builds them)."""
+    study = load_study(str(keytables.REPO / "configs" / "serve_a_model.toml"))
+    for p in study.points[::7]:
+        built = Design(**{a: getattr(p.design, a) for a in DESIGN_FIELDS})
+        row = columns(built, Workload(**{a: getattr(p.workload, a) for a in WORKLOAD_FIELDS}))
+        assert list(row) == COLUMNS and row == p.columns
+    gamma = Workload(arrival="gamma", arrival_cv=2.0)
+    assert columns(Design(), gamma)["arrival_cv"] == 2.0
+    assert columns(Design(), Workload(arrival_cv=2.0))["arrival_cv"] is None  # poisson: n/a
+    pools = columns(Design(prefill_gpus=1, decode_gpus=2), Workload())
+    assert pools["gpus"] is None and pools["kv_link_gbps"] == Design().kv_link_gbps
+    drawn = columns(Design(compute_efficiency=0.5), Workload(), ["compute_efficiency"])
+    assert drawn["compute_efficiency"] is None  # drawn per seed: its column is empty

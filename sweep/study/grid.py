@@ -115,13 +115,35 @@ def build(r: Reader, keys, excludes, max_requests: int):
         wkey = tuple(wkw.values())
         if wkey not in workloads:
             workloads[wkey] = _check_workload(r, Workload(**wkw), cols, axes, max_requests)
-        if wkw["trace"] is not None:
-            cols.update(_trace_columns(workloads[wkey]))
-        points.append(Point(design=design, workload=workloads[wkey], columns=cols))
+        points.append(Point(design, workloads[wkey],
+                            columns(design, workloads[wkey], getattr(r, "uncertain", ()))))
     _check_exclusions(r, excludes, seen)
     if not points:
         raise _nothing_left(r, skipped, n_excluded)
     return points, skipped, axes
+
+
+def columns(design: Design, workload: Workload, uncertain=()) -> dict:
+    """A point's results row, every column of ``COLUMNS`` in order, from its design and
+    workload: catalog entries and traces by name, the GPU's own values where the design leaves
+    a factor to it, keys that do not apply empty, a trace as what it amounts to, and the factors
+    drawn per seed (``uncertain``) empty."""
+    dkw = {a: getattr(design, a) for a in DESIGN_FIELDS}
+    dkw["gpu"] = getattr(dkw["gpu"], "name", dkw["gpu"])
+    wkw = {a: getattr(workload, a) for a in WORKLOAD_FIELDS}
+    cols = dict.fromkeys(COLUMNS)
+    for f in FIELDS:
+        if f.kind == "lengths":
+            cols.update(length_columns(f.key, wkw[f.attr]))
+        elif f.attr:
+            v = (wkw if f.section == "workload" else dkw)[f.attr]
+            cols[f.attr] = getattr(v, "name", v)
+    cols.update(dict.fromkeys(uncertain))
+    _fill(cols, dkw, wkw)
+    if workload.trace is not None:
+        cols.update(_trace_columns(workload))
+    cols["calibration"] = design.calibration
+    return cols
 
 
 def _defaults() -> tuple[dict, dict, dict]:
