@@ -44,7 +44,10 @@ PINNED_COLUMNS = [
 
 def test_columns_are_pinned():
     assert COLUMNS[:len(PINNED_COLUMNS)] == PINNED_COLUMNS
-    assert COLUMNS[-1] == "calibration" and len(set(COLUMNS)) == len(COLUMNS)
+    assert COLUMNS[len(PINNED_COLUMNS):] == ["params_b", "active_params_b",
+                                             "kv_bytes_per_token", "weight_gib_per_gpu",
+                                             "kv_tokens"]
+    assert len(set(COLUMNS)) == len(COLUMNS)
     assert set(TEXT_COLUMNS) == {"gpu", "model", "arrival", "prompt_tokens_dist",
                                  "output_tokens_dist", "batching", "kv_cache", "trace", "router",
                                  "calibration"}
@@ -140,3 +143,14 @@ def test_a_points_row_is_its_design_and_workload_columns():
     assert pools["gpus"] is None and pools["kv_link_gbps"] == Design().kv_link_gbps
     drawn = columns(Design(compute_efficiency=0.5), Workload(), ["compute_efficiency"])
     assert drawn["compute_efficiency"] is None  # drawn per seed: its column is empty
+
+
+def test_a_rows_sizes_say_what_the_model_and_its_memory_amount_to():
+    d = Design(gpu="H100-SXM", model="Llama-3-8B", gpus=2, kv_bits=8)
+    row = columns(d, Workload())
+    assert row["params_b"] == pytest.approx(8.03) and row["active_params_b"] == row["params_b"]
+    assert row["kv_bytes_per_token"] == 32 * 8 * 128 * 2 * 1.0  # layers x KV heads x dim x K,V
+    assert row["weight_gib_per_gpu"] == pytest.approx(8.03e9 * 2 / 2**30 / 2)
+    assert row["kv_tokens"] == d.kv_tokens() > 0
+    pools = Design(gpu="H100-SXM", model="Llama-3-8B", prefill_gpus=1, decode_gpus=2)
+    assert columns(pools, Workload())["kv_tokens"] == pools.pool(2).kv_tokens()

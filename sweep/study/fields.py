@@ -303,8 +303,10 @@ DESIGN_FIELDS = {f.attr: f for f in FIELDS if f.attr and f.section != "workload"
 WORKLOAD_FIELDS = {f.attr: f for f in FIELDS if f.attr and f.section == "workload"}
 ATTRS = {**DESIGN_FIELDS, **WORKLOAD_FIELDS}
 #: Columns that follow from the keys: where the GPU-side factors come from (``fitted``,
-#: ``transferred:<GPU>`` or ``stated``).
-DERIVED_COLUMNS = ("calibration",)
+#: ``transferred:<GPU>`` or ``stated``), and what the model and its memory amount to per server
+#: (``study.grid.columns``).
+DERIVED_COLUMNS = ("calibration", "params_b", "active_params_b", "kv_bytes_per_token",
+                   "weight_gib_per_gpu", "kv_tokens")
 #: The factors real runs fit, per GPU and for the serving engine (what a profile may hold).
 GPU_FITTED = tuple(f.key for f in FIELDS if f.fitted == "gpu")
 ENGINE_FITTED = tuple(f.key for f in FIELDS if f.fitted == "engine")
@@ -312,7 +314,7 @@ ENGINE_FITTED = tuple(f.key for f in FIELDS if f.fitted == "engine")
 COLUMNS: list[str] = [c for f in FIELDS for c in f.columns] + list(DERIVED_COLUMNS)
 #: Columns that hold strings (a brief limit on them makes no sense).
 TEXT_COLUMNS = tuple(c for f in FIELDS for c in f.columns
-                     if f.kind in ("str", "trace") or c.endswith("_dist")) + DERIVED_COLUMNS
+                     if f.kind in ("str", "trace") or c.endswith("_dist")) + ("calibration",)
 NUMERIC_COLUMNS = [c for c in COLUMNS if c not in TEXT_COLUMNS]
 
 

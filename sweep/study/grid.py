@@ -143,7 +143,20 @@ def columns(design: Design, workload: Workload, uncertain=()) -> dict:
     if workload.trace is not None:
         cols.update(_trace_columns(workload))
     cols["calibration"] = design.calibration
+    cols.update(sizes(design))
     return cols
+
+
+def sizes(design: Design) -> dict:
+    """What the model and its memory amount to: parameters (billions), KV bytes per token at the
+    design's KV precision, and per server (a disaggregated design's decode pool, which holds
+    the KV cache for longest) the weights on each GPU (GiB) and the KV cache's tokens."""
+    model = design.model_spec
+    server = design.pool(design.decode_gpus) if design.disaggregated else design
+    return {"params_b": model.params / 1e9, "active_params_b": model.active_params / 1e9,
+            "kv_bytes_per_token": float(model.kv_bytes_per_token(design.kv_bits)),
+            "weight_gib_per_gpu": server.budget().weights_gib / server.gpus,
+            "kv_tokens": int(server.kv_tokens())}
 
 
 def _defaults() -> tuple[dict, dict, dict]:
