@@ -90,3 +90,16 @@ def test_a_window_shorter_than_the_context_is_refused(tmp_path, window, use, ref
             load_hf_config(tmp_path / "config.json")
     else:
         assert load_hf_config(tmp_path / "config.json").max_context == 32768
+
+
+def test_routed_experts_and_top_k_are_read_under_each_name(tmp_path):
+    cfg = json.loads((CONFIGS / "mistralai--Mixtral-8x22B-v0.1_config.json").read_text())
+    base = load_hf_config(CONFIGS / "mistralai--Mixtral-8x22B-v0.1_config.json")
+    renamed = {k: v for k, v in cfg.items() if k not in ("num_local_experts",
+                                                         "num_experts_per_tok")}
+    renamed.update(n_routed_experts=cfg["num_local_experts"],
+                   experts_per_token=cfg["num_experts_per_tok"])
+    (tmp_path / "config.json").write_text(json.dumps(renamed))
+    m = load_hf_config(tmp_path / "config.json", name=base.name)
+    assert (m.params, m.active_params, m.experts, m.experts_per_token) == (
+        base.params, base.active_params, 8, 2)

@@ -131,8 +131,6 @@ def _unmodelled(cfg: dict, path: Path) -> tuple[str, str] | None:
                                                                   "expert layers"),
         ("num_nextn_predict_layers", _nonzero(cfg.get("num_nextn_predict_layers")),
          "multi-token prediction layers"),
-        ("experts_per_token", _nonzero(cfg.get("experts_per_token")),
-         "top-k routing under another name"),
         ("quantization_config", _nonzero(cfg.get("quantization_config"))
          or _nonzero(cfg.get("quantization")), "the checkpoint's own weight precision"),
         ("hf_quant_config.json", (path.parent / "hf_quant_config.json").is_file(),
@@ -177,7 +175,8 @@ def load_hf_config(path: str | Path, name: str | None = None) -> Model:
         raise FieldError("model.config_json", f"{where}: field {missing[0]} is missing or not an "
                                               f"integer in [1, {MAX_FIELD}]")
     optional = ("num_key_value_heads", "head_dim", "num_local_experts", "num_experts",
-                "num_experts_per_tok", "moe_intermediate_size")
+                "n_routed_experts", "num_experts_per_tok", "experts_per_token",
+                "moe_intermediate_size")
     bad = [k for k in optional if cfg.get(k) is not None and not positive_int(cfg[k])]
     if bad:
         raise FieldError("model.config_json", f"{where}: field {bad[0]} is not an integer in "
@@ -187,8 +186,10 @@ def load_hf_config(path: str | Path, name: str | None = None) -> Model:
     head_dim = cfg.get("head_dim") or hidden // heads
     ffn, vocab = cfg["intermediate_size"], cfg["vocab_size"]
     tied = bool(cfg.get("tie_word_embeddings", False))
-    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or 1
-    active = cfg.get("num_experts_per_tok") or 1
+    # Routed experts and top-k go by several names (Mixtral, Qwen, DeepSeek, gpt-oss).
+    experts = (cfg.get("num_local_experts") or cfg.get("num_experts")
+               or cfg.get("n_routed_experts") or 1)
+    active = cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or 1
     moe_ffn = cfg.get("moe_intermediate_size") or ffn
     top_k = min(active, experts)
     total = _dense_params(layers, hidden, heads, kv_heads, head_dim, moe_ffn, vocab, tied, experts)
