@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sweep.errors import FieldError
-from sweep.physics.models import load_hf_config
+from sweep.physics.models import CATALOG, load_hf_config
 
 CONFIGS = Path(__file__).parent / "data" / "hf_configs"
 
@@ -103,3 +103,17 @@ def test_routed_experts_and_top_k_are_read_under_each_name(tmp_path):
     m = load_hf_config(tmp_path / "config.json", name=base.name)
     assert (m.params, m.active_params, m.experts, m.experts_per_token) == (
         base.params, base.active_params, 8, 2)
+
+
+#: Catalog entries read from their publishers' configs: name -> the config's file.
+CATALOGED = {"Llama-3.1-8B": "meta-llama--Meta-Llama-3.1-8B",
+             "Llama-3.1-70B": "meta-llama--Meta-Llama-3.1-70B",
+             "Llama-3.1-405B": "meta-llama--Meta-Llama-3.1-405B",
+             "Qwen3-8B": "Qwen--Qwen3-8B", "Qwen3-32B": "Qwen--Qwen3-32B",
+             "Qwen3-30B-A3B": "Qwen--Qwen3-30B-A3B", "Mixtral-8x22B": "mistralai--Mixtral-8x22B-v0.1"}
+
+
+@pytest.mark.parametrize("name", sorted(CATALOGED))
+def test_a_catalog_entry_is_its_configs_reading(name):
+    assert CATALOG[name] == load_hf_config(CONFIGS / f"{CATALOGED[name]}_config.json", name=name)
+    assert CATALOGED[name].split("--")[1] in CATALOG[name].source

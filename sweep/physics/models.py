@@ -51,6 +51,10 @@ def _dense_params(layers, hidden, heads, kv_heads, head_dim, ffn, vocab, tied, e
     return layers * per_layer + embed + hidden
 
 
+#: The source of an entry read from its publisher's config.json by ``load_hf_config`` (a copy
+#: is in tests/data/hf_configs, and a test keeps the entry equal to the loader's reading).
+_HF = "{} config.json, as load_hf_config reads it"
+
 CATALOG: dict[str, Model] = {
     m.name: m
     for m in (
@@ -65,6 +69,21 @@ CATALOG: dict[str, Model] = {
         Model("Mistral-7B", 7.24e9, 7.24e9, 32, 4096, 32, 8, 128, 14336, 32000, 32768,
               source="mistralai/Mistral-7B-v0.1 config.json (vocab 32000); 7,241,732,096 "
                      "parameters (v0.3 widens the vocab to 32768: 7.25e9)"),
+        Model("Llama-3.1-8B", 8_030_261_248, 8_030_261_248, 32, 4096, 32, 8, 128, 14336, 128256,
+              131072, source=_HF.format("meta-llama/Meta-Llama-3.1-8B")),
+        Model("Llama-3.1-70B", 70_553_706_496, 70_553_706_496, 80, 8192, 64, 8, 128, 28672,
+              128256, 131072, source=_HF.format("meta-llama/Meta-Llama-3.1-70B")),
+        Model("Llama-3.1-405B", 405_853_388_800, 405_853_388_800, 126, 16384, 128, 8, 128,
+              53248, 128256, 131072, source=_HF.format("meta-llama/Meta-Llama-3.1-405B")),
+        Model("Qwen3-8B", 8_190_726_144, 8_190_726_144, 36, 4096, 32, 8, 128, 12288, 151936,
+              40960, source=_HF.format("Qwen/Qwen3-8B")),
+        Model("Qwen3-32B", 32_762_106_880, 32_762_106_880, 64, 5120, 64, 8, 128, 25600, 151936,
+              40960, source=_HF.format("Qwen/Qwen3-32B")),
+        Model("Qwen3-30B-A3B", 30_519_527_424, 3_340_437_504, 48, 2048, 32, 4, 128, 6144, 151936,
+              40960, 128, 8, 28_991_029_248, source=_HF.format("Qwen/Qwen3-30B-A3B")),
+        Model("Mixtral-8x22B", 140_617_881_600, 39_149_279_232, 56, 6144, 48, 8, 128, 16384,
+              32000, 65536, 8, 2, 135_291_469_824,
+              source=_HF.format("mistralai/Mixtral-8x22B-v0.1")),
         Model("GPT-4-est", 1.8e12, 2.8e11, 120, 12288, 96, 96, 128, 49152, 100277, 8192,
               source="the teaching simulator's estimate (120 layers, 96 KV heads, 1.8T "
                      "parameters); ~280B active per token (2 of 16 experts) and 12288 hidden are "
