@@ -177,8 +177,8 @@ class _Parser(Reader):
         if ("name" in model) == ("config_json" in model):
             what = "both name and config_json" if model else "neither name nor config_json"
             raise self.err(["model", "config_json" if model else "name"],
-                           f"{what}; allowed: exactly one of name (a catalog model: "
-                           f"{', '.join(MODEL_CATALOG)}) or config_json (a Hugging Face "
+                           f"{what}; allowed: exactly one of name (a catalog model, such as "
+                           f"{next(iter(MODEL_CATALOG))}) or config_json (a Hugging Face "
                            "config.json path)")
         hw = sections["hardware"]
         if "gpu_memory_utilization" in hw and "memory_overhead_fraction" in hw:

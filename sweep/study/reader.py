@@ -119,8 +119,7 @@ class Reader:
 
     def choice(self, parts, v, options, more=""):
         if isinstance(v, bool) or v not in options:  # (True == 1)
-            raise self.err(parts, f"{show(v)} is not allowed; allowed: "
-                                  f"{', '.join(map(str, options))}{more}")
+            raise self.err(parts, f"{show(v)} is not allowed; allowed: {listed(options)}{more}")
         return v
 
     def distribution(self, parts, t: dict, dist, uses_of: dict):
