@@ -1,6 +1,6 @@
 """servesweep: Monte Carlo sweeps of LLM-serving designs on a vectorised JAX engine.
 
-Start from a config (``configs/serve_a_model.toml`` is the "Serve a Model" brief)::
+Start from a config (``configs/serve_a_model.toml`` is the Serve a Model study)::
 
     import sweep
     res = sweep.run("configs/serve_a_model.toml")     # results/serve_a_model/, resumable

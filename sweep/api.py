@@ -31,7 +31,8 @@ def simulate(designs: Design | list[Design], workload: Workload, seeds: int | li
     seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     workload.validate()
     study = Study(name="simulate", path=None, text="",
-                  points=[Point(d, workload, columns(d, workload)) for d in designs], axes=[], skipped=[],
+                  points=[Point(d, workload, columns(d, workload)) for d in designs], axes=[],
+                  skipped=[],
                   seeds=seeds, brief=[], chunk_size=None, per_request=True,
                   max_designs=len(designs), max_steps=max_steps, model_error=model_error)
     res = run_study(study)

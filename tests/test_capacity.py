@@ -79,7 +79,7 @@ def test_one_at_a_time_capacity_brackets_the_md1_limit():
     assert row["binding"] in ("mean_ttft_s", "queueing")
 
 
-# --- the brief's story, monotonicity and fleets --------------------------------------------------
+# --- the study's story, monotonicity and fleets --------------------------------------------------
 
 BRIEF = """name = "story"
 [hardware]

@@ -72,7 +72,7 @@ def lever_tuple(p):
     return tuple(p.columns[a] for a in BRIEF_AXES)
 
 
-# --- the 'Serve a Model' brief ----------------------------------------------------------------
+# --- the Serve a Model study -----------------------------------------------------------------
 
 def test_brief_parses():
     s = parse_study(BRIEF_TOML)

@@ -1,5 +1,5 @@
 """The source documents' stories hold: the batching lesson (batching strategies on a laptop)
-and the "Serve a Model" brief."""
+and the "Serve a Model" document."""
 import pytest
 
 from sweep.api import simulate

@@ -1,4 +1,4 @@
-"""The verdict and text report on a synthetic aggregate shaped like the brief's story."""
+"""The verdict and text report on a synthetic aggregate shaped like the Serve a Model study's story."""
 
 import numpy as np
 import pandas as pd

@@ -1,8 +1,8 @@
 """The verdict of a sweep against a brief, and a plain-text report of it.
 
-A brief is a list of limits (``sweep.study.config.Limit``: ``key``, ``min``, ``max``), each on a metric
-(``p95_ttft_s``, ``cost_per_mtok``, ...) or on a lever column (``weight_bits`` with min 8: a
-quality floor). The report follows the story of the "Serve a Model" brief: which designs pass,
+A brief is a list of limits (``sweep.study.config.Limit``: ``key``, ``min``, ``max``), each on a
+metric (``p95_ttft_s``, ``cost_per_mtok``, ...) or on a lever column (``weight_bits`` with min 8:
+a quality floor). The report follows the story of the "Serve a Model" document: which designs pass,
 cheapest first; what the starting server misses; and the failing designs grouped by what they
 miss, in words ("fails on queueing", "fails on time per token", "over the cost ceiling",
 "below the quality floor").
@@ -14,8 +14,8 @@ alongside, not folded in: a design can meet the brief on its means with ``p_pass
 the reader should see that. Truncated simulations (``truncated`` mean > 0) are kept in every
 list but flagged there and warned about: their metrics are not to be trusted.
 
-Note: ``passes`` in ``sweep.study.metric_names.METRICS`` is the engine's pass count, not a verdict; this
-module never reads a ``passes`` column and calls its verdict ``meets_brief``.
+Note: ``passes`` in ``sweep.study.metric_names.METRICS`` is the engine's pass count, not a
+verdict; this module never reads a ``passes`` column and calls its verdict ``meets_brief``.
 """
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def meets_brief(agg: pd.DataFrame, brief) -> pd.Series:
 
 
 def miss_label(lim, side: str = "max", unstable: str = "") -> str:
-    """Words for missing one limit, in the spirit of the "Serve a Model" brief.
+    """Words for missing one limit, in the spirit of the "Serve a Model" document.
 
     TTFT -> "fails on queueing" (+ ``unstable``, e.g. "(queue still growing)"); ITL/TPOT ->
     "fails on time per token"; cost -> "over the cost ceiling"; a lever column -> "below the

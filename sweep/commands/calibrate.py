@@ -3,9 +3,7 @@
 printed."""
 from __future__ import annotations
 
-import sys
-
-from sweep.commands.common import use_executable_cache
+from sweep.commands.common import reporting, use_executable_cache
 
 
 def cmd_calibrate(args) -> int:
@@ -21,14 +19,10 @@ def cmd_calibrate(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from sweep.execution.progress import default_progress
     from sweep.workflows.validate import validate
 
     use_executable_cache()
-    res = validate(args.cases, args.out, seeds=args.seeds,
-                   progress=None if args.quiet else default_progress(),
-                   echo=(lambda line: None) if args.quiet else (
-                       lambda line: print(line, file=sys.stderr)))
+    res = validate(args.cases, args.out, seeds=args.seeds, **reporting(args.quiet))
     print(res.text)
     print(f"-> {', '.join(res.paths)}")
     return 0

@@ -2,22 +2,16 @@
 line, progress, and the answer printed."""
 from __future__ import annotations
 
-import sys
-
-from sweep.commands.common import use_executable_cache
+from sweep.commands.common import reporting, use_executable_cache
 
 
 def cmd_capacity(args) -> int:
     from sweep.analysis.report import render_capacity
-    from sweep.execution.progress import default_progress
     from sweep.workflows.capacity_study import capacity
 
     use_executable_cache()
     res = capacity(args.config, args.out, seeds=args.seeds, target_rate=args.target_rate,
-                   resume=args.resume, force=args.force,
-                   progress=None if args.quiet else default_progress(),
-                   echo=(lambda line: None) if args.quiet else (
-                       lambda line: print(line, file=sys.stderr)))
+                   resume=args.resume, force=args.force, **reporting(args.quiet))
     if res.kept:
         print(f"{res.folder}: the search is complete; its tables are kept (--force runs it "
               "again)")

@@ -1,4 +1,5 @@
-"""What every command shares: exit statuses, the signal handler, the executables cache."""
+"""What every command shares: exit statuses, the signal handler, the executables cache, and
+where progress and notes go."""
 from __future__ import annotations
 
 import os
@@ -34,3 +35,12 @@ def use_executable_cache() -> None:
 
     cache = os.environ.get("SERVESWEEP_CACHE", Path.home() / ".cache" / "servesweep")
     executables.use(Path(cache) / "executables")
+
+
+def reporting(quiet: bool) -> dict:
+    """The ``progress`` and ``echo`` a workflow takes: to stderr, or nothing under --quiet."""
+    from sweep.execution.progress import default_progress
+
+    if quiet:
+        return {"progress": None, "echo": lambda line: None}
+    return {"progress": default_progress(), "echo": lambda line: print(line, file=sys.stderr)}

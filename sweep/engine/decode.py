@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from sweep.engine.arith import ceil_div
-from sweep.engine.extensions import hooks
+from sweep.engine.extensions import Plain, hooks
 from sweep.engine.params import EngineParams
 from sweep.engine.passes import accepted
 from sweep.engine.state import Aux, EngineState, arrived, itl_bin, needs_pass, unfinished
@@ -24,14 +24,14 @@ from sweep.physics.timing import pass_time
 from sweep.study.workload import Requests
 
 
-def _run_start(p: EngineParams, r: Requests, aux: Aux, ext: bool, s: EngineState):
+def _run_start(p: EngineParams, r: Requests, aux: Aux, f: type, s: EngineState):
     """Whether the general pass before a decode run was skipped (``needs_pass``; it left
     run_full), whether a run may start at all, and the next arrival after ``s.tail`` (the
     general pass just before left it at s.t)."""
     n = r.arrival.shape[0]
     skipped = unfinished(aux, s) & ~needs_pass(p, aux, s)
     ok = unfinished(aux, s) & ~(s.seat_pre & (s.seat_req >= 0)).any()
-    ok = hooks(ext).run_ok(s, ok)
+    ok = f.run_ok(s, ok)
     next_arrival = jnp.where(s.tail < n, r.arrival[jnp.minimum(s.tail, n - 1)], jnp.inf)
     return skipped, ok, next_arrival
 
@@ -116,7 +116,7 @@ def decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: in
     while a seat is mid-prefill, and growth must fit beside every cached prefix (so the run
     never evicts one)."""
     f = hooks(ext)
-    skipped, ok, next_arrival = _run_start(p, r, aux, ext, s)
+    skipped, ok, next_arrival = _run_start(p, r, aux, f, s)
     running = (s.seat_req >= 0) & ~s.seat_pre
     prompt, output, gen, npass = s.seat_prompt, s.seat_output, s.seat_gen, s.seat_npass
     j = jnp.arange(lookahead, dtype=jnp.int32)
@@ -131,7 +131,8 @@ def decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: in
     alive = running[:, None] & (gen_before < out_col)  # decodes at pass j
     ctx = prompt[:, None] + gen_before
     need = ceil_div(ctx + jnp.minimum(p.draft_tokens + 1, out_col - gen_before), p.block_tokens)
-    need = f.run_need(p, r, s, running, need)
+    view = f.run_view(p, r, s, running)
+    need = f.run_need(view, need)
     held = jnp.maximum(need, s.seat_blocks[:, None])
     # Each ``unit`` of passes counts growth from the blocks held when it starts (the sequences
     # finished before it have freed theirs), as a run of its own would.
@@ -139,14 +140,14 @@ def decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: in
                                                 for q in range(unit, lookahead, unit)], axis=1)
     base = jnp.repeat(unit_blocks, unit, axis=1)
     free = jnp.repeat(p.total_blocks - unit_blocks.sum(axis=0, dtype=jnp.int32), unit)
-    free = f.run_free(p, r, s, free)
+    free = f.run_free(view, s, free)
     # Growth as a difference of two sums: XLA recomputes ``held`` in each reduction that reads it.
     in_use = jnp.where(alive, held, 0).sum(axis=0, dtype=jnp.int32)
     growth = in_use - jnp.where(alive, base, 0).sum(axis=0, dtype=jnp.int32)
     fits = growth <= free
     n_run = alive.sum(axis=0, dtype=jnp.int32)
     context = jnp.where(alive, ctx, 0).sum(axis=0).astype(jnp.float64)
-    in_use = f.run_in_use(p, r, s, running, alive, in_use)
+    in_use = f.run_in_use(view, alive, in_use)
     run = _run_length(p, r, aux, s, skipped, ok, next_arrival, fits, n_run, context, unit)
     seat_passes = (alive & run.took).sum(axis=1, dtype=jnp.int32)
     return _run_end(r, aux, s, skipped, unit, run, in_use, output, seat_passes,
@@ -161,7 +162,7 @@ def plain_run(p: EngineParams, r: Requests, aux: Aux, lookahead: int, unit: int,
     then emits one token per pass, so seat i decodes exactly the passes j < rem_i of the run
     and every per-pass figure (batch, context, KV blocks) is a sum over seats of a closed form
     in (i, j): a few fused reductions instead of a [seats, passes] state of tokens."""
-    skipped, ok, next_arrival = _run_start(p, r, aux, False, s)
+    skipped, ok, next_arrival = _run_start(p, r, aux, Plain, s)
     running = (s.seat_req >= 0) & ~s.seat_pre
     output, gen = s.seat_output, s.seat_gen
     rem = jnp.where(running, output - gen, 0)[:, None]  # passes left to each seat

@@ -237,10 +237,12 @@ class Plain:
 
     @staticmethod
     def window_lookup(c, ra, need, prompt, ok):
-        return Lookup(need, need, None, None), ok
+        """The admission window's lookups, which of them may start, and the prefill tokens
+        ahead of each (None: no budget)."""
+        return Lookup(need, need, None, None), ok, None
 
     @staticmethod
-    def admitted(ra, admit, look, slot, ad):
+    def admitted(ra, admit, look, ahead, slot, ad):
         return ad
 
     @staticmethod
@@ -279,16 +281,21 @@ class Plain:
         return ok
 
     @staticmethod
-    def run_need(p, r, s, running, need):
+    def run_view(p, r, s, running) -> None:
+        """What a decode run's hooks read: each running seat's prefix and a prefix's blocks."""
+        return None
+
+    @staticmethod
+    def run_need(v, need):
         """Blocks each seat needs of its own at each pass of a decode run."""
         return need
 
     @staticmethod
-    def run_free(p, r, s, free):
+    def run_free(v, s, free):
         return free
 
     @staticmethod
-    def run_in_use(p, r, s, running, alive, in_use):
+    def run_in_use(v, alive, in_use):
         return in_use
 
 
@@ -327,11 +334,11 @@ class Cached(Plain):
     @staticmethod
     def window_lookup(c, ra, need, prompt, ok):
         look = window_lookup(c.p, c.r, c.s, c.x, c.seats.index, need, prompt)
-        return look, ok & (exclusive_cumsum(look.todo) < ra.left)
+        ahead = exclusive_cumsum(look.todo)
+        return look, ok & (ahead < ra.left), ahead
 
     @staticmethod
-    def admitted(ra, admit, look, slot, ad):
-        ahead = exclusive_cumsum(look.todo)
+    def admitted(ra, admit, look, ahead, slot, ad):
         return ad._replace(overflow=ad.overflow & (jnp.where(admit, look.todo, 0).sum() < ra.left),
                            hit=look.hit[slot], todo=look.todo[slot],
                            chunk=jnp.clip(ra.left - ahead[slot], 0, look.todo[slot]))
@@ -367,19 +374,22 @@ class Cached(Plain):
         return ok & ~((s.ext.todo > 0) & (s.seat_req >= 0)).any()
 
     @staticmethod
-    def run_need(p, r, s, running, need):
-        pfx = prefix_of(p, r, s.seat_req, running)
-        return need - jnp.where(pfx >= 0, prefix_blocks(p, r), 0)[:, None]
+    def run_view(p, r, s, running):
+        return prefix_of(p, r, s.seat_req, running), prefix_blocks(p, r)
 
     @staticmethod
-    def run_free(p, r, s, free):
+    def run_need(v, need):
+        pfx, pb = v
+        return need - jnp.where(pfx >= 0, pb, 0)[:, None]
+
+    @staticmethod
+    def run_free(v, s, free):
         """Growth must fit beside every cached prefix, so a run never evicts one."""
-        return free - prefix_blocks(p, r) * s.ext.cached.sum(dtype=jnp.int32)
+        return free - v[1] * s.ext.cached.sum(dtype=jnp.int32)
 
     @staticmethod
-    def run_in_use(p, r, s, running, alive, in_use):
-        pfx = prefix_of(p, r, s.seat_req, running)
-        return in_use + run_prefix_blocks(pfx, prefix_blocks(p, r), alive)
+    def run_in_use(v, alive, in_use):
+        return in_use + run_prefix_blocks(*v, alive)
 
 
 def hooks(ext: bool) -> type:

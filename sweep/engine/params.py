@@ -56,9 +56,6 @@ def engine_params(design: Design) -> EngineParams:
     if design.replicas != 1 or design.disaggregated:
         raise FieldError("design", "replicas and prefill/decode pools are several servers",
                          "sweep.engine.topology.plan(design)")
-    gpu = design.gpu_spec
-    price = (gpu.price_per_gpu_hour if design.price_per_gpu_hour is None
-             else design.price_per_gpu_hour)
     return EngineParams(
         timing=TimingParams(*(np.float64(v) for v in design.timing())),
         max_batch=np.int32(design.seats),
@@ -75,11 +72,9 @@ def engine_params(design: Design) -> EngineParams:
             block_bytes=np.float64(design.block_tokens * design.model_spec.kv_bytes_per_token(
                 design.kv_bits)),
             gpus=np.float64(design.gpus),
-            price_per_gpu_s=np.float64(price / 3600.0),
-            request_overhead_s=np.float64((gpu.request_overhead_ms if design.request_overhead_ms
-                                           is None else design.request_overhead_ms) * 1e-3),
-            request_lag_passes=np.float64(gpu.request_lag_passes if design.request_lag_passes
-                                          is None else design.request_lag_passes),
+            price_per_gpu_s=np.float64(design.resolved("price_per_gpu_hour") / 3600.0),
+            request_overhead_s=np.float64(design.resolved("request_overhead_ms") * 1e-3),
+            request_lag_passes=np.float64(design.resolved("request_lag_passes")),
             slo_ttft_s=np.float64(np.inf),
             slo_tpot_s=np.float64(np.inf)),
     )

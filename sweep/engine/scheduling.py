@@ -143,7 +143,8 @@ def admission(c: Step, tail, g: Growth, ra: Readmission) -> Admission:
     free_seat = ~seats.occupied & (seats.index < p.max_batch)
     w_prompt, w_output = lax.dynamic_slice_in_dim(c.aux.window, s.head, nseat, axis=1)
     ok = (s.head + seats.index < tail) & (seats.index < free_seat.sum())
-    look, ok = c.f.window_lookup(c, ra, ceil_div(w_prompt + 1, p.block_tokens), w_prompt, ok)
+    look, ok, ahead = c.f.window_lookup(c, ra, ceil_div(w_prompt + 1, p.block_tokens),
+                                        w_prompt, ok)
     admit = gate & ok & (jnp.cumsum(jnp.where(ok, look.need, 0)) <= ra.free)
     m = admit.sum(dtype=jnp.int32)
     # A seat array narrower than max_batch (a cheaper first try) is exact until it is what stops
@@ -151,6 +152,6 @@ def admission(c: Step, tail, g: Growth, ra: Readmission) -> Admission:
     overflow = gate & (m == free_seat.sum()) & (tail - s.head > m) & (n_occ + m < p.max_batch)
     rank = jnp.cumsum(free_seat, dtype=jnp.int32) - 1
     slot = jnp.clip(rank, 0, nseat - 1)
-    return c.f.admitted(ra, admit, look, slot, Admission(
+    return c.f.admitted(ra, admit, look, ahead, slot, Admission(
         m, overflow, free_seat & (rank < m), s.head + rank, w_prompt[slot], w_output[slot],
         look.own[slot]))

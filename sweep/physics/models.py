@@ -118,47 +118,41 @@ def _nonzero(v) -> bool:
 
 def _unmodelled(cfg: dict, path: Path) -> tuple[str, str] | None:
     """The first field of ``cfg`` that changes the model's size in a way the loader does not
-    model, and what it means; None if there is none."""
-    context = cfg.get("max_position_embeddings")
+    model, and what it means; None if there is none. A field found by name alone counts when
+    it holds anything but an empty or zero value."""
     layer_kinds = sorted({k for k in cfg.get("layer_types") or () if k != "full_attention"})
     window = cfg.get("sliding_window")
-    checks = (
-        ("text_config", _nonzero(cfg.get("text_config")), "a language model nested in a "
-                                                           "multimodal checkpoint"),
-        ("vision_config", _nonzero(cfg.get("vision_config")), "a vision tower's weights"),
-        ("audio_config", _nonzero(cfg.get("audio_config")), "an audio tower's weights"),
-        ("kv_lora_rank", _nonzero(cfg.get("kv_lora_rank")), "multi-head latent attention"),
-        ("q_lora_rank", _nonzero(cfg.get("q_lora_rank")), "multi-head latent attention"),
+    quantised = _nonzero(cfg.get("quantization_config")) or _nonzero(cfg.get("quantization"))
+    mamba = sorted(k for k in cfg if k.startswith(("mamba_", "ssm_")))
+    checks = (  # (field, found, or None to look it up by name; what it means)
+        ("text_config", None, "a language model nested in a multimodal checkpoint"),
+        ("vision_config", None, "a vision tower's weights"),
+        ("audio_config", None, "an audio tower's weights"),
+        ("kv_lora_rank", None, "multi-head latent attention"),
+        ("q_lora_rank", None, "multi-head latent attention"),
         ("layer_types", bool(layer_kinds), f"layers of kind {', '.join(map(str, layer_kinds))}"),
-        ("sliding_window", isinstance(window, int) and 0 < window < (context or 0)
+        ("sliding_window", isinstance(window, int)
+         and 0 < window < (cfg.get("max_position_embeddings") or 0)
          and cfg.get("use_sliding_window", True) is not False, "windowed attention"),
-        ("hybrid_override_pattern", _nonzero(cfg.get("hybrid_override_pattern")),
-         "state-space (Mamba) layers"),
-        ("n_shared_experts", _nonzero(cfg.get("n_shared_experts")), "shared experts"),
-        ("shared_expert_intermediate_size",
-         _nonzero(cfg.get("shared_expert_intermediate_size")), "shared experts"),
-        ("moe_shared_expert_intermediate_size",
-         _nonzero(cfg.get("moe_shared_expert_intermediate_size")), "shared experts"),
-        ("first_k_dense_replace", _nonzero(cfg.get("first_k_dense_replace")),
-         "dense layers before the expert layers"),
+        ("hybrid_override_pattern", None, "state-space (Mamba) layers"),
+        ("n_shared_experts", None, "shared experts"),
+        ("shared_expert_intermediate_size", None, "shared experts"),
+        ("moe_shared_expert_intermediate_size", None, "shared experts"),
+        ("first_k_dense_replace", None, "dense layers before the expert layers"),
         ("moe_layer_freq", cfg.get("moe_layer_freq", 1) != 1, "expert layers interleaved"),
         ("interleave_moe_layer_step", cfg.get("interleave_moe_layer_step", 1) not in (0, 1),
          "expert layers interleaved"),
         ("decoder_sparse_step", cfg.get("decoder_sparse_step", 1) not in (0, 1),
          "expert layers interleaved"),
-        ("mlp_only_layers", _nonzero(cfg.get("mlp_only_layers")), "dense layers among the "
-                                                                  "expert layers"),
-        ("num_nextn_predict_layers", _nonzero(cfg.get("num_nextn_predict_layers")),
-         "multi-token prediction layers"),
-        ("quantization_config", _nonzero(cfg.get("quantization_config"))
-         or _nonzero(cfg.get("quantization")), "the checkpoint's own weight precision"),
+        ("mlp_only_layers", None, "dense layers among the expert layers"),
+        ("num_nextn_predict_layers", None, "multi-token prediction layers"),
+        ("quantization_config", quantised, "the checkpoint's own weight precision"),
         ("hf_quant_config.json", (path.parent / "hf_quant_config.json").is_file(),
          "the checkpoint's own weight precision"),
+        ((mamba or [""])[0], bool(mamba), "state-space (Mamba) layers"),
     )
-    mamba = sorted(k for k in cfg if k.startswith(("mamba_", "ssm_")))
-    if mamba:
-        checks += ((mamba[0], True, "state-space (Mamba) layers"),)
-    return next(((key, meaning) for key, found, meaning in checks if found), None)
+    return next(((key, meaning) for key, found, meaning in checks
+                 if (_nonzero(cfg.get(key)) if found is None else found)), None)
 
 
 def _refuse_unmodelled(cfg: dict, path: Path, where: str) -> None:

@@ -2,8 +2,8 @@
 
 Roofline (the 'Serve a Model' document's): ``max(FLOPs / (eff_c * peak * tp), weight bytes /
 (eff_b * bandwidth * tp) + KV bytes / (eff_kv * bandwidth * tp)) + decode attention FLOPs /
-(eff_att * peak16 * tp) + all-reduce time + fixed overhead + per-sequence host time``, the peak at the activations'
-precision and a mixture of experts reading only the experts its tokens route to. Decode
+(eff_att * peak16 * tp) + all-reduce time + fixed overhead + per-sequence host time``, the peak
+at the activations' precision and a mixture of experts reading only the experts its tokens route to. Decode
 attention has its own term where the GPU or config gives ``eff_att`` > 0: one query row per
 sequence (a few under grouped-query attention) cannot fill a tensor-core tile, so those kernels
 run far below peak and do not hide behind the weight reads; without it, their FLOPs join the

@@ -34,6 +34,12 @@ class _Design:
     def model_spec(self) -> Model:
         return self.model if isinstance(self.model, Model) else get_model(self.model)
 
+    def resolved(self, key: str):
+        """A key declared ``gpu_default``: the design's value, or its GPU's where it leaves it
+        unset."""
+        v = getattr(self, key)
+        return getattr(self.gpu_spec, key) if v is None else v
+
     @property
     def calibration(self) -> str:
         """Where the GPU-side factors come from: ``stated`` (the config gives any of them), else

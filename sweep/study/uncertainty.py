@@ -12,11 +12,13 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from sweep.physics.rng import UNIFORM_BITS, uniform_bits
-from sweep.study.fields import KEYS, UNCERTAIN
+from sweep.study.fields import UNCERTAIN
 
 #: Factors that may be uncertain (declared with a ``draw`` stream): key -> (config section,
 #: lowest, highest, lowest excluded), their declared ranges.
 FACTORS = {f.key: (f.section, f.range.lo, f.range.hi, f.range.lo_open) for f in UNCERTAIN}
+#: Each factor's draws' stream.
+_STREAMS = {f.key: f.draw for f in UNCERTAIN}
 DISTS = ("uniform", "normal")
 #: The table keys each distribution takes (all required).
 USES = {"uniform": ("low", "high"), "normal": ("mean", "sd", "low", "high")}
@@ -72,7 +74,7 @@ class Uncertain:
 
 def unit_draw(seed: int, factor: str) -> float:
     """A uniform number in (0, 1) of 48 bits from two 24-bit hash draws."""
-    i = 2 * KEYS[FACTORS[factor][0]][factor].draw
+    i = 2 * _STREAMS[factor]
     hi, lo = (int(uniform_bits(seed, _STREAM, i + j)[0]) for j in (0, 1))
     return ((hi << UNIFORM_BITS) + lo + 0.5) / 2.0 ** (2 * UNIFORM_BITS)
 

@@ -93,8 +93,8 @@ def capacity(config, out=None, *, seeds: int | None = None, target_rate: float |
 def _capacity_out(out: Path, resume: bool, force: bool, identity: dict):
     """Refuse a folder the search may not use; (the folder to search in, the saved rows of a
     resumed search or None). A finished search is kept: ``--resume`` of the same config finds
-    it done (folder None, and its tables as read), and ``--force`` searches beside it (``staging``), replacing it only
-    once the new tables are complete."""
+    it done (folder None, and its tables as read), and ``--force`` searches beside it
+    (``staging``), replacing it only once the new tables are complete."""
     from sweep.analysis.results import (CAPACITY_PARTS, load_capacity, read_capacity_parts,
                                         staging, start_capacity_parts)
 
