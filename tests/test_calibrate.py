@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sweep.cli import main
-from sweep.physics.models import get_model
+from sweep.physics.catalog import get_model
 from sweep.physics.timing import pass_time
 from sweep.study.config import ConfigError, load_study, parse_study
 from sweep.study.profile import load_profile

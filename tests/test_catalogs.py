@@ -14,8 +14,9 @@ import pytest
 from sweep.physics import timing
 from sweep.physics.hardware import CATALOG as GPU_CATALOG
 from sweep.physics.hardware import get_gpu
-from sweep.physics.models import CATALOG as MODEL_CATALOG
-from sweep.physics.models import get_model, load_hf_config
+from sweep.physics.catalog import CATALOG as MODEL_CATALOG
+from sweep.physics.catalog import get_model
+from sweep.physics.hf_config import load_hf_config
 from sweep.study.design import Design
 from tests import teaching_sim
 

@@ -3,7 +3,7 @@ ones validate."""
 import pytest
 
 from sweep.physics.hardware import get_gpu
-from sweep.physics.models import get_model
+from sweep.physics.catalog import get_model
 from sweep.study.design import Design
 from sweep.study.workload import Workload
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from sweep.errors import FieldError
-from sweep.physics.models import CATALOG, load_hf_config
+from sweep.physics.catalog import CATALOG
+from sweep.physics.hf_config import load_hf_config
 
 CONFIGS = Path(__file__).parent / "data" / "hf_configs"
 

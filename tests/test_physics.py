@@ -14,7 +14,7 @@ import pytest
 from sweep.physics import timing
 from sweep.physics.hardware import get_gpu
 from sweep.physics.memory import GIB, memory_budget
-from sweep.physics.models import get_model
+from sweep.physics.catalog import get_model
 from tests import teaching_sim
 from tests.helpers import crossover_ops_per_byte, ops_per_byte
 

@@ -11,7 +11,7 @@ from sweep.physics import timing
 from sweep.physics.hardware import CATALOG as GPU_CATALOG
 from sweep.physics.hardware import FITS, VLLM, get_gpu
 from sweep.physics.memory import GIB
-from sweep.physics.models import load_hf_config
+from sweep.physics.hf_config import load_hf_config
 from sweep.study.config import ConfigError, load_study, parse_study
 from sweep.study.design import Design
 from sweep.study.workload import Requests

@@ -14,9 +14,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from sweep.engine.arith import ceil_div
 from sweep.engine.extensions import Plain, hooks
-from sweep.engine.params import EngineParams
+from sweep.engine.params import EngineParams, context_blocks
 from sweep.engine.passes import accepted
 from sweep.engine.state import Aux, EngineState, arrived, itl_bin, needs_pass, unfinished
 from sweep.physics.numerics import running_sum
@@ -130,7 +129,7 @@ def decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: in
     gen_before = jnp.concatenate([gen[:, None], gen_after[:, :-1]], axis=1)
     alive = running[:, None] & (gen_before < out_col)  # decodes at pass j
     ctx = prompt[:, None] + gen_before
-    need = ceil_div(ctx + jnp.minimum(p.draft_tokens + 1, out_col - gen_before), p.block_tokens)
+    need = context_blocks(p, ctx + jnp.minimum(p.draft_tokens + 1, out_col - gen_before))
     view = f.run_view(p, r, s, running)
     need = f.run_need(view, need)
     held = jnp.maximum(need, s.seat_blocks[:, None])
@@ -172,7 +171,7 @@ def plain_run(p: EngineParams, r: Requests, aux: Aux, lookahead: int, unit: int,
 
     def held(jj):
         """Blocks seat i holds once it has decoded pass jj (growing to cover the next token)."""
-        return jnp.maximum(ceil_div(ctx0 + jj + 1, p.block_tokens), s.seat_blocks[:, None])
+        return jnp.maximum(context_blocks(p, ctx0 + jj + 1), s.seat_blocks[:, None])
 
     # Each ``unit`` of passes counts growth from the blocks held when it starts, as a run of its
     # own would: u is the unit's first pass; before it the seat held held(u - 1), or its blocks.

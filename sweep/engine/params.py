@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from sweep.engine.arith import ceil_div
 from sweep.errors import FieldError
 from sweep.physics.rng import acceptance_thresholds
 from sweep.physics.timing import TimingParams
@@ -39,6 +40,7 @@ _DERIVED = [
     ("static", np.ndarray),  # bool: admit only into an empty server (the policy's empty_only)
     ("block_tokens", np.ndarray),  # int32: KV allocation unit in tokens
     ("total_blocks", np.ndarray),  # int32
+    ("seq_blocks", np.ndarray),  # int32: blocks a running sequence holds besides its context's
     ("accept_thresholds", np.ndarray),  # int32[MAX_DRAFT_TOKENS]: acceptance**j x 2**24, 0 past k
     ("transferred", np.ndarray),  # bool: requests arrive prefilled (a decode pool: topology.py)
 ]
@@ -47,6 +49,13 @@ EngineParams = NamedTuple("EngineParams", [*_DERIVED, *((f.key, np.ndarray) for 
 EngineParams.__module__ = __name__
 EngineParams.__doc__ = """A design in the engine's array form: the rules' derived values, each
 lever of ``ENGINE_LEVERS`` as it is, and ``summary``, what only the metrics read."""
+
+
+def context_blocks(p: EngineParams, tokens):
+    """KV blocks a running sequence with ``tokens`` of context holds: its context's, and its
+    fixed share (windowed layers' KV over a full window and the state of linear-attention and
+    state-space layers, ``seq_blocks``)."""
+    return ceil_div(tokens, p.block_tokens) + p.seq_blocks
 
 
 def engine_params(design: Design) -> EngineParams:
@@ -62,6 +71,7 @@ def engine_params(design: Design) -> EngineParams:
         static=np.bool_(POLICIES[design.batching].empty_only),
         block_tokens=np.int32(design.block_tokens),
         total_blocks=np.int32(min(design.total_blocks(), 2**31 - 1)),
+        seq_blocks=np.int32(design.seq_blocks()),
         # Thresholds past k are 0 (never accept): the engine needs no mask by k.
         accept_thresholds=np.where(np.arange(MAX_DRAFT_TOKENS) < design.draft_tokens,
                                    acceptance_thresholds(design.acceptance, MAX_DRAFT_TOKENS),

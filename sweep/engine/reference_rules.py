@@ -46,7 +46,8 @@ def free(tw: Twin) -> int:
 
 def own_blocks(tw: Twin, pfx: int, tokens: int) -> int:
     """A sequence's own blocks for a context of ``tokens``: a prefix's blocks are shared."""
-    return ceil_div(tokens, tw.design.block_tokens) - (tw.prefix_blocks if pfx >= 0 else 0)
+    return (ceil_div(tokens, tw.design.block_tokens) + tw.design.seq_blocks
+            - (tw.prefix_blocks if pfx >= 0 else 0))
 
 
 def cost(tw: Twin, pfx: int, tokens: int) -> tuple[int, int]:

@@ -11,9 +11,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from sweep.engine.arith import ceil_div
 from sweep.engine.extensions import Budget, Held
-from sweep.engine.params import EngineParams
+from sweep.engine.params import EngineParams, context_blocks
 from sweep.engine.state import Aux, EngineState, Seats, arrived
 from sweep.study.workload import Requests
 
@@ -76,7 +75,7 @@ def growth(c: Step, go) -> Growth:
     context's less its prefix's, which are shared; mid-prefill seats do not decode."""
     p, s, seats = c.p, c.s, c.seats
     look = jnp.minimum(p.draft_tokens + 1, s.seat_output - s.seat_gen)
-    decoding, need = c.f.growth(c.x, seats, ceil_div(seats.ctx + look, p.block_tokens))
+    decoding, need = c.f.growth(c.x, seats, context_blocks(p, seats.ctx + look))
     grow = jnp.where(decoding, jnp.maximum(need - s.seat_blocks, 0), 0)
     short = grow.sum() > _free(c, s.seat_blocks)
     preempt = go & short
@@ -109,7 +108,7 @@ def readmission(c: Step, g: Growth, b: Budget | None) -> Readmission:
     s, seats = c.s, c.seats
     index = jnp.argmin(jnp.where(seats.pre, s.seat_req, jnp.iinfo(jnp.int32).max))
     length = seats.ctx[index]
-    look = c.f.readmission_lookup(c, index, length, ceil_div(length + 1, c.p.block_tokens))
+    look = c.f.readmission_lookup(c, index, length, context_blocks(c.p, length + 1))
     ok = c.f.within_budget(b, g.work & seats.pre.any() & (look.need <= g.free))
     chunk, left = c.f.take(b, ok, look.todo)
     return Readmission(ok, ok & (seats.index == index), index, length, look.own,
@@ -143,7 +142,7 @@ def admission(c: Step, tail, g: Growth, ra: Readmission) -> Admission:
     free_seat = ~seats.occupied & (seats.index < p.max_batch)
     w_prompt, w_output = lax.dynamic_slice_in_dim(c.aux.window, s.head, nseat, axis=1)
     ok = (s.head + seats.index < tail) & (seats.index < free_seat.sum())
-    look, ok, ahead = c.f.window_lookup(c, ra, ceil_div(w_prompt + 1, p.block_tokens),
+    look, ok, ahead = c.f.window_lookup(c, ra, context_blocks(p, w_prompt + 1),
                                         w_prompt, ok)
     admit = gate & ok & (jnp.cumsum(jnp.where(ok, look.need, 0)) <= ra.free)
     m = admit.sum(dtype=jnp.int32)

@@ -32,7 +32,7 @@ class Budget:
     weights_gib: float
     overhead_gib: float
     kv_gib: float  # negative when the weights do not fit
-    kv_bytes_per_token: float
+    kv_bytes_per_token: float  # of the KV cache that grows with a sequence (full attention)
 
     @property
     def fits(self) -> bool:
@@ -55,7 +55,8 @@ def activation_peak_gib(model: Model, tokens: int, seqs: int, gpus: int = 1) -> 
     return (tokens * per_token + seqs * model.vocab * 4) / GIB
 
 
-def memory_budget(model: Model, gpu_memory_gib: float, gpus: int = 1, weight_bits: int = 16,
+def memory_budget(model: Model, gpu_memory_gib: float, gpus: int = 1,
+                  weight_bits: int | None = 16,
                   kv_bits: int = 16, overhead_fraction: float = DEFAULT_OVERHEAD_FRACTION,
                   utilization: float | None = None, profile_tokens: int = DEFAULT_PROFILE_TOKENS,
                   profile_seqs: int = 256) -> Budget:
@@ -73,4 +74,4 @@ def memory_budget(model: Model, gpu_memory_gib: float, gpus: int = 1, weight_bit
             ENGINE_RESERVE_GIB
         overhead = total * (1.0 - utilization) + per_gpu * gpus
     return Budget(gpus, total, weights, overhead, total - weights - overhead,
-                  model.kv_bytes_per_token(kv_bits))
+                  model.full_kv_bytes_per_token(kv_bits) * model.kv_copies(gpus))

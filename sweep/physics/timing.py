@@ -27,12 +27,14 @@ from sweep.physics.models import Model
 class TimingParams(NamedTuple):
     """Per-design constants of the pass-time model (floats; a pytree, so a batch vmaps)."""
 
-    flops_per_token: float  # 2 x active parameters
+    flops_per_token: float  # 2 x active parameters, windowed and state layers' attention
     attn_flops_per_pair: float  # QK^T and AV over every layer and query head, per query-key pair
+    decode_attn_ratio: float  # decode's attention FLOPs per pair over prefill's (MLA absorbed)
     weight_bytes: float  # bytes of every weight (whole group)
     expert_bytes: float  # of which routed experts' (0 for a dense model)
     expert_skip: float  # probability that one token leaves a given expert unused: 1 - k / E
-    kv_bytes_per_token: float
+    kv_bytes_per_token: float  # of the full-attention layers, read per context token
+    seq_bytes: float  # read per decoding sequence: a full window's KV, and state read and written
     flops_per_s: float  # achievable: eff_c x peak(activation_bits) x tp
     decode_attn_s_per_flop: float  # 1 / (eff_att x 16-bit peak x tp); 0: inside the roofline
     bytes_per_s: float  # achievable for weights: eff_b x bandwidth x tp
@@ -54,7 +56,7 @@ class TimingParams(NamedTuple):
     draft_cost: float  # draft pass cost per drafted token, as a fraction of a target decode pass
 
 
-def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int = 16,
+def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int | None = 16,
                   kv_bits: int = 16, activation_bits: int = 16,
                   compute_efficiency: float | None = None,
                   bandwidth_efficiency: float | None = None,
@@ -91,12 +93,17 @@ def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int = 1
     per_byte = 1.0 / link if tp > 1 and link > 0 else 0.0
     lin = gpu.linear
     return TimingParams(
-        flops_per_token=2.0 * model.active_params,
-        attn_flops_per_pair=4.0 * model.layers * model.heads * model.head_dim,
+        flops_per_token=(2.0 * model.active_params + model.window_flops_per_token
+                         + model.state_flops_per_token),
+        attn_flops_per_pair=model.attn_flops_per_pair,
+        decode_attn_ratio=(model.decode_attn_flops_per_pair / model.attn_flops_per_pair
+                           if model.attn_flops_per_pair > 0 else 1.0),
         weight_bytes=model.weight_bytes(weight_bits),
         expert_bytes=model.expert_bytes(weight_bits),
         expert_skip=1.0 - model.experts_per_token / model.experts,
-        kv_bytes_per_token=model.kv_bytes_per_token(kv_bits),
+        kv_bytes_per_token=model.full_kv_bytes_per_token(kv_bits) * model.kv_copies(tp),
+        seq_bytes=(model.window_kv_values * model.window * kv_bits / 8.0 * model.kv_copies(tp)
+                   + 2.0 * model.state_bytes),
         flops_per_s=compute_efficiency * gpu.tflops(activation_bits) * 1e12 * tp,
         decode_attn_s_per_flop=attn_s_per_flop,
         bytes_per_s=bandwidth_efficiency * gpu.bandwidth_tbs * 1e12 * tp,
@@ -163,12 +170,14 @@ def pass_work(p: TimingParams, tokens, pairs, context_read, xp=np):
     return flops, p.weight_bytes - unread, p.kv_bytes_per_token * (context_read + tokens)
 
 
-def _target_time(p: TimingParams, prefill_tokens, prefill_pairs, decode_tokens, decode_pairs,
-                 context_read, xp):
+def _target_time(p: TimingParams, prefill_tokens, prefill_pairs, decode_seqs, decode_tokens,
+                 decode_pairs, context_read, xp):
     tokens = prefill_tokens + decode_tokens
     own = p.decode_attn_s_per_flop > 0.0  # decode attention outside the roofline
+    decode_pairs = decode_pairs * p.decode_attn_ratio  # in prefill's FLOPs per pair
     flops, weights, kv = pass_work(p, tokens, prefill_pairs + xp.where(own, 0.0, decode_pairs),
                                    context_read, xp)
+    kv = kv + p.seq_bytes * decode_seqs
     # Decode attention's own roofline: its KV reads are already in the memory side, so only
     # the compute beyond them adds.
     attention = xp.maximum(p.attn_flops_per_pair * decode_pairs * p.decode_attn_s_per_flop
@@ -189,8 +198,9 @@ def pass_time(p: TimingParams, prefill_tokens, prefill_pairs, decode_seqs, decod
     target pass, and the draft costs ``k x draft_cost`` plain target decode passes. The host
     spends ``seq_overhead`` on each decoding sequence, besides the pass's fixed overhead."""
     k1 = p.draft_tokens + 1.0
-    target = _target_time(p, prefill_tokens, prefill_pairs, decode_seqs * k1, decode_context * k1,
-                          decode_context, xp)
-    plain = _target_time(p, 0.0, 0.0, decode_seqs, decode_context, decode_context, xp)
+    target = _target_time(p, prefill_tokens, prefill_pairs, decode_seqs, decode_seqs * k1,
+                          decode_context * k1, decode_context, xp)
+    plain = _target_time(p, 0.0, 0.0, decode_seqs, decode_seqs, decode_context, decode_context,
+                         xp)
     draft = xp.where(decode_seqs > 0, p.draft_tokens * p.draft_cost * plain, 0.0)
     return target + draft + p.seq_overhead_s * decode_seqs

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 from sweep.errors import ConfigError, FieldError, clip, got, one_line, show
 from sweep.files import MAX_TEXT_BYTES, FileRefused, check_table, read_text
-from sweep.physics.models import CATALOG as MODEL_CATALOG
-from sweep.physics.models import load_hf_config
+from sweep.physics.catalog import CATALOG as MODEL_CATALOG
+from sweep.physics.hf_config import load_hf_config
 from sweep.study.fields import COLUMNS, KEYS, SECTIONS, WORKLOAD_FIELDS
 from sweep.study.grid import Point, build, check_size, parse_excludes
 from sweep.study.lengths import LENGTH_KEYS, LENGTH_USES, Lengths, length_columns

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 
 from sweep.errors import DoesNotFit, FieldError
+from sweep.physics.catalog import get_model
 from sweep.physics.hardware import GPU, get_gpu
 from sweep.physics.memory import DEFAULT_PROFILE_TOKENS, memory_budget
-from sweep.physics.models import Model, get_model
+from sweep.physics.models import Model
 from sweep.physics.timing import TimingParams, timing_params
 from sweep.study.batching import POLICIES
 from sweep.study.fields import (ACTIVATION_BITS, DEFAULT_KV_LINK_GBPS, DESIGN_FIELDS,
@@ -136,7 +138,7 @@ class _Design:
         self.pool(self.decode_gpus).validate()
 
     def _validate_precision(self, gpu: GPU) -> None:
-        a, w = self.activation_bits, self.weight_bits
+        a, w = self.activation_bits, self.weight_precision
         if a < w:
             raise FieldError("levers.activation_bits", f"{a}-bit activations with {w}-bit "
                              "weights is not a format", f"activation_bits >= weight_bits ({w})",
@@ -150,18 +152,18 @@ class _Design:
         budget = self.budget()
         if not budget.fits and self.kv_blocks is None:
             raise DoesNotFit(
-                "design", f"{model.name} at {self.weight_bits}-bit weights does not fit on "
-                f"{self.gpus} x {gpu.name} (weights {budget.weights_gib:.1f} GiB, "
+                "design", f"{model.name} at {self.weight_precision}-bit weights does not fit "
+                f"on {self.gpus} x {gpu.name} (weights {budget.weights_gib:.1f} GiB, "
                 f"{budget.total_gib - budget.overhead_gib:.1f} GiB usable); use more gpus or "
                 "fewer weight_bits")
         longest = self.context_limit
-        if self.total_blocks() * self.block_tokens < longest and self.kv_blocks is not None:
-            need = -(-longest // self.block_tokens)
+        need = -(-longest // self.block_tokens) + self.seq_blocks()
+        if self.total_blocks() < need and self.kv_blocks is not None:
             raise FieldError("levers.kv_blocks", f"{self.kv_blocks} blocks of "
                              f"{self.block_tokens} tokens hold less than one {longest}-token "
                              "sequence", f"at least {need} (or a smaller max_seq_len)",
                              self.kv_blocks)
-        if self.total_blocks() * self.block_tokens < longest:
+        if self.total_blocks() < need:
             raise DoesNotFit(
                 "design", f"the KV cache of {model.name} on {self.gpus} x {gpu.name} holds "
                 f"{self.kv_tokens()} tokens, less than one {longest}-token sequence; use more "
@@ -186,6 +188,22 @@ class _Design:
 
     def total_blocks(self) -> int:
         return self.kv_tokens() // self.block_tokens
+
+    @property
+    def weight_precision(self) -> int:
+        """Bits per weight as the ``weight_bits`` lever names them: the lever's, or the
+        checkpoint's own where it is unset."""
+        return self.model_spec.native_nominal_bits if self.weight_bits is None \
+            else self.weight_bits
+
+    def seq_blocks(self) -> int:
+        """Blocks every running sequence holds besides its context's: its windowed layers' KV
+        over a full window and its linear-attention or state-space state, in blocks of the
+        full-attention layers' KV (``Model.seq_bytes``)."""
+        model, copies = self.model_spec, self.model_spec.kv_copies(self.gpus)
+        per_block = self.block_tokens * model.full_kv_bytes_per_token(self.kv_bits) * copies
+        window = model.seq_bytes(self.kv_bits) - model.state_bytes
+        return int(math.ceil((window * copies + model.state_bytes) / per_block))
 
     def timing(self) -> TimingParams:
         """The pass-time constants: ``timing_params`` gets every lever it names."""

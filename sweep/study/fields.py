@@ -18,7 +18,7 @@ from typing import NamedTuple
 from sweep.errors import FieldError, listed, show
 from sweep.physics.hardware import CATALOG as GPU_CATALOG
 from sweep.physics.memory import DEFAULT_OVERHEAD_FRACTION
-from sweep.physics.models import CATALOG as MODEL_CATALOG
+from sweep.physics.catalog import CATALOG as MODEL_CATALOG
 from sweep.study.batching import POLICIES
 from sweep.study.lengths import LENGTH_KEYS, Lengths
 
@@ -181,10 +181,11 @@ FIELDS: tuple[Field, ...] = (
     Field("name", "model", "str", "Llama-3-8B", choices=tuple(MODEL_CATALOG), shown="-",
           help="a catalog model", short="a catalog model"),
     Field("config_json", "model", "path", values="path", shown="-",
-          help="a local Hugging Face `config.json` of a decoder with full attention and a dense "
-               "or routed-expert MLP in every layer; a config it would mis-size is refused "
-               "naming the field ([model.md](model.md))",
-          short="a Hugging Face `config.json` (dense or MoE)"),
+          help="a local Hugging Face `config.json`: full, windowed, latent, linear-attention "
+               "or Mamba layers, dense or expert MLPs, its own quantisation (or a sibling "
+               "`hf_quant_config.json`); a config it would mis-size is refused naming the field "
+               "([model.md](model.md))",
+          short="a Hugging Face `config.json`"),
     _wl("arrival", "str", "poisson", choices=ARRIVALS,
         help="how requests arrive: `constant` evenly spaced, `gamma` bursty",
         short="arrival process (gamma: bursty)"),
@@ -215,8 +216,10 @@ FIELDS: tuple[Field, ...] = (
     _lever("gpus", default=1, choices=GPUS, when=lambda d, w: not _pools(d, w),
            help="tensor-parallel degree; not with `prefill_gpus`/`decode_gpus`",
            short="tensor-parallel degree"),
-    _lever("weight_bits", default=16, choices=WEIGHT_BITS,
-           help="weight-only quantisation: bytes read per pass", short="weight-only quantisation"),
+    _lever("weight_bits", choices=WEIGHT_BITS, shown="the checkpoint's",
+           help="weight precision (bytes held and read per pass); unset: the checkpoint's own "
+                "(16 unless its config.json says otherwise), its 16-bit modules kept",
+           short="weight precision; unset: the checkpoint's"),
     _lever("activation_bits", default=16, choices=ACTIVATION_BITS,
            help="8 (W8A8) or 4 (FP4) where the GPU has that peak, at least `weight_bits`",
            short="8: W8A8, 4: FP4, where the GPU has it"),

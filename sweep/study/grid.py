@@ -108,7 +108,7 @@ def build(r: Reader, keys, excludes, max_requests: int):
         if dkey not in designs:
             designs[dkey] = _check_design(r, Design(**dkw), cols, axes)
         design, reason = designs[dkey]
-        cols["calibration"] = design.calibration
+        _resolved(cols, design)
         if reason is not None:
             skipped.append((cols, reason))
             continue
@@ -142,9 +142,16 @@ def columns(design: Design, workload: Workload, uncertain=()) -> dict:
     _fill(cols, dkw, wkw)
     if workload.trace is not None:
         cols.update(_trace_columns(workload))
-    cols["calibration"] = design.calibration
+    _resolved(cols, design)
     cols.update(sizes(design))
     return cols
+
+
+def _resolved(cols: dict, design: Design) -> None:
+    """The columns a design resolves: where its GPU-side factors come from, and the weight
+    precision (the checkpoint's where ``weight_bits`` is unset)."""
+    cols["calibration"] = design.calibration
+    cols["weight_bits"] = design.weight_precision
 
 
 def sizes(design: Design) -> dict:

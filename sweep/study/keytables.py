@@ -38,8 +38,15 @@ def _literal(v, short: bool) -> str:
     return str(v) if short or not isinstance(v, str) else f"`{v}`"
 
 
+#: Choices the README lists at most.
+SHORT_CHOICES = 8
+
+
 def values(f: Field, short: bool) -> str:
     """What a value may be: the choices, or its kind, range and unit."""
+    if f.choices and short and len(f.choices) > SHORT_CHOICES:  # the docs list them all
+        shown = ", ".join(_literal(c, short) for c in f.choices[:SHORT_CHOICES])
+        return f"{shown}, ... ([all](docs/config.md))"
     if f.choices:
         return ", ".join(_literal(c, short) for c in f.choices)
     if f.kind == "bool":

@@ -241,11 +241,12 @@ def _terms(tp, m: Passes):
     the factors scale, and the rest; no speculation)."""
     tokens = m.prefill_tokens + m.decode_seqs
     own = tp.decode_attn_s_per_flop > 0.0
-    flops, weights, kv = pass_work(tp, tokens, m.prefill_pairs + (0.0 if own else
-                                                                  m.context_tokens),
+    decode_pairs = m.context_tokens * tp.decode_attn_ratio
+    flops, weights, kv = pass_work(tp, tokens, m.prefill_pairs + (0.0 if own else decode_pairs),
                                    m.context_tokens)
+    kv = kv + tp.seq_bytes * m.decode_seqs
     fixed = (allreduce_time(tp, tokens)
-             + tp.attn_flops_per_pair * m.context_tokens * tp.decode_attn_s_per_flop
+             + tp.attn_flops_per_pair * decode_pairs * tp.decode_attn_s_per_flop
              + tp.seq_overhead_s * m.decode_seqs)
     return flops / tp.flops_per_s, weights / tp.bytes_per_s + kv / tp.kv_bytes_per_s, fixed
 

@@ -32,7 +32,8 @@ def calibrate(measurements, out=None, *, gpu: str | None = None, model: str | No
     default = meas.with_suffix(".profile.toml")
     if meas.is_dir() or meas.suffix == ".toml":
         return _serving(meas, Path(out) if out else default, gpu, duration, seeds, force)
-    from sweep.physics.models import get_model, load_hf_config
+    from sweep.physics.catalog import get_model
+    from sweep.physics.hf_config import load_hf_config
     from sweep.workflows.calibrate import FACTORS, fit, profile_text, read_measurements, roofline
 
     for flag, value in (("gpu", gpu), ("model", model)):

@@ -1,0 +1,173 @@
+"""A checkpoint's own weight precision, from its ``quantization_config`` or a sibling
+``hf_quant_config.json`` (NVIDIA ModelOpt): bits per quantised weight with the scales counted,
+and which weights the checkpoint keeps at 16 bits.
+
+Bits per weight, scales included (each format's block layout):
+- fp8 (e4m3): 8, plus one fp32 scale per ``weight_block_size`` block (DeepSeek's 128x128) or
+  per tensor;
+- MXFP4 (OCP Microscaling): 4, plus one 8-bit shared exponent per 32 weights: 4.25;
+- NVFP4 (ModelOpt): 4, plus one fp8 scale per 16 weights: 4.5 (the per-tensor fp32 scale is
+  nothing per weight);
+- int4 AWQ/GPTQ: 4, plus a 16-bit scale and a 4-bit zero point per group (128 unless given);
+- compressed-tensors: its weights' ``num_bits``, plus a 16-bit scale per group.
+Embeddings and norms are not linear layers, so no format converts them; a skip list
+(``modules_to_not_convert``, ``ignore``, ``exclude_modules``) keeps more at 16 bits."""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from sweep.errors import FieldError, clip
+
+#: Modules no format converts: the token embedding and the norms.
+NEVER_CONVERTED = ("embed_tokens", "norm")
+#: A skip-list entry's module, by the first word of it found (checked in this order).
+MODULE_WORDS = (("lm_head", "lm_head"), ("embed", "embed_tokens"), ("visual", "vision"),
+                ("vision", "vision"), ("shared_expert", "shared_expert"),
+                ("experts", "experts"), ("linear_attn", "linear_attn"), ("mixer", "mixer"),
+                ("self_attn", "self_attn"), ("attn", "self_attn"), ("router", "gate"),
+                ("mlp.gate", "gate"), ("norm", "norm"), ("mlp", "mlp"))
+#: Skip-list entries of layers the model as served does not load (multi-token prediction).
+UNLOADED = ("mtp", "nextn")
+#: The formats read, for the refusal of any other.
+METHODS = ("fp8", "mxfp4", "modelopt", "awq", "gptq", "compressed-tensors")
+
+
+@dataclass(frozen=True)
+class Precision:
+    bits: float  # per quantised weight, scales included
+    nominal: int  # as the weight_bits lever names it: 16, 8 or 4
+    kept: float  # parameters held at 16 bits
+
+
+def checkpoint_precision(cfg: dict, path: Path, by_module: dict, layers_of: dict,
+                         where: str) -> Precision:
+    """The checkpoint's precision: ``by_module`` holds its parameters per module, ``layers_of``
+    how many layers have each (a skip-list entry naming one layer keeps that share)."""
+    q, source = _quant_config(cfg, path, where)
+    if q is None:
+        return Precision(16.0, 16, 0.0)
+    method = str(q.get("quant_method", "")).lower()
+    bits, nominal, skip = _format(q, method, source, where)
+    kept = _kept(skip, by_module, layers_of, source, where)
+    return Precision(bits, nominal, kept)
+
+
+def _refuse(source: str, where: str, reason: str):
+    raise FieldError("model.config_json", f"{where}: {source} {reason}", ", ".join(METHODS))
+
+
+def _quant_config(cfg: dict, path: Path, where: str) -> tuple[dict | None, str]:
+    q = cfg.get("quantization_config") or cfg.get("quantization")
+    if q:
+        if not isinstance(q, dict):
+            _refuse("quantization_config", where, "is not a table")
+        return q, "quantization_config"
+    stem = path.name[:-len("config.json")] if path.name.endswith("_config.json") else ""
+    for sibling in ("hf_quant_config.json", f"{stem}hf_quant_config.json"):
+        p = path.parent / sibling
+        if sibling != "hf_quant_config.json" and not stem:
+            continue
+        if p.is_file():
+            try:
+                doc = json.loads(p.read_text())
+            except (OSError, ValueError):
+                _refuse("hf_quant_config.json", where, "cannot be read as JSON")
+            q = doc.get("quantization") if isinstance(doc, dict) else None
+            if not isinstance(q, dict):
+                _refuse("hf_quant_config.json", where, "has no quantization table")
+            return {"quant_method": "modelopt", **q}, "hf_quant_config.json"
+    return None, ""
+
+
+def _number(q: dict, key: str, default, source: str, where: str):
+    v = q.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+        _refuse(source, where, f"{key} = {clip(repr(v), 30)} is not a positive number")
+    return v
+
+
+def _format(q: dict, method: str, source: str, where: str) -> tuple[float, int, list]:
+    """Bits per weight, the lever's name for them and the skip list."""
+    skip = q.get("modules_to_not_convert") or q.get("ignored_layers") or []
+    if method == "fp8":
+        block = q.get("weight_block_size") or [1 << 30, 1]
+        if not (isinstance(block, list) and len(block) == 2):
+            _refuse(source, where, "weight_block_size is not two numbers")
+        area = _number({"b": block[0]}, "b", 0, source, where) * _number(
+            {"b": block[1]}, "b", 0, source, where)
+        return 8.0 + 32.0 / area, 8, skip
+    if method == "mxfp4":
+        return 4.25, 4, skip
+    if method == "modelopt":
+        algo = str(q.get("quant_algo", "")).upper()
+        skip = q.get("exclude_modules") or skip
+        if algo == "FP8":
+            return 8.0, 8, skip
+        if algo == "NVFP4":
+            return 4.0 + 8.0 / _number(q, "group_size", 16, source, where), 4, skip
+        if algo in ("W4A8_AWQ", "W4A16_AWQ", "INT4_AWQ"):
+            return 4.0 + 20.0 / _number(q, "group_size", 128, source, where), 4, skip
+        _refuse(source, where, f"quant_algo {clip(algo, 30)!r} is not modelled (known: FP8, "
+                               "NVFP4, W4A8_AWQ, W4A16_AWQ, INT4_AWQ)")
+    if method in ("awq", "gptq"):
+        bits = _number(q, "bits", q.get("w_bit", 4), source, where)
+        group = q.get("group_size", q.get("q_group_size", 128))
+        per_group = (16.0 + bits) / group if isinstance(group, int) and group > 0 else 0.0
+        return bits + per_group, 4 if bits <= 4 else 8, skip
+    if method == "compressed-tensors":
+        return (*_compressed(q, source, where), q.get("ignore") or [])
+    _refuse(source, where, f"quant_method {clip(method or '-', 30)!r} is not modelled")
+
+
+def _compressed(q: dict, source: str, where: str) -> tuple[float, int]:
+    groups = q.get("config_groups")
+    weights = [g.get("weights") for g in groups.values() if isinstance(g, dict)] \
+        if isinstance(groups, dict) else []
+    if not weights or not all(isinstance(w, dict) for w in weights):
+        _refuse(source, where, "config_groups has no weights table")
+    bits = {_number(w, "num_bits", 0, source, where) for w in weights}
+    if len(bits) != 1:
+        _refuse(source, where, "config_groups holds weights at several precisions")
+    w, (b,) = weights[0], bits
+    group = w.get("group_size") if w.get("strategy") == "group" else None
+    return b + (16.0 / group if isinstance(group, int) and group > 0 else 0.0), \
+        4 if b <= 4 else 8
+
+
+def _module(entry: str) -> str | None:
+    """The module a skip-list entry names (None: a layer the served model does not load)."""
+    text = re.sub(r"gate_(up_)?proj", "proj", entry.lower())  # a dense MLP's, not a router
+    if any(w in text for w in UNLOADED):
+        return None
+    return next((m for word, m in MODULE_WORDS if word in text), "")
+
+
+def _kept(skip, by_module: dict, layers_of: dict, source: str, where: str) -> float:
+    """Parameters held at 16 bits: the never-converted modules and the skip list's. An entry
+    naming one layer (``model.layers.3.mlp.gate``) keeps that layer's share of its module."""
+    if not isinstance(skip, list):
+        _refuse(source, where, "skip list is not a list of module names")
+    whole = set(NEVER_CONVERTED)
+    some: dict[str, set] = {}
+    for entry in skip:
+        module = _module(str(entry))
+        if module is None:
+            continue
+        if not module:
+            _refuse(source, where, f"skip-list entry {clip(str(entry), 40)!r} names no module "
+                                   "that is modelled")
+        if module == "experts":
+            _refuse(source, where, "keeps the routed experts at 16 bits, which is not modelled")
+        layer = re.search(r"layers\.(\d+)\.", str(entry))
+        if layer and module not in whole:
+            some.setdefault(module, set()).add(int(layer.group(1)))
+        else:
+            whole.add(module)
+    kept = sum(by_module.get(m, 0.0) for m in whole)
+    for module, idx in some.items():
+        if module not in whole and layers_of.get(module):
+            kept += by_module.get(module, 0.0) * min(1.0, len(idx) / layers_of[module])
+    return kept
