@@ -24,7 +24,10 @@ N_REQ = 72
 CONTEXT = 512  # requests are clipped to this, so small caches still hold one full sequence
 
 GPUS = ["H100-SXM", "H200", "A100-80GB", "L40S", "B200", "MI300X", "Apple-M3-Max"]
-MODELS = ["Llama-3-8B", "Mistral-7B", "Llama-3.2-1B", "Llama-3-70B"]
+#: gpt-oss-20b has windowed layers and Nemotron-3 Mamba layers: every running sequence holds
+#: a fixed share of blocks besides its context's (``seq_blocks``).
+MODELS = ["Llama-3-8B", "Mistral-7B", "Llama-3.2-1B", "Llama-3-70B", "gpt-oss-20b",
+          "Nemotron-3-Nano-30B-A3B"]
 DISTS = [Lengths("exponential", 60.0), Lengths("fixed", 40.0), Lengths("uniform", 0, 10, 120),
          Lengths("lognormal", 50.0, sigma=0.8)]
 OUTS = [Lengths("exponential", 12.0), Lengths("fixed", 9.0), Lengths("uniform", 0, 1, 30),
@@ -67,8 +70,11 @@ def _random_design(rng: np.random.Generator, i: int):
             p = engine_params(d)
         except ValueError:
             continue  # e.g. a 70B model on too little memory
-        one_seq = math.ceil(CONTEXT / int(p.block_tokens))
+        one_seq = math.ceil(CONTEXT / int(p.block_tokens)) + int(p.seq_blocks)
         small = rng.random() < 0.6  # a small cache under a burst: admission and preemption
+        if small and p.seq_blocks == 0 and rng.random() < 0.3:  # a share of its own, small
+            p = p._replace(seq_blocks=np.int32(rng.integers(1, 4)))
+            one_seq += int(p.seq_blocks)
         if small:
             p = p._replace(total_blocks=np.int32(rng.integers(one_seq, one_seq + 8)))
         return d, p, small
@@ -95,6 +101,8 @@ def test_cases_cover_every_lever(cases):
                           ("draft_tokens", {0, 1, 2, 3, 4})]:
         assert {getattr(d, field) for d in designs} == values, field
     assert {d.gpu for d in designs} == set(GPUS)
+    held = [int(p.seq_blocks) > 0 for p in params]
+    assert sum(held) >= 5 and sum(h and int(m) > 0 for h, m in zip(held, mets["preemptions"]))
     assert (mets["preemptions"] > 0).sum() >= 5
     assert (mets["unfinished"] > 0).sum() >= 3  # censored by a drain
     spec = [d.draft_tokens > 0 and 0 < d.acceptance < 1 for d in designs]
@@ -172,7 +180,7 @@ def _assert_requests_agree(out, b: int, ref, msg: str) -> None:
 def test_bursty_and_trace_workloads_agree_with_the_twin():
     """Gamma arrivals and trace replay only change the requests both simulators consume; the
     engine and the twin still agree request by request (same shapes as above: no new compile)."""
-    designs, params, reqs, out, _ = _run_cases(_bursty_case, 51)
+    designs, params, reqs, out, _ = _run_cases(_bursty_case, 54)
     clipped = 0
     for b in range(N_DESIGNS):
         ref = simulate_reference(params[b], reqs[b])
@@ -188,8 +196,8 @@ def test_bursty_and_trace_workloads_agree_with_the_twin():
 
 
 #: A small mixture of experts (Llama-3.2-1B's attention, 8 experts of top-2 routing).
-TINY_MOE = Model("tiny-moe", 3.9e9, 1.5e9, 16, 2048, 32, 8, 64, 4096, 128256, 131072,
-                 experts=8, experts_per_token=2, expert_params=3.2e9)
+TINY_MOE = Model.gqa("tiny-moe", 3.9e9, 1.5e9, 16, 2048, 32, 8, 64, 4096, 128256, 131072,
+                     experts=8, experts_per_token=2, expert_params=3.2e9)
 
 
 def _extension_case(rng: np.random.Generator, i: int):
@@ -223,7 +231,7 @@ def _extension_case(rng: np.random.Generator, i: int):
 
 @pytest.fixture(scope="module")
 def extension_cases():
-    return _run_cases(_extension_case, 5)
+    return _run_cases(_extension_case, 7)
 
 
 def test_prefix_caching_and_chunked_prefill_agree_with_the_twin(extension_cases):

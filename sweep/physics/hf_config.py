@@ -18,8 +18,7 @@ from sweep.physics.quantisation import checkpoint_precision
 MAX_FIELD = 2**31 - 1
 
 #: What the loader sizes.
-SUPPORTED = ("full, windowed, latent (MLA), linear or Mamba attention layers with dense or "
-             "expert MLPs")
+SUPPORTED = "full, windowed, latent, linear or Mamba attention; dense or expert MLPs"
 
 #: Layer kinds ``layer_types`` may name, and what each is read as.
 LAYER_TYPES = {"full_attention": "full", "sliding_attention": "window",
@@ -53,8 +52,8 @@ class _Reading:
     cfg: dict
     where: str
 
-    def refuse(self, key: str, reason: str):
-        raise FieldError("model.config_json", f"{self.where}: {key} {reason}", SUPPORTED)
+    def refuse(self, key: str, reason: str, allowed: str = SUPPORTED):
+        raise FieldError("model.config_json", f"{self.where}: {key} {reason}", allowed)
 
     def int(self, key: str, default=None, *alias: str) -> int:
         for k in (key, *alias):
@@ -108,7 +107,7 @@ def _attention_kinds(r: _Reading, layers: int) -> list[str]:
         unknown = sorted({str(t) for t in types} - set(LAYER_TYPES))
         if unknown:
             r.refuse("layer_types", f"names layer kind {clip(unknown[0], 40)!r}, which is not "
-                                    f"modelled (known: {', '.join(LAYER_TYPES)})")
+                                    "modelled", ", ".join(LAYER_TYPES))
         return [LAYER_TYPES[t] for t in types]
     if _nonzero(c.get("attention_chunk_size")):  # Llama-4: chunked local attention, every
         interval = c.get("no_rope_layer_interval", 4)  # interval-th layer global

@@ -118,7 +118,7 @@ def _format(q: dict, method: str, source: str, where: str) -> tuple[float, int, 
         per_group = (16.0 + bits) / group if isinstance(group, int) and group > 0 else 0.0
         return bits + per_group, 4 if bits <= 4 else 8, skip
     if method == "compressed-tensors":
-        return (*_compressed(q, source, where), q.get("ignore") or [])
+        return (*_compressed(q, source, where), q.get("ignore") or skip)
     _refuse(source, where, f"quant_method {clip(method or '-', 30)!r} is not modelled")
 
 
