@@ -11,6 +11,7 @@ import pytest
 
 from sweep.errors import FieldError
 from sweep.physics.catalog import CATALOG
+from sweep.physics.catalog import PUBLISHED as PUBLISHED_ENTRIES
 from sweep.physics.hf_config import load_hf_config
 
 CONFIGS = Path(__file__).parent / "data" / "hf_configs"
@@ -203,13 +204,16 @@ CATALOGED = {"Llama-3.1-8B": "meta-llama--Meta-Llama-3.1-8B",
              "Llama-3.1-70B": "meta-llama--Meta-Llama-3.1-70B",
              "Llama-3.1-405B": "meta-llama--Meta-Llama-3.1-405B",
              "Qwen3-8B": "Qwen--Qwen3-8B", "Qwen3-32B": "Qwen--Qwen3-32B",
-             "Qwen3-30B-A3B": "Qwen--Qwen3-30B-A3B", "Mixtral-8x22B": "mistralai--Mixtral-8x22B-v0.1"}
+             "Qwen3-30B-A3B": "Qwen--Qwen3-30B-A3B",
+             "Mixtral-8x22B": "mistralai--Mixtral-8x22B-v0.1",
+             **{name: repo.replace("/", "--") for name, repo in PUBLISHED_ENTRIES.items()}}
 
 
 @pytest.mark.parametrize("name", sorted(CATALOGED))
 def test_a_catalog_entry_is_its_configs_reading(name):
     assert CATALOG[name] == load_hf_config(CONFIGS / f"{CATALOGED[name]}_config.json", name=name)
     assert CATALOGED[name].split("--")[1] in CATALOG[name].source
+    assert CATALOG[name].source.endswith("as load_hf_config reads it")
 
 
 @pytest.mark.parametrize("gpu,bits,fits", [("H100-SXM", None, False), ("H200", None, True),

@@ -189,7 +189,8 @@ def _latent(r: _Reading, heads: int, hidden: int, count: _Count, m: dict) -> Non
     nope, v = r.int("qk_nope_head_dim"), r.int("v_head_dim")
     q_lora = c.get("q_lora_rank")
     qk = nope + rope
-    q = (hidden * q_lora + q_lora + q_lora * heads * qk) if _nonzero(q_lora) else hidden * heads * qk
+    q = ((hidden * q_lora + q_lora + q_lora * heads * qk) if _nonzero(q_lora)
+         else hidden * heads * qk)
     n = q + hidden * (lora + rope) + lora + lora * heads * (nope + v) + heads * v * hidden
     if _nonzero(c.get("index_n_heads")):  # DeepSeek-V3.2's indexer: its own keys per token
         ih, ihd = r.int("index_n_heads"), r.int("index_head_dim")
@@ -329,9 +330,9 @@ def load_hf_config(path: str | Path, name: str | None = None) -> Model:
     top_k = min(experts, r.int("num_experts_per_tok", 1, "experts_per_token", "top_k_experts"))
     kinds = _layer_kinds(r, layers, experts > 1)
     count, layers_of = _Count(), {}
-    m = dict(kv_split=[heads], kv_values=0.0, attn_flops_per_pair=0.0, decode_attn_flops_per_pair=0.0, window=0,
-             window_kv_values=0.0, window_flops_per_token=0.0, state_bytes=0.0,
-             state_flops_per_token=0.0)
+    m = dict(kv_split=[heads], kv_values=0.0, attn_flops_per_pair=0.0,
+             decode_attn_flops_per_pair=0.0, window=0, window_kv_values=0.0,
+             window_flops_per_token=0.0, state_bytes=0.0, state_flops_per_token=0.0)
     e = dict(experts=experts, top_k=top_k, params=0.0)
     for attention, mlp in kinds:
         before = dict(count.by_module)
