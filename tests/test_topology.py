@@ -85,7 +85,7 @@ def _twin(d, p, r):
 
 @pytest.mark.parametrize("kind", ["replicas", "lor", "disaggregated"])
 def test_engine_and_twin_agree_per_request(kind):
-    cases = _cases(kind, {"replicas": 20261201, "disaggregated": 20261202, "lor": 20261203}[kind])
+    cases = _cases(kind, {"replicas": 20261201, "disaggregated": 20261202, "lor": 20261204}[kind])
     designs, plans, reqs = zip(*cases)
     width = sum(len(p.first) for p in plans)
     out = topology.run(list(plans), stack(reqs), _call, width)
