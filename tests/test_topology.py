@@ -67,7 +67,7 @@ def _cases(kind: str, seed: int):
                 d = d.replace(prefill_gpus=g)
         p = topology.plan(d)
         if small:
-            one = math.ceil(CONTEXT / int(p.system.block_tokens))
+            one = math.ceil(CONTEXT / int(p.system.block_tokens)) + int(p.system.seq_blocks)
             shrink = dict(total_blocks=np.int32(rng.integers(one, one + 8)))
             p = p._replace(first=[x._replace(**shrink) for x in p.first],
                            decode=None if p.decode is None else p.decode._replace(**shrink))
