@@ -51,9 +51,10 @@ def _cases(kind: str, seed: int):
     rng = np.random.default_rng(seed)
     out = []
     for i in range(N_CASES):
-        d, _, small = _random_design(rng, i)
+        d, _, small = _random_design(rng, i, experts=kind != "disaggregated")
         if i % 4 == 1:  # a full paged cache under a burst: preemptions
-            d, small = d.replace(batching="continuous", kv_cache="paged", max_batch=SEATS), True
+            d, small = d.replace(batching="continuous", kv_cache="paged",
+                                 max_batch=SEATS // d.data_parallel), True
         if kind != "disaggregated":
             d = d.replace(replicas=int(rng.integers(1, 6)),
                           router="least_outstanding" if kind == "lor" else "round_robin")

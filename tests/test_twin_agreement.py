@@ -28,6 +28,7 @@ GPUS = ["H100-SXM", "H200", "A100-80GB", "L40S", "B200", "MI300X", "Apple-M3-Max
 #: a fixed share of blocks besides its context's (``seq_blocks``).
 MODELS = ["Llama-3-8B", "Mistral-7B", "Llama-3.2-1B", "Llama-3-70B", "gpt-oss-20b",
           "Nemotron-3-Nano-30B-A3B"]
+EXPERT_MODELS = ("gpt-oss-20b", "Nemotron-3-Nano-30B-A3B")
 DISTS = [Lengths("exponential", 60.0), Lengths("fixed", 40.0), Lengths("uniform", 0, 10, 120),
          Lengths("lognormal", 50.0, sigma=0.8)]
 OUTS = [Lengths("exponential", 12.0), Lengths("fixed", 9.0), Lengths("uniform", 0, 1, 30),
@@ -48,8 +49,9 @@ def _random_case(rng: np.random.Generator, i: int):
     return d, p, sample_n(wl, int(rng.integers(0, 2**31)), CONTEXT, N_REQ)
 
 
-def _random_design(rng: np.random.Generator, i: int):
-    """A random valid design, its engine arrays (the KV cache shrunken when ``small``), small."""
+def _random_design(rng: np.random.Generator, i: int, experts: bool = True):
+    """A random valid design, its engine arrays (the KV cache shrunken when ``small``), small;
+    with ``experts``, some shard a mixture of experts over data-parallel ranks."""
     while True:
         gpu = GPUS[i % len(GPUS)] if i < 2 * len(GPUS) else str(rng.choice(GPUS))
         d = Design(
@@ -66,6 +68,11 @@ def _random_design(rng: np.random.Generator, i: int):
             acceptance=float(rng.choice([0.0, 1.0, rng.uniform(0.3, 0.95)])),
             draft_cost=float(rng.uniform(0.0, 0.3)),
         )
+        if experts and d.batching == "continuous" and rng.random() < 0.5:
+            # Experts sharded over every rank's GPUs; the server's seats stay within SEATS.
+            dp = int(rng.choice([1, 2, 4]))
+            d = d.replace(model=str(rng.choice(EXPERT_MODELS)), expert_parallel=True,
+                          data_parallel=dp, max_batch=max(1, d.max_batch // dp))
         try:
             p = engine_params(d)
         except ValueError:
@@ -101,6 +108,8 @@ def test_cases_cover_every_lever(cases):
                           ("draft_tokens", {0, 1, 2, 3, 4})]:
         assert {getattr(d, field) for d in designs} == values, field
     assert {d.gpu for d in designs} == set(GPUS)
+    ep = [d.expert_parallel for d in designs]
+    assert sum(ep) >= 4 and {d.data_parallel for d in designs} >= {1, 2, 4}
     held = [int(p.seq_blocks) > 0 for p in params]
     assert sum(held) >= 5 and sum(h and int(m) > 0 for h, m in zip(held, mets["preemptions"]))
     assert (mets["preemptions"] > 0).sum() >= 5
@@ -204,7 +213,7 @@ def _extension_case(rng: np.random.Generator, i: int):
     """A random design with prefix caching (paged designs), chunked prefill and/or a token
     budget (decodes first), some of a mixture-of-experts model, on a workload that shares
     prefixes."""
-    d, p, small = _random_design(rng, i)
+    d, p, small = _random_design(rng, i, experts=False)  # the features run on one rank
     chunk = int(rng.choice([0, 0, 1, 16, 64, 200]))
     cache = d.kv_cache == "paged" and rng.random() < 0.8
     # Budgets from the smallest allowed (one decode per seat) to a few prefill tokens more.

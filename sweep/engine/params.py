@@ -81,7 +81,7 @@ def engine_params(design: Design) -> EngineParams:
         summary=SummaryParams(
             block_bytes=np.float64(design.block_tokens * design.model_spec.kv_bytes_per_token(
                 design.kv_bits)),
-            gpus=np.float64(design.gpus),
+            gpus=np.float64(design.server_gpus),
             price_per_gpu_s=np.float64(design.resolved("price_per_gpu_hour") / 3600.0),
             request_overhead_s=np.float64(design.resolved("request_overhead_ms") * 1e-3),
             request_lag_passes=np.float64(design.resolved("request_lag_passes")),

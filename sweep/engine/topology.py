@@ -53,7 +53,7 @@ def plan(design: Design) -> Plan:
                     design.kv_link_gbps * 1e9 / 8)
     one = engine_params(design.pool(design.gpus))
     return Plan([one] * design.replicas, None, _whole(one, design),
-                [design.gpus] * design.replicas, 0.0, math.inf, design.router)
+                [design.server_gpus] * design.replicas, 0.0, math.inf, design.router)
 
 
 def plain(p: Plan) -> bool:

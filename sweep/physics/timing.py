@@ -16,6 +16,7 @@ and the event-driven twin evaluate the very same arithmetic, in the same order.
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 from typing import NamedTuple
 
 import numpy as np
@@ -54,6 +55,19 @@ class TimingParams(NamedTuple):
     lin_context_token_s: float
     draft_tokens: float  # k
     draft_cost: float  # draft pass cost per drafted token, as a fraction of a target decode pass
+    # Expert parallelism (1.0 selects it): experts whole on each of ``ep_gpus`` GPUs, shared
+    # by ``dp`` data-parallel ranks of ``tp`` GPUs.
+    ep: float
+    dp: float
+    tp: float
+    ep_gpus: float
+    expert_k: float  # experts per token
+    expert_pair_flops: float  # FLOPs of one token in one expert, over every expert layer
+    ep_load_z: float  # the busiest GPU's load in standard deviations above the mean
+    ep_load_var: float  # variance of one token's count of experts on one GPU
+    ep_load_cap: float  # the most experts of one token one GPU can hold: min(k, E / ep_gpus)
+    a2a_latency_s: float  # dispatch and combine across ranks, latency of a pass
+    a2a_s_per_token: float  # and seconds per token of the pass (every expert layer)
 
 
 def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int | None = 16,
@@ -66,7 +80,8 @@ def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int | N
                   seq_overhead_us: float | None = None,
                   allreduce_latency_us: float | None = None,
                   allreduce_bandwidth_efficiency: float | None = None, draft_tokens: int = 0,
-                  draft_cost: float = 0.1) -> TimingParams:
+                  draft_cost: float = 0.1, expert_parallel: bool = False,
+                  data_parallel: int = 1) -> TimingParams:
     """A design's constants; a factor left at None is the GPU's default, and the KV cache's
     bandwidth efficiency keeps the GPU's ratio to the weights' (``kv_efficiency``). Decode
     attention has its own term only where
@@ -123,7 +138,45 @@ def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int | N
         lin_context_token_s=lin.context_token_us * 1e-6 if lin else 0.0,
         draft_tokens=float(draft_tokens),
         draft_cost=float(draft_cost),
+        **_expert_parallel(model, gpu, tp, data_parallel if expert_parallel else 0, alpha_us,
+                           link),
     )
+
+
+def _expert_parallel(model: Model, gpu: GPU, tp: int, dp: int, alpha_us: float,
+                     link: float) -> dict:
+    """The constants of expert parallelism over ``tp x dp`` GPUs (``dp`` 0: none). Under top-k
+    routing of E experts, G GPUs each hold m = E / G of them, and one token puts a
+    hypergeometric count of its k experts on a GPU: mean k / G, variance k (m/E)(1 - m/E)
+    (E - k) / (E - 1). Over T tokens a GPU's load is near normal, and the busiest of G is
+    ``z`` standard deviations above the mean, z the expected maximum of G standard normals
+    (Blom's approximation). Across ranks each token's k activations go to their experts and
+    back: per GPU and expert layer, two phases of ``(T / G) k hidden x 2 bytes (G - 1) / G``."""
+    if dp == 0:
+        return dict(ep=0.0, dp=1.0, tp=float(tp), ep_gpus=1.0, expert_k=1.0,
+                    expert_pair_flops=0.0, ep_load_z=0.0, ep_load_var=0.0, ep_load_cap=1.0,
+                    a2a_latency_s=0.0, a2a_s_per_token=0.0)
+    g, e, k = tp * dp, model.experts, model.experts_per_token
+    m = e / g
+    var = k * (m / e) * (1 - m / e) * (e - k) / (e - 1) if e > 1 else 0.0
+    z = float(_normal_max(g))
+    per_byte = 1.0 / link if link > 0 else 0.0
+    cross = dp > 1  # within one rank the tokens are on every GPU: its all-reduces combine
+    return dict(
+        ep=1.0, dp=float(dp), tp=float(tp), ep_gpus=float(g), expert_k=float(k),
+        expert_pair_flops=2.0 * model.expert_params / e, ep_load_z=z, ep_load_var=var,
+        ep_load_cap=float(min(k, m)),
+        a2a_latency_s=2.0 * model.moe_layers * alpha_us * 1e-6 if cross else 0.0,
+        a2a_s_per_token=(2.0 * model.moe_layers * k * model.hidden * 2.0 * (g - 1) / g / g
+                         * per_byte) if cross else 0.0)
+
+
+def _normal_max(n: int) -> float:
+    """Expected maximum of ``n`` independent standard normals (Blom 1958: the normal quantile
+    at (n - 0.375) / (n + 0.25)); 0 for one."""
+    if n <= 1:
+        return 0.0
+    return NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
 
 
 def oneshot_bytes(tp: int) -> float:
@@ -188,7 +241,37 @@ def _target_time(p: TimingParams, prefill_tokens, prefill_pairs, decode_seqs, de
             + p.overhead_s)
     lin = (p.lin_fixed_s + p.lin_prefill_token_s * prefill_tokens
            + p.lin_decode_token_s * decode_tokens + p.lin_context_token_s * context_read)
-    return xp.where(p.linear > 0.5, lin, roof)
+    ep = _expert_parallel_time(p, tokens, prefill_pairs, decode_seqs, decode_pairs, context_read,
+                               xp)
+    return xp.where(p.linear > 0.5, lin, xp.where(p.ep > 0.5, ep, roof))
+
+
+def _expert_parallel_time(p: TimingParams, tokens, prefill_pairs, decode_seqs, decode_pairs,
+                          context_read, xp):
+    """A pass of a server whose experts are sharded whole, timed on its busiest GPU: each of
+    ``dp`` ranks (``tp`` GPUs) attends to its share of the batch and reads its attention and
+    dense weights; each GPU runs its experts for the tokens routed to them (the busiest GPU's
+    expected load) and reads those of them any token uses; across ranks the tokens go to their
+    experts and back (all-to-all). Ranks share the batch evenly."""
+    own = p.decode_attn_s_per_flop > 0.0
+    dp = p.dp
+    rank_tokens = tokens / dp
+    pairs = (prefill_pairs + xp.where(own, 0.0, decode_pairs)) / dp
+    mean = tokens * p.expert_k / p.ep_gpus
+    load = xp.minimum(mean + p.ep_load_z * xp.sqrt(tokens * p.ep_load_var),
+                      tokens * p.ep_load_cap)
+    dense = (p.flops_per_token - p.expert_pair_flops * p.expert_k) * rank_tokens
+    compute = ((dense + p.attn_flops_per_pair * pairs) / p.flops_per_s
+               + p.expert_pair_flops * load * p.tp / p.flops_per_s)
+    touched = 1.0 - xp.power(p.expert_skip, tokens)
+    weights = p.weight_bytes - p.expert_bytes + p.expert_bytes * touched * p.tp / p.ep_gpus
+    kv = (p.kv_bytes_per_token * (context_read + tokens) + p.seq_bytes * decode_seqs) / dp
+    attention = xp.maximum((p.attn_flops_per_pair * decode_pairs * p.decode_attn_s_per_flop
+                            - p.kv_bytes_per_token * context_read / p.kv_bytes_per_s) / dp, 0.0)
+    return (xp.maximum(compute, weights / p.bytes_per_s + kv / p.kv_bytes_per_s) + attention
+            + allreduce_time(p, rank_tokens, xp)
+            + xp.where(tokens > 0, p.a2a_latency_s + p.a2a_s_per_token * tokens, 0.0)
+            + p.overhead_s)
 
 
 def pass_time(p: TimingParams, prefill_tokens, prefill_pairs, decode_seqs, decode_context, xp=np):

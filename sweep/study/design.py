@@ -13,7 +13,7 @@ from sweep.physics.models import Model
 from sweep.physics.timing import TimingParams, timing_params
 from sweep.study.batching import POLICIES
 from sweep.study.fields import (ACTIVATION_BITS, DEFAULT_KV_LINK_GBPS, DESIGN_FIELDS,
-                                GPU_FITTED, Range, check, declared_class)
+                                DOMAIN_GPUS, GPU_FITTED, Range, check, declared_class)
 
 #: The levers the timing function reads: its keyword-only parameters, each a declared key.
 TIMING_KEYS = tuple(k for k, v in inspect.signature(timing_params).parameters.items()
@@ -66,11 +66,22 @@ class _Design:
         """Every GPU the design pays for."""
         if self.disaggregated:
             return self.prefill_gpus + self.decode_gpus
-        return self.replicas * self.gpus
+        return self.replicas * self.server_gpus
+
+    @property
+    def server_gpus(self) -> int:
+        """One server's GPUs: ``gpus`` for each data-parallel rank."""
+        return self.gpus * self.data_parallel
+
+    @property
+    def rank_seats(self) -> int:
+        """Sequences one data-parallel rank decodes together at most."""
+        return 1 if POLICIES[self.batching].one_seat else self.max_batch
 
     @property
     def seats(self) -> int:
-        return 1 if POLICIES[self.batching].one_seat else self.max_batch
+        """The server's: every rank's (its ranks share one batch, evenly)."""
+        return self.rank_seats * self.data_parallel
 
     @property
     def context_limit(self) -> int:
@@ -119,7 +130,30 @@ class _Design:
         if self.gpus > 1 and gpu.interconnect_gbs <= 0:
             raise FieldError("levers.gpus", f"{gpu.name} has no tensor-parallel interconnect",
                              "1", self.gpus)
+        self._validate_experts(gpu, model)
         self._validate_memory(gpu, model)
+
+    def _validate_experts(self, gpu: GPU, model: Model) -> None:
+        """Expert parallelism needs experts; data-parallel ranks share them under it, with
+        continuous batching, within one 8-GPU NVLink domain."""
+        if self.expert_parallel and model.experts <= 1:
+            raise FieldError("levers.expert_parallel", f"{model.name} is a dense model (no "
+                             "routed experts)", "false", self.expert_parallel)
+        if self.data_parallel == 1:
+            return
+        if not self.expert_parallel:
+            raise FieldError("levers.data_parallel", "ranks share the experts only under "
+                             "expert_parallel", "1, or expert_parallel = true",
+                             self.data_parallel)
+        if self.batching != "continuous":
+            raise FieldError("levers.data_parallel", f"not with {self.batching} batching",
+                             "1, or batching = \"continuous\"", self.data_parallel)
+        if self.server_gpus > DOMAIN_GPUS or gpu.interconnect_gbs <= 0:
+            raise FieldError("levers.data_parallel", f"{self.gpus} x {self.data_parallel} GPUs "
+                             f"of {gpu.name} are not one NVLink domain (an all-to-all across "
+                             "nodes is not modelled)",
+                             f"gpus x data_parallel <= {DOMAIN_GPUS} on a GPU with an "
+                             "interconnect", self.data_parallel)
 
     def _validate_pools(self) -> None:
         """Disaggregated pools: each pool is a one-server design of its own."""
@@ -133,6 +167,9 @@ class _Design:
         if self.replicas != 1:
             raise FieldError("levers.replicas", "must be 1 with prefill_gpus and decode_gpus",
                              "1", self.replicas)
+        if self.data_parallel != 1:
+            raise FieldError("levers.data_parallel", "not with prefill_gpus and decode_gpus",
+                             "1", self.data_parallel)
         self._one_server_features()
         self.pool(self.prefill_gpus).validate()
         self.pool(self.decode_gpus).validate()
@@ -153,7 +190,7 @@ class _Design:
         if not budget.fits and self.kv_blocks is None:
             raise DoesNotFit(
                 "design", f"{model.name} at {self.weight_precision}-bit weights does not fit "
-                f"on {self.gpus} x {gpu.name} (weights {budget.weights_gib:.1f} GiB, "
+                f"on {self.server_gpus} x {gpu.name} (weights {budget.weights_gib:.1f} GiB, "
                 f"{budget.total_gib - budget.overhead_gib:.1f} GiB usable); use more gpus or "
                 "fewer weight_bits")
         longest = self.context_limit
@@ -165,8 +202,8 @@ class _Design:
                              self.kv_blocks)
         if self.total_blocks() < need:
             raise DoesNotFit(
-                "design", f"the KV cache of {model.name} on {self.gpus} x {gpu.name} holds "
-                f"{self.kv_tokens()} tokens, less than one {longest}-token sequence; use more "
+                "design", f"the KV cache of {model.name} on {self.server_gpus} x {gpu.name} "
+                f"holds {self.kv_tokens()} tokens, less than one {longest}-token sequence; use more "
                 "gpus or fewer weight_bits")
 
     def budget(self):
@@ -177,7 +214,7 @@ class _Design:
                 self.kv_bits, self.memory_overhead_fraction,
                 utilization=self.gpu_memory_utilization,
                 profile_tokens=self.max_num_batched_tokens or DEFAULT_PROFILE_TOKENS,
-                profile_seqs=self.seats))
+                profile_seqs=self.rank_seats, data_parallel=self.data_parallel))
         return self.__dict__["_budget"]
 
     def kv_tokens(self) -> int:
@@ -213,11 +250,13 @@ class _Design:
     def _one_server_features(self) -> None:
         """Prefix caching and chunked prefill are checked against the twin on one server only."""
         chunking = self.prefill_chunk_tokens or self.max_num_batched_tokens
-        if (self.prefix_cache is True or chunking) and (self.replicas != 1 or self.disaggregated):
+        several = self.replicas != 1 or self.disaggregated or self.data_parallel != 1
+        if (self.prefix_cache is True or chunking) and several:
             key = "prefix_cache" if self.prefix_cache is True else (
                 "prefill_chunk_tokens" if self.prefill_chunk_tokens else "max_num_batched_tokens")
-            raise FieldError(f"levers.{key}", "not yet combined with replicas or "
-                             "disaggregated pools", "one server (replicas = 1, no prefill_gpus)",
+            raise FieldError(f"levers.{key}", "not yet combined with replicas, data-parallel "
+                             "ranks or disaggregated pools",
+                             "one server (replicas = 1, data_parallel = 1, no prefill_gpus)",
                              getattr(self, key))
 
     def replace(self, **changes) -> "Design":

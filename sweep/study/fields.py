@@ -33,6 +33,9 @@ ROUTERS = ("round_robin", "least_outstanding")
 ARRIVALS = ("poisson", "constant", "gamma")
 MAX_DRAFT_TOKENS = 16  # the engine's acceptance thresholds are an array of this length
 MAX_REPLICAS = 64
+#: GPUs of one NVLink domain (an HGX board): a server's expert all-to-all stays within it.
+DOMAIN_GPUS = 8
+MAX_DATA_PARALLEL = DOMAIN_GPUS
 MAX_ARRIVAL_CV = 10
 MAX_TOKENS_PER_PASS = 2**30  # chunk and pass budgets, tokens: far above any real server's
 MAX_KV_BLOCKS = 2**31 - 1  # the engine counts blocks in int32
@@ -296,6 +299,14 @@ FIELDS: tuple[Field, ...] = (
     _hw("allreduce_bandwidth_efficiency", range=_SHARE, gpu_default=True, fitted="engine",
         help="share of the interconnect's bandwidth an all-reduce of a pass's activations "
              "reaches", short="share of link bandwidth, all-reduce"),
+    _lever("expert_parallel", "bool", False,
+           help="routed experts sharded whole over the server's GPUs (every data-parallel "
+                "rank's) rather than sliced; a pass waits for the busiest GPU",
+           short="experts sharded"),
+    _lever("data_parallel", default=1, range=Range(1, MAX_DATA_PARALLEL), unit="ranks",
+           help="attention ranks of `gpus` GPUs, each its own batch (`max_batch`) and KV cache, "
+                "sharing the expert GPUs (needs `expert_parallel`): a server of `gpus x "
+                "data_parallel` GPUs", short="ranks sharing the experts"),
 )
 
 #: section -> key -> Field, in declaration order.
@@ -314,7 +325,13 @@ DERIVED_COLUMNS = ("calibration", "params_b", "active_params_b", "kv_bytes_per_t
 GPU_FITTED = tuple(f.key for f in FIELDS if f.fitted == "gpu")
 ENGINE_FITTED = tuple(f.key for f in FIELDS if f.fitted == "engine")
 #: The results' columns of a grid point, in order (pinned: outside readers rely on them).
-COLUMNS: list[str] = [c for f in FIELDS for c in f.columns] + list(DERIVED_COLUMNS)
+#: The results' columns: the keys' in declaration order, the derived ones after the keys declared
+#: before them (outside readers rely on the order, so a newer key's columns come last).
+_BEFORE_DERIVED = 1 + next(i for i, f in enumerate(FIELDS)
+                           if f.key == "allreduce_bandwidth_efficiency")
+COLUMNS: list[str] = ([c for f in FIELDS[:_BEFORE_DERIVED] for c in f.columns]
+                      + list(DERIVED_COLUMNS)
+                      + [c for f in FIELDS[_BEFORE_DERIVED:] for c in f.columns])
 #: Columns that hold strings (a brief limit on them makes no sense).
 TEXT_COLUMNS = tuple(c for f in FIELDS for c in f.columns
                      if f.kind in ("str", "trace") or c.endswith("_dist")) + ("calibration",)

@@ -162,7 +162,7 @@ def sizes(design: Design) -> dict:
     server = design.pool(design.decode_gpus) if design.disaggregated else design
     return {"params_b": model.params / 1e9, "active_params_b": model.active_params / 1e9,
             "kv_bytes_per_token": float(model.kv_bytes_per_token(design.kv_bits)),
-            "weight_gib_per_gpu": server.budget().weights_gib / server.gpus,
+            "weight_gib_per_gpu": server.budget().weights_gib / server.server_gpus,
             "kv_tokens": int(server.kv_tokens())}
 
 

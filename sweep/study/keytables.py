@@ -38,14 +38,14 @@ def _literal(v, short: bool) -> str:
     return str(v) if short or not isinstance(v, str) else f"`{v}`"
 
 
-#: Choices the README lists at most.
-SHORT_CHOICES = 8
+#: Choices the README lists whole at most; of more, it shows the first few.
+SHORT_CHOICES, SHOWN_CHOICES = 8, 4
 
 
 def values(f: Field, short: bool) -> str:
     """What a value may be: the choices, or its kind, range and unit."""
     if f.choices and short and len(f.choices) > SHORT_CHOICES:  # the docs list them all
-        shown = ", ".join(_literal(c, short) for c in f.choices[:SHORT_CHOICES])
+        shown = ", ".join(_literal(c, short) for c in f.choices[:SHOWN_CHOICES])
         return f"{shown}, ... ([all](docs/config.md))"
     if f.choices:
         return ", ".join(_literal(c, short) for c in f.choices)

@@ -1,0 +1,85 @@
+"""Expert parallelism and data-parallel attention: the busiest GPU's load, the all-to-all, the
+memory of ranks sharing experts, the price of every GPU, and the one-line refusals. Fast."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sweep.errors import FieldError
+from sweep.physics.timing import pass_time
+from sweep.study.design import Design
+
+
+def _design(**kw) -> Design:
+    d = Design(gpu="H200", model="gpt-oss-120b", **kw)
+    d.validate()
+    return d
+
+
+def test_the_busiest_gpu_load_is_the_expected_maximum_of_routed_tokens():
+    """128 experts, top-4, over 8 GPUs: the formula's busiest-GPU load against routing drawn at
+    random (each token picks 4 distinct experts)."""
+    p = _design(gpus=8, expert_parallel=True).timing()
+    rng = np.random.default_rng(0)
+    for tokens in (16, 256):
+        picks = np.argsort(rng.random((1000, tokens, 128), dtype=np.float32), axis=2)[:, :, :4]  # top-4 of 128
+        per_gpu = np.stack([(picks // 16 == g).sum(axis=(1, 2)) for g in range(8)], axis=1)
+        drawn = per_gpu.max(axis=1).mean()
+        mean = tokens * p.expert_k / p.ep_gpus
+        formula = min(mean + p.ep_load_z * np.sqrt(tokens * p.ep_load_var),
+                      tokens * p.ep_load_cap)
+        assert formula == pytest.approx(drawn, rel=0.05)
+        assert formula > mean
+
+
+def test_experts_sharded_cost_their_imbalance_and_ranks_their_all_to_all():
+    tp = _design(gpus=8).timing()
+    ep = _design(gpus=8, expert_parallel=True).timing()
+    dp = _design(gpus=2, data_parallel=4, expert_parallel=True).timing()
+    assert (tp.ep, ep.ep, ep.dp, dp.dp, dp.ep_gpus) == (0.0, 1.0, 1.0, 4.0, 8.0)
+    # Within one rank every GPU has every token: no all-to-all; across ranks there is one.
+    assert ep.a2a_latency_s == ep.a2a_s_per_token == 0.0
+    assert dp.a2a_latency_s > 0 and dp.a2a_s_per_token > 0
+    prefill = (8192.0, 8192.0 * 8193 / 2, 0.0, 0.0)  # compute-bound: the busiest GPU shows
+    assert pass_time(ep, *prefill) > pass_time(tp, *prefill)
+    decode = (0.0, 0.0, 64.0, 64 * 1000.0)
+    assert pass_time(ep, *decode) == pytest.approx(pass_time(tp, *decode), rel=0.05)
+    # Four ranks each attend to a quarter of the batch over a quarter of the GPUs.
+    assert pass_time(dp, *decode) != pass_time(tp, *decode)
+
+
+def test_ranks_share_the_experts_and_hold_their_own_kv_and_seats():
+    one = _design(gpus=2, expert_parallel=True)
+    four = _design(gpus=2, data_parallel=4, expert_parallel=True, max_batch=64)
+    m = one.model_spec
+    dense = m.weight_bytes(None) - m.expert_bytes(None)
+    gib = 1024**3
+    assert four.budget().weights_gib == pytest.approx((m.weight_bytes(None) + 3 * dense) / gib)
+    assert four.budget().kv_tokens > 4 * one.budget().kv_tokens  # the experts are shared
+    assert (four.seats, four.server_gpus, four.total_gpus) == (256, 8, 8)
+    assert four.replace(replicas=3).total_gpus == 24
+    from sweep.engine.params import engine_params
+    assert float(engine_params(four).summary.gpus) == 8.0  # the price counts every GPU
+
+
+def test_mla_kv_is_replicated_so_data_parallel_attention_holds_more():
+    tp8 = Design(gpu="H200", model="DeepSeek-V3", gpus=8)
+    dp8 = Design(gpu="H200", model="DeepSeek-V3", gpus=1, data_parallel=8, expert_parallel=True)
+    assert dp8.kv_tokens() > 4 * tp8.kv_tokens()
+
+
+@pytest.mark.parametrize("kw,key", [
+    (dict(model="Llama-3-8B", expert_parallel=True), "levers.expert_parallel"),
+    (dict(data_parallel=2), "levers.data_parallel"),
+    (dict(data_parallel=2, expert_parallel=True, batching="static"), "levers.data_parallel"),
+    (dict(gpus=4, data_parallel=4, expert_parallel=True), "levers.data_parallel"),
+    (dict(data_parallel=2, expert_parallel=True, prefix_cache=True), "levers.prefix_cache"),
+    (dict(gpus=1, prefill_gpus=2, decode_gpus=2, data_parallel=2, expert_parallel=True),
+     "levers.data_parallel"),
+])
+def test_refusals_name_the_lever_in_one_line(kw, key):
+    kw = {"gpu": "H200", "model": "gpt-oss-120b", **kw}
+    with pytest.raises(FieldError) as info:
+        Design(**kw).validate()
+    assert info.value.key == key and "\n" not in str(info.value)
+    assert "allowed:" in str(info.value) and len(str(info.value)) <= 300
