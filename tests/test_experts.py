@@ -22,7 +22,8 @@ def test_the_busiest_gpu_load_is_the_expected_maximum_of_routed_tokens():
     p = _design(gpus=8, expert_parallel=True).timing()
     rng = np.random.default_rng(0)
     for tokens in (16, 256):
-        picks = np.argsort(rng.random((1000, tokens, 128), dtype=np.float32), axis=2)[:, :, :4]  # top-4 of 128
+        draws = rng.random((1000, tokens, 128), dtype=np.float32)
+        picks = np.argsort(draws, axis=2)[:, :, :4]  # each token's top-4 of 128
         per_gpu = np.stack([(picks // 16 == g).sum(axis=(1, 2)) for g in range(8)], axis=1)
         drawn = per_gpu.max(axis=1).mean()
         mean = tokens * p.expert_k / p.ep_gpus

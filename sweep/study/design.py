@@ -203,8 +203,8 @@ class _Design:
         if self.total_blocks() < need:
             raise DoesNotFit(
                 "design", f"the KV cache of {model.name} on {self.server_gpus} x {gpu.name} "
-                f"holds {self.kv_tokens()} tokens, less than one {longest}-token sequence; use more "
-                "gpus or fewer weight_bits")
+                f"holds {self.kv_tokens()} tokens, less than one {longest}-token sequence; use "
+                "more gpus or fewer weight_bits")
 
     def budget(self):
         """The memory budget, computed once per design (it is immutable)."""

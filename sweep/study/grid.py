@@ -20,6 +20,9 @@ from sweep.study.workload import Workload
 #: Columns the GPU fills in when the config leaves them unset.
 _GPU_DEFAULTS = tuple(f.attr for f in FIELDS if f.gpu_default)
 
+#: Columns of true/false levers, which an exclusion may name by a boolean.
+_BOOL_COLUMNS = {c for f in FIELDS if f.kind == "bool" for c in f.columns}
+
 
 @dataclass
 class Point:
@@ -54,7 +57,9 @@ def parse_excludes(r: Reader, raw) -> list[dict]:
             if not values:
                 raise r.err(parts, "empty array; allowed: a value or a list of values", index=i)
             for x in values:
-                if isinstance(x, bool) or not isinstance(x, (str, int, float)):
+                # A boolean matches only a boolean column (True would match a 1 elsewhere).
+                if (isinstance(x, bool) and col not in _BOOL_COLUMNS) or not isinstance(
+                        x, (str, int, float)):
                     raise r.err(parts, f"must be a value or a list of values, got {got(x)}",
                                 index=i)
                 if isinstance(x, float) and not math.isfinite(x):
