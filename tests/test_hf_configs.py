@@ -98,6 +98,11 @@ def test_each_expert_variant_is_read(tmp_path):
     assert _load("moonshotai--Kimi-K2-Instruct").moe_layers == 60
     assert _load("meta-llama--Llama-4-Maverick-17B-128E-Instruct").moe_layers == 24
     assert _load("google--gemma-4-26B-A4B").experts_per_token == 8  # top_k_experts
+    maverick = json.loads((CONFIGS / "meta-llama--Llama-4-Maverick-17B-128E-Instruct_config.json"
+                           ).read_text())
+    maverick["text_config"]["moe_layers"] = list(range(1, 48, 2))  # as newer configs list them
+    listed = _write_and_load(tmp_path / "listed", maverick)
+    assert listed.params == _load("meta-llama--Llama-4-Maverick-17B-128E-Instruct").params
     cfg = json.loads((CONFIGS / "Qwen--Qwen3-30B-A3B_config.json").read_text())
     base = _load("Qwen--Qwen3-30B-A3B")
     for i, (change, moe) in enumerate((({"decoder_sparse_step": 2}, 24),
@@ -164,6 +169,8 @@ def test_a_skip_list_keeps_its_modules_at_16_bits():
     ({"quantization_config": {"quant_method": "fp8", "modules_to_not_convert": ["foo"]}},
      "quantization_config"),
     ({"audio_config": {"hidden_size": 1024}}, "audio_config"),
+    ({"moe_num_experts": 64, "moe_k": 6}, "moe_k"),  # a family's own names (sorted)
+    ({"attn_type_list": [0, 1] * 16}, "attn_type_list"),
     ({"layer_types": ["sliding_attention"] * 32, "sliding_window": 4096}, "layer_types"),
 ])
 def test_a_config_it_cannot_size_is_refused_naming_the_field(tmp_path, change, field):
@@ -181,9 +188,14 @@ def test_a_window_shorter_than_the_context_caps_the_layers(tmp_path, window, use
     cfg.update(max_position_embeddings=32768, sliding_window=window, max_window_layers=28)
     if use is not None:
         cfg["use_sliding_window"] = use
-    m = _write_and_load(tmp_path, cfg)
+    m = _write_and_load(tmp_path / "a", cfg)
     assert (m.window, m.window_kv_values > 0) == ((4096, True) if windowed else (0, False))
     assert m.kv_bytes_per_token(16) == 56 * 2 * 8 * 128 * 2
+    if windowed:  # Qwen2's rule: the first max_window_layers layers attend fully
+        assert m.kv_values == m.window_kv_values == 28 * 2 * 8 * 128
+        # Gemma-3's: every sliding_window_pattern-th layer full
+        m = _write_and_load(tmp_path / "b", cfg | {"sliding_window_pattern": 4})
+        assert (m.kv_values, m.window_kv_values) == (14 * 2048, 42 * 2048)
 
 
 def test_routed_experts_and_top_k_are_read_under_each_name(tmp_path):
@@ -233,3 +245,21 @@ def test_deepseek_v3_fits_where_it_does(gpu, bits, fits):
     assert design.weight_precision == 8
     # MLA's one latent per token cannot be split across the 8 GPUs: each holds all of it.
     assert design.budget().kv_bytes_per_token == 70_272 * 8
+
+
+def test_sweep_run_refuses_deepseek_v3_where_it_does_not_fit(tmp_path, capsys):
+    """Through the CLI: nothing written, one line, exit 2; on H200 the same config is a grid
+    of one design that fits (what ``sweep run`` would simulate)."""
+    from sweep.cli import main
+    from sweep.study.config import load_study
+    cfg = tmp_path / "ds.toml"
+    for gpu, fits in (("H100-SXM", False), ("H200", True)):
+        cfg.write_text(f'name = "ds"\n[model]\nname = "DeepSeek-V3"\n[hardware]\ngpu = "{gpu}"\n'
+                       "[levers]\ngpus = 8\n[workload]\nnum_requests = 10\n")
+        if fits:
+            assert len(load_study(cfg).points) == 1
+            continue
+        assert main(["run", str(cfg), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "does not fit on 8 x H100-SXM" in err
+        assert not (tmp_path / "out").exists()

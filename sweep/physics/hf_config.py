@@ -31,6 +31,32 @@ UNGATED = ("relu2", "gelu", "relu")
 #: Bytes of a state element in the dtype a config names (fp32 unless it says otherwise).
 STATE_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 #: Fields that change a model's size in ways not read here: (field, what it is).
+#: Words in a field's name that say it may size the model: such a field the loader neither
+#: reads nor knows to be harmless is refused, so a new family's fields are never ignored.
+SIZE_WORDS = ("expert", "moe", "lora", "mamba", "ssm", "linear_", "window", "shared", "dense",
+              "sparse", "kv_", "key_value", "layer_types", "attn_type", "attention_type",
+              "head_dim", "intermediate", "per_layer", "cross_attention", "global_")
+#: Fields with such words read here, or that do not change the size (routing and loss
+#: settings, kernel choices, the state dtype, multi-token-prediction layers, which are not
+#: counted).
+KNOWN = frozenset((
+    "attention_k_eq_v", "attn_output_gate", "decoder_sparse_step", "enable_moe_block",
+    "experts_per_token", "first_k_dense_replace", "global_head_dim", "head_dim",
+    "hidden_size_per_layer_input", "index_head_dim", "interleave_moe_layer_step",
+    "intermediate_size", "intermediate_size_mlp", "kv_lora_rank", "layer_types",
+    "linear_conv_kernel_dim", "linear_key_head_dim", "linear_num_key_heads",
+    "linear_num_value_heads", "linear_value_head_dim", "mamba_head_dim", "mamba_hidden_act",
+    "mamba_num_heads", "mamba_proj_bias", "mamba_ssm_cache_dtype", "mamba_ssm_dtype",
+    "max_window_layers", "mlp_only_layers", "moe_intermediate_size", "moe_layer_freq",
+    "moe_shared_expert_intermediate_size", "n_routed_experts", "n_shared_experts",
+    "num_experts", "num_experts_per_tok", "num_global_key_value_heads", "num_key_value_heads",
+    "num_kv_shared_layers", "num_local_experts", "q_lora_rank", "qk_nope_head_dim",
+    "qk_rope_head_dim", "shared_expert_intermediate_size", "sliding_window",
+    "sliding_window_pattern", "ssm_state_size", "top_k_experts", "use_sliding_window",
+    "v_head_dim", "vocab_size_per_layer_input", "moe_router_enable_expert_bias",
+    "router_aux_loss_coef", "output_router_logits", "norm_topk_prob", "moe_aux_loss_coeff",
+    "use_mamba_kernels", "router_jitter_noise", "moe_z_loss_coeff", "ep_size", "moe_layers",
+))
 UNREAD = (("audio_config", "an audio tower's weights"),
           ("num_kv_shared_layers", "layers sharing another layer's KV cache"),
           ("hidden_size_per_layer_input", "per-layer input embeddings"),
@@ -114,6 +140,9 @@ def _attention_kinds(r: _Reading, layers: int) -> list[str]:
         no_rope = c.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(layers)]
         return ["window" if used else "full" for used in no_rope[:layers]]
     if _windowed(c):
+        pattern = c.get("sliding_window_pattern")  # Gemma-3: every pattern-th layer full
+        if _positive(pattern):
+            return ["full" if (i + 1) % pattern == 0 else "window" for i in range(layers)]
         first = c.get("max_window_layers", 0) if "max_window_layers" in c else 0
         return [latent if i < first else "window" for i in range(layers)]
     interval = c.get("full_attention_interval")
@@ -133,6 +162,12 @@ def _mlp_kind(r: _Reading, i: int, moe: bool) -> str:
     c = r.cfg
     if not moe or (c.get("enable_moe_block") is False):
         return "dense"
+    listed = c.get("moe_layers")  # Llama-4's newer configs list the expert layers
+    if listed is not None:
+        if not isinstance(listed, list) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in listed):
+            r.refuse("moe_layers", "is not a list of layer indices")
+        return "moe" if i in listed else "dense"
     dense_first = c.get("first_k_dense_replace") or 0
     freq = c.get("moe_layer_freq", 1) or 1
     step = c.get("decoder_sparse_step", 1) or 1
@@ -323,6 +358,10 @@ def load_hf_config(path: str | Path, name: str | None = None) -> Model:
     for key, what in UNREAD:
         if _nonzero(c.get(key)) or _nonzero(outer.get(key)):
             r.refuse(key, f"({what}) is not modelled, so the model would be mis-sized")
+    unknown = sorted(k for k in c if k not in KNOWN and _nonzero(c[k])
+                     and any(w in k for w in SIZE_WORDS))
+    if unknown:
+        r.refuse(clip(unknown[0], 40), "is not read, so the model would be mis-sized")
     layers, hidden = r.int("num_hidden_layers"), r.int("hidden_size")
     heads, vocab = r.int("num_attention_heads"), r.int("vocab_size")
     context = r.int("max_position_embeddings")
