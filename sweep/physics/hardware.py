@@ -221,6 +221,27 @@ _DATASHEETS = (
     GPU("MI300X", 192, 5.3, 1307.4, 2614.9, 2614.9, 448, _NVLINK_AR_US, 2.5, generation="CDNA3",
         source="AMD Instinct MI300X datasheet: 192 GB HBM3, 5.3 TB/s, FP16 1307 TF, FP8 2615 TF "
                "dense; 7 Infinity Fabric links, 896 GB/s aggregate; no INT4 peak; price assumed"),
+    GPU("B300", 288, 8.0, 2250.0, 4500.0, 13125.0, 900, _NVLINK_AR_US, 6.0,
+        generation="Blackwell",
+        source="NVIDIA HGX B300 datasheet (8 Blackwell Ultra GPUs): 288 GB HBM3e and 8 TB/s per "
+               "GPU; per 8 GPUs BF16 36 PF, FP8 72 PF (sparse: 2.25 and 4.5 PF dense per GPU), "
+               "FP4 144 PF sparse, 105 PF dense (13.1 PF per GPU); NVLink 5 1.8 TB/s "
+               "bidirectional; price assumed"),
+    GPU("GB200", 186, 8.0, 2500.0, 5000.0, 10000.0, 900, _NVLINK_AR_US, 6.0,
+        generation="Blackwell",
+        source="NVIDIA GB200 NVL72 specifications, one of its 72 GPUs: 13.4 TB HBM3e (186 GB "
+               "per GPU) at 576 TB/s (8 TB/s); FP4 1,440 PF, FP8 720 PF, BF16 360 PF with "
+               "sparsity per rack (10, 5 and 2.5 PF dense per GPU); NVLink 5 1.8 TB/s "
+               "bidirectional per GPU; price assumed"),
+    GPU("MI325X", 256, 6.0, 1307.4, 2614.9, 2614.9, 448, _NVLINK_AR_US, 3.0, generation="CDNA3",
+        source="AMD Instinct MI325X datasheet: 256 GB HBM3E, 6 TB/s, FP16 1307.4 TF, FP8 "
+               "2614.9 TF dense (MI300X's compute); 7 Infinity Fabric links, 896 GB/s "
+               "aggregate; no 4-bit peak; price assumed"),
+    GPU("MI355X", 288, 8.0, 2516.6, 5033.2, 10066.3, 538, _NVLINK_AR_US, 4.0,
+        generation="CDNA4",
+        source="AMD Instinct MI355X datasheet: 288 GB HBM3E, 8 TB/s, FP16 2.5 PF, FP8 5.0 PF, "
+               "MXFP4 10.1 PF dense; 7 Infinity Fabric links of 153.6 GB/s (1,075 GB/s "
+               "aggregate); price assumed"),
     GPU("Apple-M3-Max", 48, 0.4, 14.2, 14.2, 14.2, 0.0, 0.0, 0.1,
         timing="linear", linear=M3_MAX_LINEAR_FIT, generation="Apple",
         source="Apple M3 Max (16-core CPU, 40-core GPU) specifications: 400 GB/s unified memory, "
