@@ -13,6 +13,7 @@ from sweep.engine.params import engine_params
 from sweep.engine.reference import (simulate_disaggregated_reference, simulate_replicas_reference,
                                     summarize_reference)
 from sweep.execution.batch import stack
+from sweep.physics.hardware import get_gpu
 from sweep.physics.numerics import float64
 from sweep.study.config import ConfigError, parse_study
 from sweep.study.design import Design
@@ -20,6 +21,9 @@ from sweep.study.workload import Lengths, Workload, sample_n
 from tests.test_twin_agreement import CONTEXT, K_MAX, N_DESIGNS, N_REQ, SEATS, _random_design
 
 N_CASES = 12
+
+#: GPUs a disaggregated pool may run on (tensor parallel: an interconnect).
+POOL_GPUS = ["H100-SXM", "H200", "A100-80GB", "B200", "MI300X", "L40S"]
 
 
 def _call(params, reqs):
@@ -66,6 +70,14 @@ def _cases(kind: str, seed: int):
                 d.validate()
             except ValueError:
                 d = d.replace(prefill_gpus=g)
+            if i % 3 == 2:  # pools on different GPUs, where the model fits both
+                mixed = d.replace(prefill_gpu=str(rng.choice(POOL_GPUS)),
+                                  decode_gpu=str(rng.choice(POOL_GPUS)))
+                try:
+                    mixed.validate()
+                    d = mixed
+                except ValueError:
+                    pass
         p = topology.plan(d)
         if small:
             one = math.ceil(CONTEXT / int(p.system.block_tokens)) + int(p.system.seq_blocks)
@@ -123,6 +135,7 @@ def test_engine_and_twin_agree_per_request(kind):
         assert (moved > 0) == (kind == "lor")
     else:
         assert {d.kv_link_gbps for d in designs} >= {1.0, 400.0}
+        assert sum(d.prefill_gpu not in (None, d.decode_gpu) for d in designs) >= 3
 
 
 def _check_least_outstanding(r, ref, n_rep) -> int:
@@ -232,3 +245,16 @@ def test_rows_do_not_depend_on_the_chunking():
         apart = run_study(s, chunk_size=1, per_request=True)
         assert whole.runs.equals(apart.runs) and whole.requests.equals(apart.requests)
         assert not whole.runs["truncated"].any()
+
+
+def test_pools_on_different_gpus_cost_each_its_own_price():
+    d = Design(model="Llama-3-8B", gpu="H100-SXM", gpus=1, prefill_gpus=2, decode_gpus=4,
+               prefill_gpu="B200", decode_gpu="A100-80GB")
+    p = topology.plan(d)
+    b200, a100 = get_gpu("B200"), get_gpu("A100-80GB")
+    want = 2 * b200.price_per_gpu_hour + 4 * a100.price_per_gpu_hour
+    assert d.usd_per_hour == pytest.approx(want)
+    assert float(p.system.summary.price_per_gpu_s) * 6 * 3600 == pytest.approx(want)
+    assert p.first[0].timing.flops_per_s != p.decode.timing.flops_per_s  # each its own GPU
+    with pytest.raises(ValueError, match="levers.prefill_gpu"):
+        Design(model="Llama-3-8B", prefill_gpu="B200").validate()

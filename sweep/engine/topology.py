@@ -36,16 +36,21 @@ class Plan(NamedTuple):
 
 
 def _whole(params, design: Design):
-    """A server's params as the whole system's metrics read them: every GPU of the design."""
-    return params._replace(summary=params.summary._replace(gpus=np.float64(design.total_gpus)))
+    """A server's params as the whole system's metrics read them: every GPU of the design, at
+    their mean price (pools may be on different GPUs)."""
+    summary = params.summary._replace(gpus=np.float64(design.total_gpus))
+    if design.disaggregated:
+        summary = summary._replace(
+            price_per_gpu_s=np.float64(design.usd_per_hour / design.total_gpus / 3600.0))
+    return params._replace(summary=summary)
 
 
 def plan(design: Design) -> Plan:
     """The servers of ``design`` (validated)."""
     design.validate()
     if design.disaggregated:
-        pre = engine_params(design.pool(design.prefill_gpus))
-        dec = engine_params(design.pool(design.decode_gpus))._replace(
+        pre = engine_params(design.prefill_pool())
+        dec = engine_params(design.decode_pool())._replace(
             transferred=np.bool_(True))
         return Plan([pre], dec, _whole(dec, design),
                     [design.prefill_gpus, design.decode_gpus],

@@ -54,12 +54,27 @@ class _Design:
     def disaggregated(self) -> bool:
         return self.prefill_gpus is not None or self.decode_gpus is not None
 
-    def pool(self, gpus: int) -> "Design":
-        """One server of this design: ``gpus`` GPUs, no router, no disaggregation (the design
-        itself when it is one, with what it has computed)."""
+    def pool(self, gpus: int, gpu: str | None = None) -> "Design":
+        """One server of this design: ``gpus`` GPUs (of ``gpu``, or the design's), no router,
+        no disaggregation (the design itself when it is one, with what it has computed)."""
         one = self.replace(gpus=gpus, replicas=1, router="round_robin", prefill_gpus=None,
-                           decode_gpus=None, kv_link_gbps=DEFAULT_KV_LINK_GBPS)
+                           decode_gpus=None, kv_link_gbps=DEFAULT_KV_LINK_GBPS,
+                           prefill_gpu=None, decode_gpu=None, gpu=gpu or self.gpu)
         return self if one == self else one
+
+    def prefill_pool(self) -> "Design":
+        return self.pool(self.prefill_gpus, self.prefill_gpu)
+
+    def decode_pool(self) -> "Design":
+        return self.pool(self.decode_gpus, self.decode_gpu)
+
+    @property
+    def usd_per_hour(self) -> float:
+        """What every GPU of the design costs an hour (each pool at its own GPU's price)."""
+        if self.disaggregated:
+            return sum(p.total_gpus * p.resolved("price_per_gpu_hour")
+                       for p in (self.prefill_pool(), self.decode_pool()))
+        return self.total_gpus * self.resolved("price_per_gpu_hour")
 
     @property
     def total_gpus(self) -> int:
@@ -110,6 +125,10 @@ class _Design:
         if self.disaggregated:
             self._validate_pools()
             return
+        for key in ("prefill_gpu", "decode_gpu"):
+            if getattr(self, key) is not None:
+                raise FieldError(f"levers.{key}", "a pool's GPU, only with prefill_gpus and "
+                                 "decode_gpus", "unset without pools", getattr(self, key))
         gpu, model = self.gpu_spec, self.model_spec
         self._validate_precision(gpu)
         decode_tokens = self.seats * (self.draft_tokens + 1)
@@ -171,8 +190,8 @@ class _Design:
             raise FieldError("levers.data_parallel", "not with prefill_gpus and decode_gpus",
                              "1", self.data_parallel)
         self._one_server_features()
-        self.pool(self.prefill_gpus).validate()
-        self.pool(self.decode_gpus).validate()
+        self.prefill_pool().validate()
+        self.decode_pool().validate()
 
     def _validate_precision(self, gpu: GPU) -> None:
         a, w = self.activation_bits, self.weight_precision

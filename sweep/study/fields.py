@@ -307,6 +307,14 @@ FIELDS: tuple[Field, ...] = (
            help="attention ranks of `gpus` GPUs, each its own batch (`max_batch`) and KV cache, "
                 "sharing the expert GPUs (needs `expert_parallel`): a server of `gpus x "
                 "data_parallel` GPUs", short="ranks sharing the experts"),
+    _lever("prefill_gpu", "str", choices=tuple(GPU_CATALOG), when=_pools, shown="`gpu`",
+           values="a GPU",
+           help="the prefill pool's GPU, with `prefill_gpus`; unset: `gpu`",
+           short="the prefill pool's GPU"),
+    _lever("decode_gpu", "str", choices=tuple(GPU_CATALOG), when=_pools, shown="`gpu`",
+           values="a GPU",
+           help="the decode pool's GPU, with `decode_gpus`; unset: `gpu`",
+           short="the decode pool's GPU"),
 )
 
 #: section -> key -> Field, in declaration order.

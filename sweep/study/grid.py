@@ -157,6 +157,9 @@ def _resolved(cols: dict, design: Design) -> None:
     precision (the checkpoint's where ``weight_bits`` is unset)."""
     cols["calibration"] = design.calibration
     cols["weight_bits"] = design.weight_precision
+    if design.disaggregated:  # each pool's GPU, the config's where it names none
+        cols["prefill_gpu"] = design.prefill_gpu or cols["gpu"]
+        cols["decode_gpu"] = design.decode_gpu or cols["gpu"]
 
 
 def sizes(design: Design) -> dict:
@@ -164,7 +167,7 @@ def sizes(design: Design) -> dict:
     design's KV precision, and per server (a disaggregated design's decode pool, which holds
     the KV cache for longest) the weights on each GPU (GiB) and the KV cache's tokens."""
     model = design.model_spec
-    server = design.pool(design.decode_gpus) if design.disaggregated else design
+    server = design.decode_pool() if design.disaggregated else design
     return {"params_b": model.params / 1e9, "active_params_b": model.active_params / 1e9,
             "kv_bytes_per_token": float(model.kv_bytes_per_token(design.kv_bits)),
             "weight_gib_per_gpu": server.budget().weights_gib / server.server_gpus,

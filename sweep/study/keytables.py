@@ -44,6 +44,8 @@ SHORT_CHOICES, SHOWN_CHOICES = 8, 4
 
 def values(f: Field, short: bool) -> str:
     """What a value may be: the choices, or its kind, range and unit."""
+    if f.choices and short and f.values:  # the README says what they are, the docs list them
+        return f.values
     if f.choices and short and len(f.choices) > SHORT_CHOICES:  # the docs list them all
         shown = ", ".join(_literal(c, short) for c in f.choices[:SHOWN_CHOICES])
         return f"{shown}, ... ([all](docs/config.md))"

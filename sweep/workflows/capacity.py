@@ -159,8 +159,8 @@ def roofline_rate(point: Point) -> float:
     d, wl = point.design, point.workload
     prompt = _mean_tokens(wl.prompt_tokens) + wl.prefix_share * wl.prefix_tokens
     out = _mean_tokens(wl.output_tokens)
-    pre_d = d.pool(d.prefill_gpus) if d.disaggregated else d
-    dec_d = d.pool(d.decode_gpus) if d.disaggregated else d
+    pre_d = d.prefill_pool() if d.disaggregated else d
+    dec_d = d.decode_pool() if d.disaggregated else d
     seats = max(1, min(dec_d.seats, dec_d.kv_tokens() // max(1, int(prompt + out))))
     k, a = d.draft_tokens, d.acceptance
     per_pass = (1 - a ** (k + 1)) / (1 - a) if k and a < 1 else k + 1.0

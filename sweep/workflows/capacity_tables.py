@@ -68,9 +68,7 @@ def table(study: Study, runner: Runner, found: list[Search], limits: list[Limit]
     recs = []
     for i, s in enumerate(found):
         d = s.point.design
-        price = d.price_per_gpu_hour if d.price_per_gpu_hour is not None else \
-            d.gpu_spec.price_per_gpu_hour
-        usd_per_hour = d.total_gpus * price
+        usd_per_hour = d.usd_per_hour
         rec = {k: v for k, v in s.point.columns.items() if k != "arrival_rate"}
         rec.update(design=i, max_rate=s.low, max_rate_low=s.low, max_rate_high=s.high,
                    censored=False, binding="", why="", tokens_per_s_at_max=math.nan,
