@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sweep.errors import got, listed, show
+from sweep.errors import clip, got, listed, show
+from sweep.study import vllm_bench
 from sweep.study.fields import COLUMNS, MAX_REQUESTS, NUMERIC_COLUMNS, TEXT_COLUMNS
 from sweep.study.metric_names import METRICS
 from sweep.study.reader import Reader
@@ -211,7 +212,34 @@ def parse_measured(r: Reader, doc) -> dict:
     out = {}
     for key, v in raw.items():
         parts = ["measured", key]
+        if key == "vllm_bench":
+            continue
         if key not in METRICS:
-            raise r.err(parts, f"not a metric; allowed: {listed(METRICS)}")
+            raise r.err(parts, f"not a metric; allowed: {listed(METRICS)} (or vllm_bench)")
         out[key] = r.boolean(parts, v) if METRICS[key] == "b" else r.number(parts, v)
+    if "vllm_bench" in raw:
+        bench = _vllm_bench(r, raw["vllm_bench"], doc)
+        clash = sorted(k for k in set(bench) & set(out) if bench[k] != out[k])
+        if clash:
+            raise r.err(["measured", clash[0]], f"{out[clash[0]]:g} here, {bench[clash[0]]:g} in "
+                                                "vllm_bench; allowed: one value")
+        out = {**bench, **out}
     return out
+
+
+def _vllm_bench(r: Reader, rel, doc) -> dict:
+    """The measured values of a vLLM benchmark result file (``sweep.study.vllm_bench``)."""
+    parts = ["measured", "vllm_bench"]
+    allowed = "a vLLM benchmark result (vllm bench serve --save-result JSON)"
+    if not isinstance(rel, str) or not rel:
+        raise r.err(parts, f"must be a path, got {got(rel)}; allowed: {allowed}")
+    wl = doc.get("workload") if isinstance(doc.get("workload"), dict) else {}
+    rate = wl.get("arrival_rate")
+    try:
+        values = vllm_bench.read(r.resolve(rel), rate if isinstance(rate, (int, float))
+                                 and not isinstance(rate, bool) else None)
+    except vllm_bench.BenchRefused as exc:
+        raise r.err(parts, f"{clip(rel)}: {exc.reason}; allowed: {allowed}") from None
+    if not values:
+        raise r.err(parts, f"{clip(rel)}: no measured metric in it; allowed: {allowed}")
+    return values

@@ -1,0 +1,75 @@
+"""A vLLM serving benchmark's result file (``vllm bench serve --save-result``, JSON) as measured
+values of the results' metrics, for a validation case's ``[measured] vllm_bench = "FILE"``.
+
+The file's latencies are milliseconds, means, medians and ``p<N>`` percentiles over the
+completed requests (vLLM's ``benchmarks/serve.py``, ``calculate_metrics``): TTFT, TPOT (per
+request, excluding the first token), ITL (every gap) and E2E latency (``e2el``, written when the
+run asked for it); ``output_throughput`` is output tokens per second of the run."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from sweep.errors import clip, one_line
+from sweep.files import MAX_TEXT_BYTES, FileRefused, read_text
+from sweep.study.metric_names import METRICS
+
+#: The file's statistics and the metrics they measure: its name -> (our metric, its units in
+#: one of ours).
+_STATS = {"mean": "mean", "median": "p50", "p90": "p90", "p95": "p95", "p99": "p99"}
+_QUANTITIES = (("ttft_ms", "ttft_s", 1000.0), ("tpot_ms", "tpot_ms", 1.0),
+               ("itl_ms", "itl_ms", 1.0), ("e2el_ms", "e2e_s", 1000.0))
+FIELDS = {f"{stat}_{name}": (f"{ours}_{unit}", per)
+          for stat, ours in _STATS.items() for name, unit, per in _QUANTITIES
+          if f"{ours}_{unit}" in METRICS}
+FIELDS["output_throughput"] = ("tokens_per_s", 1.0)
+#: What every such file holds (vLLM writes them whatever the percentiles asked for).
+REQUIRED = ("request_rate", "mean_ttft_ms", "mean_tpot_ms")
+
+
+class BenchRefused(ValueError):
+    """The file cannot give measured values: ``reason`` says why, in one line."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _number(doc: dict, key: str) -> float:
+    v = doc[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise BenchRefused(f"field {key} is {clip(repr(v), 30)}, not a number >= 0")
+    return float(v)
+
+
+def read(path: Path, arrival_rate: float | None) -> dict:
+    """Metric -> measured value from the file at ``path``. A run under a fixed concurrency or
+    sent all at once (a closed loop), or at another rate than the case's ``arrival_rate``, is
+    refused: the case would not be the run."""
+    try:
+        doc = json.loads(read_text(path, "a vLLM benchmark result (JSON)", MAX_TEXT_BYTES))
+    except FileRefused as exc:
+        raise BenchRefused(exc.reason) from None
+    except ValueError as exc:
+        raise BenchRefused(f"not JSON: {clip(one_line(exc), 80)}") from None
+    if not isinstance(doc, dict):
+        raise BenchRefused("not a JSON object")
+    missing = [k for k in REQUIRED if k not in doc]
+    if missing:
+        raise BenchRefused(f"field {missing[0]} is missing (--save-result writes "
+                           f"{', '.join(REQUIRED)})")
+    concurrency, rate = doc.get("max_concurrency"), doc.get("request_rate")
+    if concurrency is not None:
+        raise BenchRefused(f"max_concurrency = {clip(repr(concurrency), 20)}: a closed loop, "
+                           "which an open-loop case cannot replay")
+    if isinstance(rate, str) and rate.lower() == "inf" or rate == math.inf:
+        raise BenchRefused("request_rate = inf: every request at once, which an open-loop case "
+                           "cannot replay")
+    if rate is not None:  # null: a rate the file does not say
+        rate = _number(doc, "request_rate")
+        if arrival_rate is not None and abs(rate - arrival_rate) > 0.01 * arrival_rate:
+            raise BenchRefused(f"request_rate = {rate:g}, but workload.arrival_rate = "
+                               f"{arrival_rate:g}")
+    return {metric: _number(doc, key) / per for key, (metric, per) in FIELDS.items()
+            if key in doc}

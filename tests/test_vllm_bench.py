@@ -1,0 +1,76 @@
+"""A vLLM benchmark result file as a validation case's measurements: the shipped example
+validates end to end, and a file it cannot read is refused in one line, nothing written."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from sweep.cli import main
+from sweep.study.config import load_study
+
+REPO = Path(__file__).parents[1]
+EXAMPLE = REPO / "configs" / "vllm_bench"
+SOURCE = REPO / "validation" / "holdout" / "llama-2-7b-tp1-codegen-stage0.toml"
+
+
+def test_the_example_measures_what_its_real_run_measured():
+    got, real = load_study(EXAMPLE / "case.toml").measured, load_study(SOURCE).measured
+    assert set(got) == set(real) and all(got[k] == pytest.approx(real[k], rel=1e-12) for k in got)
+
+
+def _copy(tmp_path: Path, bench: dict | None = None, extra: str = "") -> Path:
+    """The example, shortened to 20 s, beside its model file (and another result file)."""
+    case = tmp_path / "case" / "case.toml"
+    case.parent.mkdir()
+    model = tmp_path / "Llama-2-7b-hf.json"
+    shutil.copy(REPO / "validation" / "data" / "vllm-h100" / "models" / model.name, model)
+    text = (EXAMPLE / "case.toml").read_text()
+    text = re.sub(r'config_json = ".*"', f'config_json = "{model}"', text)
+    text = text.replace("duration_s = 600.0", "duration_s = 20.0").replace("seeds = 3", "seeds = 1")
+    case.write_text(text + extra)
+    doc = json.loads((EXAMPLE / "bench.json").read_text())
+    (case.parent / "bench.json").write_text(json.dumps(doc if bench is None else bench))
+    return case
+
+
+def test_a_vllm_benchmark_file_validates_end_to_end(tmp_path):
+    case = _copy(tmp_path)
+    out = tmp_path / "out"
+    assert main(["validate", str(case.parent), "--out", str(out), "--quiet"]) == 0
+    table = pd.read_parquet(out / "validation.parquet").set_index("metric")
+    bench = json.loads((EXAMPLE / "bench.json").read_text())
+    assert table.loc["mean_ttft_s", "measured"] == pytest.approx(bench["mean_ttft_ms"] / 1000)
+    assert table.loc["p99_e2e_s", "measured"] == pytest.approx(bench["p99_e2el_ms"] / 1000)
+    assert table.loc["mean_tpot_ms", "measured"] == bench["mean_tpot_ms"]
+    assert table["predicted"].notna().all()
+
+
+@pytest.mark.parametrize("change,says", [
+    (lambda d: d.pop("mean_tpot_ms"), "mean_tpot_ms is missing"),
+    (lambda d: d.update(mean_ttft_ms="fast"), "mean_ttft_ms is 'fast'"),
+    (lambda d: d.update(p99_e2el_ms=None), "p99_e2el_ms is None"),
+    (lambda d: d.update(max_concurrency=64), "closed loop"),
+    (lambda d: d.update(request_rate=float("inf")), "every request at once"),
+    (lambda d: d.update(request_rate=4.0), "workload.arrival_rate = 5"),
+    (lambda d: d.clear() or d.update(x=1), "request_rate is missing"),
+])
+def test_a_file_it_cannot_read_is_refused_in_one_line(tmp_path, capsys, change, says):
+    bench = json.loads((EXAMPLE / "bench.json").read_text())
+    change(bench)
+    case = _copy(tmp_path, bench)
+    out = tmp_path / "out"
+    assert main(["validate", str(case), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "measured.vllm_bench" in err and says in err
+    assert not out.exists()
+
+
+def test_a_metric_stated_beside_the_file_must_agree(tmp_path, capsys):
+    case = _copy(tmp_path, extra="mean_tpot_ms = 9.0\n")
+    assert main(["validate", str(case), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    assert "measured.mean_tpot_ms: 9 here, 7.25726 in vllm_bench" in capsys.readouterr().err
