@@ -9,7 +9,6 @@ import math
 import random
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -315,10 +314,10 @@ def test_syntax_error_keeps_its_line_and_column():
 
 
 def test_a_huge_grid_is_refused_before_it_is_built():
-    t0 = time.perf_counter()
+    """Built, these grids would not fit in memory: that the refusals return at all shows they
+    come first."""
     with pytest.raises(ConfigError) as info:
         load_study(CONFIGS / "bad_grid_too_large.toml")
-    assert time.perf_counter() - t0 < 1.0
     assert "25600000000" in str(info.value)
     # the default limit too: 10**12 points, refused at once
     text = MINIMAL.replace("arrival_rate = 4.0\n", "") + "arrival_rate = [%s]\n" % ", ".join(
@@ -326,10 +325,8 @@ def test_a_huge_grid_is_refused_before_it_is_built():
         str(i) for i in range(1000)) + "[levers]\nmax_batch = [%s]\n" % ", ".join(
         str(i + 1) for i in range(1000)) + "block_size = [%s]\n" % ", ".join(
         str(i + 1) for i in range(1000))
-    t0 = time.perf_counter()
     with pytest.raises(ConfigError, match=r"asks for 1000000000000 points"):
         parse_study(text)
-    assert time.perf_counter() - t0 < 1.0
 
 
 @pytest.mark.parametrize("edit, key", [
