@@ -263,3 +263,88 @@ def test_sweep_run_refuses_deepseek_v3_where_it_does_not_fit(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and "does not fit on 8 x H100-SXM" in err
         assert not (tmp_path / "out").exists()
+
+
+#: Other 2025-2026 configs of these families, as a new user would bring them (the fields the
+#: loader reads, from github.com/ai-dynamo/aiconfigurator's model_configs/, Apache-2.0), with
+#: their cards' totals and active parameters (GLM-4.7: 355B/32B; GLM-4.7-Flash: 30B-A3B;
+#: Qwen3-Next-80B-A3B: 80B/3B without embeddings; Kimi-K2.5: 1.04T/32B as Kimi-K2).
+_GLM47 = {"num_hidden_layers": 92, "hidden_size": 5120, "num_attention_heads": 96,
+          "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288,
+          "vocab_size": 151552, "max_position_embeddings": 202752, "n_routed_experts": 160,
+          "n_shared_experts": 1, "num_experts_per_tok": 8, "moe_intermediate_size": 1536,
+          "first_k_dense_replace": 3, "routed_scaling_factor": 2.5, "tie_word_embeddings": False}
+_GLM47_FLASH = {"num_hidden_layers": 47, "hidden_size": 2048, "num_attention_heads": 20,
+                "num_key_value_heads": 20, "head_dim": 64, "intermediate_size": 10240,
+                "vocab_size": 154880, "max_position_embeddings": 202752, "n_routed_experts": 64,
+                "n_shared_experts": 1, "num_experts_per_tok": 4, "moe_intermediate_size": 1536,
+                "first_k_dense_replace": 1, "kv_lora_rank": 512, "q_lora_rank": 768,
+                "qk_nope_head_dim": 192, "qk_rope_head_dim": 64, "v_head_dim": 256,
+                "tie_word_embeddings": False}
+_QWEN3_NEXT = {"model_type": "qwen3_next", "decoder_sparse_step": 1, "full_attention_interval": 4, "head_dim": 256,
+               "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 5120,
+               "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+               "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+               "linear_value_head_dim": 128, "max_position_embeddings": 262144,
+               "mlp_only_layers": [], "moe_intermediate_size": 512, "num_attention_heads": 16,
+               "num_experts": 512, "num_experts_per_tok": 10, "num_hidden_layers": 48,
+               "num_key_value_heads": 2, "shared_expert_intermediate_size": 512,
+               "tie_word_embeddings": False,
+               "use_sliding_window": False, "vocab_size": 151936}
+_KIMI25_INT4 = {"model_type": "kimi_k25", "tie_word_embeddings": False, "text_config": {
+    "add_cross_attention": False, "first_k_dense_replace": 1, "hidden_size": 7168,
+    "intermediate_size": 18432, "kv_lora_rank": 512, "max_position_embeddings": 262144,
+    "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_routed_experts": 384,
+    "n_shared_experts": 1, "num_attention_heads": 64, "num_experts_per_tok": 8,
+    "num_hidden_layers": 61, "num_key_value_heads": 64, "num_nextn_predict_layers": 0,
+    "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+    "vocab_size": 163840, "tie_word_embeddings": False, "quantization_config": {
+        "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+            "group_size": 32, "num_bits": 4, "strategy": "group", "type": "int"}}},
+        "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*",
+                   "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"],
+        "quant_method": "compressed-tensors"}},
+    "vision_config": {"vt_hidden_size": 1152, "vt_intermediate_size": 4304,
+                      "vt_num_hidden_layers": 27, "patch_size": 14}}
+
+
+@pytest.mark.parametrize("cfg,total,active,without_input_embedding", [
+    (_GLM47, 355.0, 32.0, True), (_GLM47_FLASH, 30.0, 3.6, True),
+    (_QWEN3_NEXT, 80.0, None, None), (_KIMI25_INT4, 1040.0, 32.0, True)])
+def test_other_configs_of_these_families_load(tmp_path, cfg, total, active,
+                                              without_input_embedding):
+    m = _write_and_load(tmp_path, cfg)
+    assert m.params / 1e9 == pytest.approx(total, rel=0.02)
+    if active is not None:  # Qwen3-Next's "3B" counts neither the embeddings nor the gates
+        counted = m.active_params - m.vocab * m.hidden * int(without_input_embedding)
+        assert counted / 1e9 == pytest.approx(active, rel=0.03)
+
+
+def test_an_int4_checkpoint_in_a_text_config_keeps_its_ignored_modules():
+    """Kimi-K2.5's int4 experts (group 32: 4.5 bits) with attention, shared experts, the dense
+    layer and lm_head at 16 bits; its vision tower counted from MoonViT's vt_* sizes."""
+    import tempfile
+    m = _write_and_load(Path(tempfile.mkdtemp()), _KIMI25_INT4)
+    assert (m.native_bits, m.native_nominal_bits) == (4.5, 4)
+    assert m.params - m.kept_params == pytest.approx(m.expert_params)  # only the experts
+    assert m.params > _load("moonshotai--Kimi-K2-Instruct").params + 0.4e9  # the vision tower
+
+
+def test_a_layer_by_layer_skip_list_and_an_unloaded_layer(tmp_path):
+    """NVIDIA's DeepSeek-V3 NVFP4 checkpoint lists every layer's attention, norms and router,
+    and its multi-token-prediction layer 61, which the served model does not load."""
+    cfg = json.loads((CONFIGS / "deepseek-ai--DeepSeek-V3_config.json").read_text())
+    cfg.pop("quantization_config")
+    exclude = ["lm_head", "model.embed_tokens", "model.norm", "model.layers.61*"]
+    for i in range(61):
+        exclude += [f"model.layers.{i}.self_attn*", f"model.layers.{i}.input_layernorm"]
+        exclude += [f"model.layers.{i}.mlp.gate"] if i >= 3 else []
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps({"quantization": {
+        "quant_algo": "NVFP4", "group_size": 16, "exclude_modules": exclude}}))
+    m = load_hf_config(tmp_path / "config.json")
+    fp8 = _load("deepseek-ai--DeepSeek-V3")
+    attention = fp8.kept_params  # the FP8 checkpoint keeps embeddings, norms, lm_head
+    assert (m.native_bits, m.native_nominal_bits) == (4.5, 4)
+    assert m.kept_params > attention + 11e9  # every layer's attention (11.4B) too
+    assert m.weight_bytes(None) < fp8.weight_bytes(None) * 0.65

@@ -194,7 +194,8 @@ def _attention(r: _Reading, kind: str, hidden: int, count: _Count, m: dict) -> N
     hd = r.int("global_head_dim" if glob else "head_dim", hidden // heads)
     kv = r.int("num_global_key_value_heads" if glob else "num_key_value_heads", heads)
     k_is_v = glob and c.get("attention_k_eq_v") is True
-    q = heads * hd * (2 if c.get("attn_output_gate") else 1)  # a gate beside each query
+    gated = c.get("attn_output_gate") or c.get("model_type") == "qwen3_next"
+    q = heads * hd * (2 if gated else 1)  # a gate beside each query (Qwen3-Next's always)
     n = hidden * q + hidden * kv * hd * (1 if k_is_v else 2) + heads * hd * hidden
     if c.get("attention_bias"):
         n += q + 2 * kv * hd + hidden
@@ -315,8 +316,9 @@ def _vision(cfg: dict) -> float:
     v = cfg.get("vision_config")
     if not isinstance(v, dict):
         return 0.0
-    h, i = v.get("hidden_size"), v.get("intermediate_size")
-    depth = v.get("depth") or v.get("num_hidden_layers")
+    h = v.get("hidden_size") or v.get("vt_hidden_size")  # Kimi's MoonViT: vt_*
+    i = v.get("intermediate_size") or v.get("vt_intermediate_size")
+    depth = v.get("depth") or v.get("num_hidden_layers") or v.get("vt_num_hidden_layers")
     if not all(_positive(x) for x in (h, i, depth)):
         return 0.0
     patch = (v.get("patch_size") or 14) ** 2 * (v.get("in_channels") or 3) * (
@@ -391,7 +393,9 @@ def load_hf_config(path: str | Path, name: str | None = None) -> Model:
     if not m["kv_values"]:
         r.refuse("layer_types", "has no full-attention layer (a KV cache that grows with the "
                                 "context), which is not modelled")
-    precision = checkpoint_precision(c, path, count.by_module, layers_of, where)
+    outer_quant = any(_nonzero(outer.get(k)) for k in ("quantization_config", "quantization"))
+    precision = checkpoint_precision(c, path, count.by_module, layers_of, where, layers,
+                                     () if outer_quant else ("vision",))
     latent = _nonzero(c.get("kv_lora_rank"))
     head_dim = (r.int("qk_nope_head_dim") + r.int("qk_rope_head_dim")) if latent \
         else r.int("head_dim", hidden // heads)

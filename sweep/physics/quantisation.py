@@ -21,8 +21,9 @@ from pathlib import Path
 
 from sweep.errors import FieldError, clip
 
-#: Modules no format converts: the token embedding and the norms.
-NEVER_CONVERTED = ("embed_tokens", "norm")
+#: Modules no format converts: the token embedding, the norms and the routers (kept at 16 bits
+#: in every checkpoint here, listed or not).
+NEVER_CONVERTED = ("embed_tokens", "norm", "gate")
 #: A skip-list entry's module, by the first word of it found (checked in this order).
 MODULE_WORDS = (("lm_head", "lm_head"), ("embed", "embed_tokens"), ("visual", "vision"),
                 ("vision", "vision"), ("shared_expert", "shared_expert"),
@@ -43,16 +44,19 @@ class Precision:
 
 
 def checkpoint_precision(cfg: dict, path: Path, by_module: dict, layers_of: dict,
-                         where: str) -> Precision:
+                         where: str, layers: int, kept: tuple = ()) -> Precision:
     """The checkpoint's precision: ``by_module`` holds its parameters per module, ``layers_of``
-    how many layers have each (a skip-list entry naming one layer keeps that share)."""
+    how many of its ``layers`` have each (a skip-list entry naming one layer keeps that share;
+    one naming a layer past them names a multi-token-prediction layer, not loaded); ``kept``
+    names modules the quantisation does not cover (a vision tower beside a language model's
+    own ``quantization_config``)."""
     q, source = _quant_config(cfg, path, where)
     if q is None:
         return Precision(16.0, 16, 0.0)
     method = str(q.get("quant_method", "")).lower()
     bits, nominal, skip = _format(q, method, source, where)
-    kept = _kept(skip, by_module, layers_of, source, where)
-    return Precision(bits, nominal, kept)
+    held = _kept(skip, by_module, layers_of, source, where, layers, kept)
+    return Precision(bits, nominal, held)
 
 
 def _refuse(source: str, where: str, reason: str):
@@ -145,14 +149,18 @@ def _module(entry: str) -> str | None:
     return next((m for word, m in MODULE_WORDS if word in text), "")
 
 
-def _kept(skip, by_module: dict, layers_of: dict, source: str, where: str) -> float:
+def _kept(skip, by_module: dict, layers_of: dict, source: str, where: str,
+          layers: int, kept: tuple) -> float:
     """Parameters held at 16 bits: the never-converted modules and the skip list's. An entry
     naming one layer (``model.layers.3.mlp.gate``) keeps that layer's share of its module."""
     if not isinstance(skip, list):
         _refuse(source, where, "skip list is not a list of module names")
-    whole = set(NEVER_CONVERTED)
+    whole = set(NEVER_CONVERTED) | set(kept)
     some: dict[str, set] = {}
     for entry in skip:
+        layer = re.search(r"layers\.(\d+)", str(entry))
+        if layer and int(layer.group(1)) >= layers:
+            continue  # a layer the served model does not load
         module = _module(str(entry))
         if module is None:
             continue
@@ -161,7 +169,6 @@ def _kept(skip, by_module: dict, layers_of: dict, source: str, where: str) -> fl
                                    "that is modelled")
         if module == "experts":
             _refuse(source, where, "keeps the routed experts at 16 bits, which is not modelled")
-        layer = re.search(r"layers\.(\d+)\.", str(entry))
         if layer and module not in whole:
             some.setdefault(module, set()).add(int(layer.group(1)))
         else:
