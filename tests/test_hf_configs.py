@@ -281,7 +281,8 @@ _GLM47_FLASH = {"num_hidden_layers": 47, "hidden_size": 2048, "num_attention_hea
                 "first_k_dense_replace": 1, "kv_lora_rank": 512, "q_lora_rank": 768,
                 "qk_nope_head_dim": 192, "qk_rope_head_dim": 64, "v_head_dim": 256,
                 "tie_word_embeddings": False}
-_QWEN3_NEXT = {"model_type": "qwen3_next", "decoder_sparse_step": 1, "full_attention_interval": 4, "head_dim": 256,
+_QWEN3_NEXT = {"model_type": "qwen3_next", "decoder_sparse_step": 1,
+               "full_attention_interval": 4, "head_dim": 256,
                "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 5120,
                "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
                "linear_num_key_heads": 16, "linear_num_value_heads": 32,
