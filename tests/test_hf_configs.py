@@ -349,3 +349,25 @@ def test_a_layer_by_layer_skip_list_and_an_unloaded_layer(tmp_path):
     assert (m.native_bits, m.native_nominal_bits) == (4.5, 4)
     assert m.kept_params > attention + 11e9  # every layer's attention (11.4B) too
     assert m.weight_bytes(None) < fp8.weight_bytes(None) * 0.65
+
+
+@pytest.mark.parametrize("model,gpu,bits", [
+    ("DeepSeek-V3", "H200", 8), ("DeepSeek-V3", "MI300X", 8), ("DeepSeek-V3", "A100-80GB", 16),
+    ("gpt-oss-120b", "H100-SXM", 16), ("gpt-oss-120b", "B200", 16), ("Llama-3.1-8B", "B200", 16)])
+def test_a_checkpoint_computes_in_its_own_precision_where_the_gpu_can(model, gpu, bits):
+    """fp8 W8A8 on FP8 tensor cores (not the A100's INT8 ones); MXFP4 is weight-only."""
+    from sweep.physics.catalog import get_model
+    from sweep.physics.hardware import get_gpu
+    assert get_model(model).activation_bits(get_gpu(gpu), None) == bits
+    assert get_model(model).activation_bits(get_gpu(gpu), 16) == 16  # the lever wins
+
+
+def test_nvfp4_computes_in_4_bits_on_blackwell_only(tmp_path):
+    from sweep.physics.hardware import get_gpu
+    shutil.copy(CONFIGS / "nvidia--Llama-3.1-70B-Instruct-FP8_config.json",
+                tmp_path / "config.json")
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps(
+        {"quantization": {"quant_algo": "NVFP4", "exclude_modules": ["lm_head"]}}))
+    m = load_hf_config(tmp_path / "config.json")
+    assert [m.activation_bits(get_gpu(g), None) for g in ("B200", "H100-SXM", "MI355X")] == [
+        4, 16, 16]

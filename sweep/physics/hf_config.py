@@ -407,6 +407,7 @@ def load_hf_config(path: str | Path, name: str | None = None) -> Model:
                                      "moe_intermediate_size"), vocab=vocab, max_context=context,
         experts=experts, experts_per_token=top_k, expert_params=e["params"] if experts > 1
         else 0.0, **m, native_bits=precision.bits, native_nominal_bits=precision.nominal,
+        native_activation_bits=precision.activation,
         kept_params=precision.kept, moe_layers=sum(k == "moe" for _, k in kinds),
         kv_split=1 if latent else min(split),
         source=f"Hugging Face config {path}")

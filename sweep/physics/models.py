@@ -5,6 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+#: Generations whose tensor cores compute a checkpoint's floating-point low precision: FP8
+#: from Ada and Hopper (the A100's 8-bit path is INT8, so vLLM runs fp8 weight-only there),
+#: NVFP4 on Blackwell (its FP4 tensor cores; the A100's 4-bit path is INT4). NVIDIA and AMD
+#: datasheets.
+NATIVE_FLOAT_GENERATIONS = {8: ("Ada", "Hopper", "Blackwell", "CDNA3", "CDNA4"),
+                            4: ("Blackwell",)}
+
+
 @dataclass(frozen=True)
 class Model:
     """What the pass-time and memory models need of a decoder. Layer kinds add up: full-attention
@@ -38,6 +46,7 @@ class Model:
     state_flops_per_token: float = 0.0  # their state update and read-out per token
     native_bits: float = 16.0  # the checkpoint's bits per quantised weight, scales included
     native_nominal_bits: int = 16  # the same as the weight_bits lever names it (16, 8 or 4)
+    native_activation_bits: int = 16  # the precision the checkpoint computes in (W8A8 fp8: 8)
     kept_params: float = 0.0  # weights the checkpoint holds at 16 bits (embeddings, skip list)
     moe_layers: int = 0  # layers with routed experts
     kv_split: int = 1  # ways tensor parallelism splits the KV cache (KV heads; MLA's latent: 1)
@@ -73,6 +82,17 @@ class Model:
         """What a sequence holds whatever its length past the window: its windowed layers' KV
         over a full window and its state."""
         return self.window_kv_values * self.window * kv_bits / 8.0 + self.state_bytes
+
+    def activation_bits(self, gpu, activation_bits: int | None) -> int:
+        """Bits the matrix products compute in: the ``activation_bits`` lever's, or, unset,
+        the checkpoint's where the GPU has that peak (fp8 W8A8 on Hopper and later; NVFP4's
+        4-bit on Blackwell) and 16 otherwise (weight-only: dequantised to 16-bit compute)."""
+        if activation_bits is not None:
+            return activation_bits
+        native = self.native_activation_bits
+        floating = NATIVE_FLOAT_GENERATIONS.get(native)
+        runs = floating is None or getattr(gpu, "generation", "") in floating
+        return native if runs and gpu.has_activation_bits(native) else 16
 
     def weight_bits(self, weight_bits: int | None) -> float:
         """Bits per quantisable weight: the checkpoint's own (scales included) unless the

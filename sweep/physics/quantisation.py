@@ -41,6 +41,7 @@ class Precision:
     bits: float  # per quantised weight, scales included
     nominal: int  # as the weight_bits lever names it: 16, 8 or 4
     kept: float  # parameters held at 16 bits
+    activation: int = 16  # what the kernels compute in where the GPU has it
 
 
 def checkpoint_precision(cfg: dict, path: Path, by_module: dict, layers_of: dict,
@@ -56,7 +57,24 @@ def checkpoint_precision(cfg: dict, path: Path, by_module: dict, layers_of: dict
     method = str(q.get("quant_method", "")).lower()
     bits, nominal, skip = _format(q, method, source, where)
     held = _kept(skip, by_module, layers_of, source, where, layers, kept)
-    return Precision(bits, nominal, held)
+    return Precision(bits, nominal, held, _activation(q, method))
+
+
+def _activation(q: dict, method: str) -> int:
+    """The precision a checkpoint's kernels compute in: fp8 weights with dynamic (or static)
+    fp8 activations (W8A8) and ModelOpt's FP8 at 8; ModelOpt's NVFP4 (W4A4) at 4; MXFP4 and
+    int4 formats are weight-only (gpt-oss's MXFP4 experts beside 16-bit attention, AWQ/GPTQ's
+    W4A16) at 16, as is compressed-tensors without input activations quantised."""
+    if method == "fp8":
+        return 8
+    if method == "modelopt":
+        return {"FP8": 8, "NVFP4": 4}.get(str(q.get("quant_algo", "")).upper(), 16)
+    if method == "compressed-tensors":
+        groups = q.get("config_groups") or {}
+        acts = [g.get("input_activations") for g in groups.values() if isinstance(g, dict)]
+        bits = [a.get("num_bits") for a in acts if isinstance(a, dict)]
+        return 8 if bits and all(b == 8 for b in bits) else 16
+    return 16
 
 
 def _refuse(source: str, where: str, reason: str):

@@ -71,7 +71,7 @@ class TimingParams(NamedTuple):
 
 
 def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int | None = 16,
-                  kv_bits: int = 16, activation_bits: int = 16,
+                  kv_bits: int = 16, activation_bits: int | None = 16,
                   compute_efficiency: float | None = None,
                   bandwidth_efficiency: float | None = None,
                   kv_bandwidth_efficiency: float | None = None,
@@ -119,7 +119,8 @@ def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int | N
         kv_bytes_per_token=model.full_kv_bytes_per_token(kv_bits) * model.kv_copies(tp),
         seq_bytes=(model.window_kv_values * model.window * kv_bits / 8.0 * model.kv_copies(tp)
                    + 2.0 * model.state_bytes),
-        flops_per_s=compute_efficiency * gpu.tflops(activation_bits) * 1e12 * tp,
+        flops_per_s=(compute_efficiency * gpu.tflops(model.activation_bits(gpu, activation_bits))
+                     * 1e12 * tp),
         decode_attn_s_per_flop=attn_s_per_flop,
         bytes_per_s=bandwidth_efficiency * gpu.bandwidth_tbs * 1e12 * tp,
         kv_bytes_per_s=kv_bandwidth_efficiency * gpu.bandwidth_tbs * 1e12 * tp,

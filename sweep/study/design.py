@@ -194,7 +194,7 @@ class _Design:
         self.decode_pool().validate()
 
     def _validate_precision(self, gpu: GPU) -> None:
-        a, w = self.activation_bits, self.weight_precision
+        a, w = self.activation_precision, self.weight_precision
         if a < w:
             raise FieldError("levers.activation_bits", f"{a}-bit activations with {w}-bit "
                              "weights is not a format", f"activation_bits >= weight_bits ({w})",
@@ -252,6 +252,13 @@ class _Design:
         return self.model_spec.native_nominal_bits if self.weight_bits is None \
             else self.weight_bits
 
+    @property
+    def activation_precision(self) -> int:
+        """Bits the matrix products compute in: the lever's, or the checkpoint's where the GPU
+        has that peak (``Model.activation_bits``) and the weights are no wider."""
+        own = self.model_spec.activation_bits(self.gpu_spec, self.activation_bits)
+        return own if self.activation_bits is not None else max(own, self.weight_precision)
+
     def seq_blocks(self) -> int:
         """Blocks every running sequence holds besides its context's: its windowed layers' KV
         over a full window and its linear-attention or state-space state, in blocks of the
@@ -263,8 +270,9 @@ class _Design:
 
     def timing(self) -> TimingParams:
         """The pass-time constants: ``timing_params`` gets every lever it names."""
+        levers = {k: getattr(self, k) for k in TIMING_KEYS}
         return timing_params(self.model_spec, self.gpu_spec,
-                             **{k: getattr(self, k) for k in TIMING_KEYS})
+                             **{**levers, "activation_bits": self.activation_precision})
 
     def _one_server_features(self) -> None:
         """Prefix caching and chunked prefill are checked against the twin on one server only."""

@@ -222,9 +222,10 @@ FIELDS: tuple[Field, ...] = (
     _lever("weight_bits", choices=WEIGHT_BITS, shown="the checkpoint's",
            help="weight precision (bytes held and read per pass); unset: the checkpoint's own "
                 "(16 unless its config.json says otherwise), its 16-bit modules kept",
-           short="weight precision; unset: the checkpoint's"),
-    _lever("activation_bits", default=16, choices=ACTIVATION_BITS,
-           help="8 (W8A8) or 4 (FP4) where the GPU has that peak, at least `weight_bits`",
+           short="weight precision"),
+    _lever("activation_bits", choices=ACTIVATION_BITS, shown="the checkpoint's",
+           help="8 (W8A8) or 4 (FP4) where the GPU has that peak, at least `weight_bits`; "
+                "unset: the checkpoint's (fp8: 8, NVFP4: 4) where the GPU has it, else 16",
            short="8: W8A8, 4: FP4, where the GPU has it"),
     _lever("kv_bits", default=16, choices=KV_BITS, help="KV cache precision",
            short="KV cache precision"),

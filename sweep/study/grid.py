@@ -157,6 +157,7 @@ def _resolved(cols: dict, design: Design) -> None:
     precision (the checkpoint's where ``weight_bits`` is unset)."""
     cols["calibration"] = design.calibration
     cols["weight_bits"] = design.weight_precision
+    cols["activation_bits"] = design.activation_precision
     if design.disaggregated:  # each pool's GPU, the config's where it names none
         cols["prefill_gpu"] = design.prefill_gpu or cols["gpu"]
         cols["decode_gpu"] = design.decode_gpu or cols["gpu"]
