@@ -14,12 +14,11 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from sweep.engine.extensions import Plain, hooks
+from sweep.engine.extensions import hooks
 from sweep.engine.params import EngineParams, context_blocks
 from sweep.engine.passes import accepted
 from sweep.engine.state import Aux, EngineState, arrived, itl_bin, needs_pass, unfinished
 from sweep.physics.numerics import running_sum
-from sweep.physics.timing import pass_time
 from sweep.study.workload import Requests
 
 
@@ -47,12 +46,12 @@ class _Run(NamedTuple):
     last: jax.Array  # i32 the last pass taken (0 if none)
 
 
-def _run_length(p: EngineParams, r: Requests, aux: Aux, s: EngineState, skipped, ok,
+def _run_length(p: EngineParams, r: Requests, aux: Aux, s: EngineState, f: type, skipped, ok,
                 next_arrival, fits, n_run, context, unit: int) -> _Run:
     """A run's pass times and clock, and the passes it takes: all of them up to the first at
     which an event could occur."""
     j = jnp.arange(n_run.shape[0], dtype=jnp.int32)
-    dt = pass_time(p.timing, 0.0, 0.0, n_run.astype(jnp.float64), context, xp=jnp)
+    dt = f.pass_time(p.timing, 0.0, 0.0, n_run.astype(jnp.float64), context, xp=jnp)
     # The clock and the busy time add pass after pass, as pass-by-pass stepping does, so a
     # result does not depend on where runs are cut.
     ends = running_sum(dt, s.t, unroll=True)
@@ -103,7 +102,7 @@ def _run_end(r: Requests, aux: Aux, s: EngineState, skipped, unit: int, run: _Ru
 
 
 def decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: int, unit: int,
-               ext: bool, s: EngineState) -> EngineState:
+               ext: bool, ep: bool, s: EngineState) -> EngineState:
     """Up to ``lookahead`` decode-only passes at once (none if an event could intervene), taken
     exactly as consecutive runs of ``unit`` passes would be (``lookahead`` is a multiple of it),
     down to the step count: how runs are cut changes no result.
@@ -114,7 +113,7 @@ def decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: in
     KV block that may not fit, the end time, or an empty batch. With ``ext``, no run starts
     while a seat is mid-prefill, and growth must fit beside every cached prefix (so the run
     never evicts one)."""
-    f = hooks(ext)
+    f = hooks(ext, ep)
     skipped, ok, next_arrival = _run_start(p, r, aux, f, s)
     running = (s.seat_req >= 0) & ~s.seat_pre
     prompt, output, gen, npass = s.seat_prompt, s.seat_output, s.seat_gen, s.seat_npass
@@ -147,21 +146,22 @@ def decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: in
     n_run = alive.sum(axis=0, dtype=jnp.int32)
     context = jnp.where(alive, ctx, 0).sum(axis=0).astype(jnp.float64)
     in_use = f.run_in_use(view, alive, in_use)
-    run = _run_length(p, r, aux, s, skipped, ok, next_arrival, fits, n_run, context, unit)
+    run = _run_length(p, r, aux, s, f, skipped, ok, next_arrival, fits, n_run, context, unit)
     seat_passes = (alive & run.took).sum(axis=1, dtype=jnp.int32)
     return _run_end(r, aux, s, skipped, unit, run, in_use, output, seat_passes,
                     gen_new=jnp.where(seat_passes > 0, gen_after[:, run.last], gen),
                     blocks=jnp.where(seat_passes > 0, held[:, run.last], s.seat_blocks))
 
 
-def plain_run(p: EngineParams, r: Requests, aux: Aux, lookahead: int, unit: int,
+def plain_run(p: EngineParams, r: Requests, aux: Aux, lookahead: int, unit: int, ep: bool,
               s: EngineState) -> EngineState:
     """``decode_run`` when no lane speculates and none caches prefixes or chunks prefills:
     the same passes and results, to the bit, at a fraction of the cost. Every running seat
     then emits one token per pass, so seat i decodes exactly the passes j < rem_i of the run
     and every per-pass figure (batch, context, KV blocks) is a sum over seats of a closed form
     in (i, j): a few fused reductions instead of a [seats, passes] state of tokens."""
-    skipped, ok, next_arrival = _run_start(p, r, aux, Plain, s)
+    f = hooks(False, ep)
+    skipped, ok, next_arrival = _run_start(p, r, aux, f, s)
     running = (s.seat_req >= 0) & ~s.seat_pre
     output, gen = s.seat_output, s.seat_gen
     rem = jnp.where(running, output - gen, 0)[:, None]  # passes left to each seat
@@ -189,7 +189,7 @@ def plain_run(p: EngineParams, r: Requests, aux: Aux, lookahead: int, unit: int,
     n_run = alive.sum(axis=0, dtype=jnp.int32)
     context = (jnp.where(alive, ctx0, 0).sum(axis=0, dtype=jnp.int32) + j * n_run
                ).astype(jnp.float64)
-    run = _run_length(p, r, aux, s, skipped, ok, next_arrival, fits, n_run, context, unit)
+    run = _run_length(p, r, aux, s, f, skipped, ok, next_arrival, fits, n_run, context, unit)
     seat_passes = jnp.minimum(rem[:, 0], run.m)
     return _run_end(r, aux, s, skipped, unit, run, in_use, output, seat_passes,
                     gen_new=gen + seat_passes,

@@ -20,10 +20,17 @@ from jax import lax
 from sweep.engine.arith import ceil_div, exclusive_cumsum
 from sweep.engine.params import EngineParams
 from sweep.engine.state import EngineState, Extensions, Seats, itl_bin
+from sweep.physics.timing import dense_pass_time, pass_time
 from sweep.study.workload import MAX_PREFIXES, Requests
 
 #: Prefill budget per pass when chunking is off: more than any pass can hold.
 NO_CHUNK = 2**30
+
+
+def uses_expert_parallel(p: EngineParams) -> bool:
+    """Whether any design of a (concrete) batch shards its experts: only then are its passes
+    timed with that form compiled in."""
+    return bool(np.any(np.asarray(p.timing.ep) > 0.5))
 
 
 def uses_extensions(p: EngineParams) -> bool:
@@ -203,7 +210,9 @@ def run_prefix_blocks(pfx, pb, alive):
 class Plain:
     """The rules' hooks with prefix caching and chunked prefill compiled out: each adds nothing
     (a prefill is its whole prompt, found in no cache, within no budget), so the rules trace
-    exactly the plain engine's arithmetic."""
+    exactly the plain engine's arithmetic. ``pass_time`` times a pass (any design's)."""
+
+    pass_time = staticmethod(pass_time)
 
     @staticmethod
     def view(p, r, s, seats) -> None:
@@ -392,6 +401,21 @@ class Cached(Plain):
         return in_use + run_prefix_blocks(*v, alive)
 
 
-def hooks(ext: bool) -> type:
-    """The hooks an engine compiled with (``ext``) or without the features uses."""
-    return Cached if ext else Plain
+class PlainDense(Plain):
+    """``Plain`` for a batch with no expert-parallel design: its passes are timed without that
+    form (``timing.dense_pass_time``, the same figures to the bit)."""
+
+    pass_time = staticmethod(dense_pass_time)
+
+
+class CachedDense(Cached):
+    """``Cached`` for a batch with no expert-parallel design."""
+
+    pass_time = staticmethod(dense_pass_time)
+
+
+def hooks(ext: bool, ep: bool = True) -> type:
+    """The hooks an engine compiled with (``ext``) or without the features uses, and with
+    (``ep``) or without expert parallelism's pass time."""
+    return {(True, True): Cached, (True, False): CachedDense, (False, True): Plain,
+            (False, False): PlainDense}[ext, ep]

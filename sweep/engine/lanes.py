@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from sweep.engine.decode import decode_run, plain_run
-from sweep.engine.extensions import smallest_chunk, uses_extensions
+from sweep.engine.extensions import smallest_chunk, uses_expert_parallel, uses_extensions
 from sweep.engine.params import EngineParams
 from sweep.engine.passes import accepted, general_pass
 from sweep.engine.state import (Aux, EngineOutput, EngineState, initial_state, make_aux, needs_pass,
@@ -36,14 +36,14 @@ DEFAULT_STATIC_LOOKAHEAD = 16
 
 
 def step(p: EngineParams, r: Requests, aux: Aux, s: EngineState, k_max: int, lookahead: int,
-         static_lookahead: int, ext: bool = False) -> EngineState:
+         static_lookahead: int, ext: bool = False, ep: bool = True) -> EngineState:
     """One step of a batch of simulations (leading axis: lanes): a general pass for those that
     ``needs_pass``, then a decode run of up to ``lookahead`` passes, or ``static_lookahead``
     when every running lane is a static batch (whose runs no arrival cuts short); the run is
     ``decode.plain_run`` when no lane running at the step's start speculates (then the general
     pass takes no draws either). The general pass is skipped altogether when no lane needs it
     (it would leave each of them unchanged). None of these choices changes a result."""
-    general = jax.vmap(partial(general_pass, ext=ext))
+    general = jax.vmap(partial(general_pass, ext=ext, ep=ep))
     draws = jax.vmap(partial(accepted, k_max=k_max))
     speculates = ((p.draft_tokens > 0) & unfinished(aux, s)).any()
 
@@ -71,12 +71,13 @@ def step(p: EngineParams, r: Requests, aux: Aux, s: EngineState, k_max: int, loo
         return lambda c: lax.cond((p.static | ~unfinished(aux, c)).all(), of(static_lookahead),
                                   of(lookahead), c)
 
-    general_run = decode(partial(decode_run, k_max=k_max, ext=ext))
+    general_run = decode(partial(decode_run, k_max=k_max, ext=ext, ep=ep))
     if ext:  # prefix caching and chunked prefill are the general run's alone
         return general_run(s)
+    plain = decode(partial(plain_run, ep=ep))
     if k_max == 0:
-        return decode(plain_run)(s)
-    return lax.cond(speculates, general_run, decode(plain_run), s)
+        return plain(s)
+    return lax.cond(speculates, general_run, plain, s)
 
 
 class _Pool(NamedTuple):
@@ -112,7 +113,7 @@ def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
                          f"lookahead ({lookahead})")
     static = dict(seats=seats, k_max=k_max, lanes=lanes, lookahead=lookahead,
                   static_lookahead=static_lookahead, block_steps=block_steps,
-                  ext=uses_extensions(p))
+                  ext=uses_extensions(p), ep=uses_expert_parallel(p))
     cpu = jax.default_backend() == "cpu"
     with float64():
         count = jnp.int32(p.max_batch.shape[0] if count is None else count)
@@ -124,7 +125,7 @@ def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
 def _simulate_batch(p: EngineParams, r: Requests, count, *, seats: int, k_max: int,
                     lanes: int | None, lookahead: int, static_lookahead: int,
                     block_steps: int, max_steps,
-                    ext: bool) -> EngineOutput:
+                    ext: bool, ep: bool) -> EngineOutput:
     """Simulate the first ``count`` of the M simulations stacked along the leading axis of
     ``p`` and ``r``, ``lanes`` (default all) at a time: steps are vmapped over the lanes, and
     every ``block_steps`` steps the lanes whose simulation ended take the next ones, so a short
@@ -139,7 +140,7 @@ def _simulate_batch(p: EngineParams, r: Requests, count, *, seats: int, k_max: i
     fresh = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (lanes,) + x.shape),
                                    initial_state(n, seats))
     step_lanes = partial(step, k_max=k_max, lookahead=lookahead,
-                         static_lookahead=static_lookahead, ext=ext)
+                         static_lookahead=static_lookahead, ext=ext, ep=ep)
 
     def load(ids):
         pp = jax.tree_util.tree_map(lambda x: x[ids], p)
@@ -174,7 +175,8 @@ def _simulate_batch(p: EngineParams, r: Requests, count, *, seats: int, k_max: i
     return lax.while_loop(lambda q: (q.sim >= 0).any(), block, pool).out
 
 
-_STATIC = ("seats", "k_max", "lanes", "lookahead", "static_lookahead", "block_steps", "ext")
+_STATIC = ("seats", "k_max", "lanes", "lookahead", "static_lookahead", "block_steps", "ext",
+           "ep")
 #: ``_simulate_batch`` compiled for a CPU (True) or an accelerator. XLA's CPU pipeline splits
 #: every reduction over more than 32 elements into a reduce-window and a reduce (for float
 #: accuracy): two kernels where one would do. The engine's float sums that reach results are

@@ -15,7 +15,6 @@ from sweep.engine.scheduling import (Admission, Growth, Readmission, Step, admis
                                      idle_jump, readmission, stop)
 from sweep.engine.state import Aux, EngineState, Extensions, arrived, needs_pass, seats_of
 from sweep.physics.rng import uniform_bits
-from sweep.physics.timing import pass_time
 from sweep.study.workload import Requests
 
 
@@ -49,7 +48,7 @@ def the_pass(c: Step, t, g: Growth, ra: Readmission, ad: Admission, b: Budget | 
     load = ad.new & c.p.transferred
     todo, prefill, pairs = c.f.prefills(c, b, ra, ad, load)
     f64 = jnp.float64
-    dt = pass_time(c.p.timing, prefill.sum(dtype=f64), pairs.sum(dtype=f64),
+    dt = c.f.pass_time(c.p.timing, prefill.sum(dtype=f64), pairs.sum(dtype=f64),
                    (decode | load).sum(dtype=f64),
                    (jnp.where(decode, c.seats.ctx, 0) + jnp.where(load, ad.prompt, 0)).sum(
                        dtype=f64), xp=jnp)
@@ -140,7 +139,7 @@ def advance(aux: Aux, s: EngineState, live, halt, tail, g: Growth, ad: Admission
     )
 
 
-def general_pass(p: EngineParams, r: Requests, aux: Aux, ext: bool, s: EngineState,
+def general_pass(p: EngineParams, r: Requests, aux: Aux, ext: bool, ep: bool, s: EngineState,
                  drafts) -> EngineState:
     """One engine pass (or one preemption) by the rules: docs/model.md, "One step", in which
     each seat's draft accepts ``drafts`` tokens if it decodes. ``ext`` compiles in prefix
@@ -148,7 +147,7 @@ def general_pass(p: EngineParams, r: Requests, aux: Aux, ext: bool, s: EngineSta
     one and the pass is exactly the plain rules'. A simulation that does not ``needs_pass`` is
     left as it is."""
     live = needs_pass(p, aux, s)
-    f = hooks(ext)
+    f = hooks(ext, ep)
     seats = seats_of(s)
     c = Step(p, r, aux, s, seats, f, f.view(p, r, s, seats))
     t, tail = idle_jump(c, live)

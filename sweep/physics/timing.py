@@ -224,8 +224,10 @@ def pass_work(p: TimingParams, tokens, pairs, context_read, xp=np):
     return flops, p.weight_bytes - unread, p.kv_bytes_per_token * (context_read + tokens)
 
 
-def _target_time(p: TimingParams, prefill_tokens, prefill_pairs, decode_seqs, decode_tokens,
-                 decode_pairs, context_read, xp):
+def _dense_time(p: TimingParams, prefill_tokens, prefill_pairs, decode_seqs, decode_tokens,
+                decode_pairs, context_read, xp):
+    """A target pass of one server whose every GPU holds a slice of every weight (tensor
+    parallelism; experts sliced too), or the GPU's measured linear form."""
     tokens = prefill_tokens + decode_tokens
     own = p.decode_attn_s_per_flop > 0.0  # decode attention outside the roofline
     decode_pairs = decode_pairs * p.decode_attn_ratio  # in prefill's FLOPs per pair
@@ -242,9 +244,17 @@ def _target_time(p: TimingParams, prefill_tokens, prefill_pairs, decode_seqs, de
             + p.overhead_s)
     lin = (p.lin_fixed_s + p.lin_prefill_token_s * prefill_tokens
            + p.lin_decode_token_s * decode_tokens + p.lin_context_token_s * context_read)
-    ep = _expert_parallel_time(p, tokens, prefill_pairs, decode_seqs, decode_pairs, context_read,
-                               xp)
-    return xp.where(p.linear > 0.5, lin, xp.where(p.ep > 0.5, ep, roof))
+    return xp.where(p.linear > 0.5, lin, roof)
+
+
+def _target_time(p: TimingParams, prefill_tokens, prefill_pairs, decode_seqs, decode_tokens,
+                 decode_pairs, context_read, xp):
+    """A target pass in any form: expert-parallel where the design says so, else dense."""
+    dense = _dense_time(p, prefill_tokens, prefill_pairs, decode_seqs, decode_tokens,
+                        decode_pairs, context_read, xp)
+    ep = _expert_parallel_time(p, prefill_tokens + decode_tokens, prefill_pairs, decode_seqs,
+                               decode_pairs * p.decode_attn_ratio, context_read, xp)
+    return xp.where(p.ep > 0.5, ep, dense)
 
 
 def _expert_parallel_time(p: TimingParams, tokens, prefill_pairs, decode_seqs, decode_pairs,
@@ -275,16 +285,27 @@ def _expert_parallel_time(p: TimingParams, tokens, prefill_pairs, decode_seqs, d
             + p.overhead_s)
 
 
-def pass_time(p: TimingParams, prefill_tokens, prefill_pairs, decode_seqs, decode_context, xp=np):
-    """Seconds for one pass that prefills ``prefill_tokens`` (``prefill_pairs`` = sum of
-    L(L+1)/2 over the prompts) and decodes ``decode_seqs`` sequences holding ``decode_context``
-    cached tokens in total. Under speculation each decoding sequence verifies k+1 tokens in the
-    target pass, and the draft costs ``k x draft_cost`` plain target decode passes. The host
-    spends ``seq_overhead`` on each decoding sequence, besides the pass's fixed overhead."""
-    k1 = p.draft_tokens + 1.0
-    target = _target_time(p, prefill_tokens, prefill_pairs, decode_seqs, decode_seqs * k1,
-                          decode_context * k1, decode_context, xp)
-    plain = _target_time(p, 0.0, 0.0, decode_seqs, decode_seqs, decode_context, decode_context,
-                         xp)
-    draft = xp.where(decode_seqs > 0, p.draft_tokens * p.draft_cost * plain, 0.0)
-    return target + draft + p.seq_overhead_s * decode_seqs
+def _pass_time_of(target):
+    def pass_time(p: TimingParams, prefill_tokens, prefill_pairs, decode_seqs, decode_context,
+                  xp=np):
+        """Seconds for one pass that prefills ``prefill_tokens`` (``prefill_pairs`` = sum of
+        L(L+1)/2 over the prompts) and decodes ``decode_seqs`` sequences holding
+        ``decode_context`` cached tokens in total. Under speculation each decoding sequence
+        verifies k+1 tokens in the target pass, and the draft costs ``k x draft_cost`` plain
+        target decode passes. The host spends ``seq_overhead`` on each decoding sequence,
+        besides the pass's fixed overhead."""
+        k1 = p.draft_tokens + 1.0
+        main = target(p, prefill_tokens, prefill_pairs, decode_seqs, decode_seqs * k1,
+                      decode_context * k1, decode_context, xp)
+        plain = target(p, 0.0, 0.0, decode_seqs, decode_seqs, decode_context, decode_context,
+                       xp)
+        draft = xp.where(decode_seqs > 0, p.draft_tokens * p.draft_cost * plain, 0.0)
+        return main + draft + p.seq_overhead_s * decode_seqs
+    return pass_time
+
+
+#: A pass of any design.
+pass_time = _pass_time_of(_target_time)
+#: The same for designs without expert parallelism, to the bit, without computing its form: an
+#: engine compiled for a batch with no such design uses it (``extensions.hooks``).
+dense_pass_time = _pass_time_of(_dense_time)
