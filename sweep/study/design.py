@@ -223,7 +223,7 @@ class _Design:
             raise DoesNotFit(
                 "design", f"the KV cache of {model.name} on {self.server_gpus} x {gpu.name} "
                 f"holds {self.kv_tokens()} tokens, less than one {longest}-token sequence; use "
-                "more gpus or fewer weight_bits")
+                "more gpus, fewer weight_bits or a smaller max_seq_len")
 
     def budget(self):
         """The memory budget, computed once per design (it is immutable)."""
