@@ -170,7 +170,7 @@ def test_a_skip_list_keeps_its_modules_at_16_bits():
      "quantization_config"),
     ({"audio_config": {"hidden_size": 1024}}, "audio_config"),
     ({"moe_num_experts": 64, "moe_k": 6}, "moe_k"),  # a family's own names (sorted)
-    ({"attn_type_list": [0, 1] * 16}, "attn_type_list"),
+    ({"attn_type_list": [0, 1] * 16}, "attn_type_list"),  # MiniMax's lightning attention
     ({"layer_types": ["sliding_attention"] * 32, "sliding_window": 4096}, "layer_types"),
 ])
 def test_a_config_it_cannot_size_is_refused_naming_the_field(tmp_path, change, field):
@@ -371,3 +371,17 @@ def test_nvfp4_computes_in_4_bits_on_blackwell_only(tmp_path):
     m = load_hf_config(tmp_path / "config.json")
     assert [m.activation_bits(get_gpu(g), None) for g in ("B200", "H100-SXM", "MI355X")] == [
         4, 16, 16]
+
+
+def test_minimax_m2_with_softmax_attention_in_every_layer_loads(tmp_path):
+    """MiniMax-M2 (230B total, 10B active: its card): every layer softmax attention
+    (``attn_type_list`` all 1) and 256 experts of top 8; its MTP modules not counted."""
+    cfg = {"hidden_size": 3072, "num_hidden_layers": 62, "num_attention_heads": 48,
+           "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 1536,
+           "num_local_experts": 256, "num_experts_per_tok": 8, "vocab_size": 200064,
+           "max_position_embeddings": 196608, "attn_type_list": [1] * 62,
+           "shared_intermediate_size": 0, "use_mtp": True, "num_mtp_modules": 3,
+           "tie_word_embeddings": False}
+    m = _write_and_load(tmp_path, cfg)
+    assert m.params / 1e9 == pytest.approx(230, rel=0.02)
+    assert (m.active_params - m.vocab * m.hidden) / 1e9 == pytest.approx(10, rel=0.05)

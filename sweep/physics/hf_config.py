@@ -56,6 +56,7 @@ KNOWN = frozenset((
     "v_head_dim", "vocab_size_per_layer_input", "moe_router_enable_expert_bias",
     "router_aux_loss_coef", "output_router_logits", "norm_topk_prob", "moe_aux_loss_coeff",
     "use_mamba_kernels", "router_jitter_noise", "moe_z_loss_coeff", "ep_size", "moe_layers",
+    "attn_type_list",
 ))
 UNREAD = (("audio_config", "an audio tower's weights"),
           ("num_kv_shared_layers", "layers sharing another layer's KV cache"),
@@ -126,6 +127,13 @@ def _layer_kinds(r: _Reading, layers: int, moe: bool) -> list[tuple[str, str]]:
 def _attention_kinds(r: _Reading, layers: int) -> list[str]:
     c = r.cfg
     latent = "mla" if _nonzero(c.get("kv_lora_rank")) else "full"
+    minimax = c.get("attn_type_list")  # MiniMax: 1 softmax attention, 0 lightning (linear)
+    if minimax is not None:
+        if not isinstance(minimax, list) or len(minimax) != layers or set(minimax) - {0, 1}:
+            r.refuse("attn_type_list", f"is not a list of {layers} of 0 and 1")
+        if 0 in minimax:
+            r.refuse("attn_type_list", "names lightning-attention layers (0), which are not "
+                                       "modelled", "1 (softmax attention) in every layer")
     types = c.get("layer_types")
     if types is not None:
         if not isinstance(types, list) or len(types) != layers:
