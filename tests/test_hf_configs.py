@@ -121,6 +121,7 @@ def _write_and_load(folder: Path, cfg: dict):
 
 @pytest.mark.parametrize("quant,bits,nominal", [
     ({"quant_method": "fp8", "weight_block_size": [128, 128]}, 8 + 32 / 128**2, 8),
+    ({"quant_method": "fp8", "activation_scheme": "static"}, 8.0, 8),  # one scale per tensor
     ({"quant_method": "mxfp4"}, 4.25, 4),
     ({"quant_method": "awq", "bits": 4, "group_size": 128}, 4 + 20 / 128, 4),
     ({"quant_method": "gptq", "bits": 4, "group_size": 128}, 4 + 20 / 128, 4),
