@@ -129,7 +129,8 @@ def _attention_kinds(r: _Reading, layers: int) -> list[str]:
     latent = "mla" if _nonzero(c.get("kv_lora_rank")) else "full"
     minimax = c.get("attn_type_list")  # MiniMax: 1 softmax attention, 0 lightning (linear)
     if minimax is not None:
-        if not isinstance(minimax, list) or len(minimax) != layers or set(minimax) - {0, 1}:
+        if not isinstance(minimax, list) or len(minimax) != layers or not all(
+                isinstance(v, int) and v in (0, 1) for v in minimax):
             r.refuse("attn_type_list", f"is not a list of {layers} of 0 and 1")
         if 0 in minimax:
             r.refuse("attn_type_list", "names lightning-attention layers (0), which are not "
@@ -144,17 +145,20 @@ def _attention_kinds(r: _Reading, layers: int) -> list[str]:
                                     "modelled", ", ".join(LAYER_TYPES))
         return [LAYER_TYPES[t] for t in types]
     if _nonzero(c.get("attention_chunk_size")):  # Llama-4: chunked local attention, every
-        interval = c.get("no_rope_layer_interval", 4)  # interval-th layer global
+        r.int("attention_chunk_size")  # interval-th layer global
+        interval = r.int("no_rope_layer_interval", 4)
         no_rope = c.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(layers)]
+        if not isinstance(no_rope, list) or len(no_rope) < layers:
+            r.refuse("no_rope_layers", f"is not a list of {layers} flags")
         return ["window" if used else "full" for used in no_rope[:layers]]
     if _windowed(c):
         pattern = c.get("sliding_window_pattern")  # Gemma-3: every pattern-th layer full
         if _positive(pattern):
             return ["full" if (i + 1) % pattern == 0 else "window" for i in range(layers)]
-        first = c.get("max_window_layers", 0) if "max_window_layers" in c else 0
+        first = r.int("max_window_layers", 0) if _nonzero(c.get("max_window_layers")) else 0
         return [latent if i < first else "window" for i in range(layers)]
-    interval = c.get("full_attention_interval")
-    if _nonzero(interval):  # Qwen3-Next: linear attention, every interval-th layer full
+    if _nonzero(c.get("full_attention_interval")):  # Qwen3-Next: linear attention, every
+        interval = r.int("full_attention_interval")  # interval-th layer full
         return ["full" if (i + 1) % interval == 0 else "linear" for i in range(layers)]
     return [latent] * layers
 
@@ -181,7 +185,8 @@ def _mlp_kind(r: _Reading, i: int, moe: bool) -> str:
     step = c.get("decoder_sparse_step", 1) or 1
     every = c.get("interleave_moe_layer_step", 1) or 1
     only = c.get("mlp_only_layers") or []
-    if not all(isinstance(v, int) for v in (dense_first, freq, step, every)):
+    if not all(isinstance(v, int) for v in (dense_first, freq, step, every)) or not isinstance(
+            only, list):
         r.refuse("moe_layer_freq", "or a field placing the expert layers is not an integer")
     routed = (i >= dense_first and i % freq == 0 and (i + 1) % step == 0
               and i % every == every - 1 and i not in only)
@@ -213,7 +218,8 @@ def _attention(r: _Reading, kind: str, hidden: int, count: _Count, m: dict) -> N
     values, pair = 2.0 * kv * hd, 4.0 * heads * hd
     m["kv_split"].append(kv)
     if kind == "window":
-        w = c.get("attention_chunk_size") or c.get("sliding_window")
+        w = min(r.int("attention_chunk_size" if _nonzero(c.get("attention_chunk_size"))
+                      else "sliding_window"), r.int("max_position_embeddings"))
         m["window"] = w
         m["window_kv_values"] += values
         m["window_flops_per_token"] += pair * w
@@ -231,7 +237,7 @@ def _latent(r: _Reading, heads: int, hidden: int, count: _Count, m: dict) -> Non
     c = r.cfg
     lora, rope = r.int("kv_lora_rank"), r.int("qk_rope_head_dim")
     nope, v = r.int("qk_nope_head_dim"), r.int("v_head_dim")
-    q_lora = c.get("q_lora_rank")
+    q_lora = r.int("q_lora_rank") if _nonzero(c.get("q_lora_rank")) else None
     qk = nope + rope
     q = ((hidden * q_lora + q_lora + q_lora * heads * qk) if _nonzero(q_lora)
          else hidden * heads * qk)
@@ -329,8 +335,11 @@ def _vision(cfg: dict) -> float:
     depth = v.get("depth") or v.get("num_hidden_layers") or v.get("vt_num_hidden_layers")
     if not all(_positive(x) for x in (h, i, depth)):
         return 0.0
-    patch = (v.get("patch_size") or 14) ** 2 * (v.get("in_channels") or 3) * (
-        v.get("temporal_patch_size") or 1)
+    sizes = [v.get(k) or d for k, d in (("patch_size", 14), ("in_channels", 3),
+                                         ("temporal_patch_size", 1))]
+    if not all(_positive(x) for x in sizes):
+        return 0.0
+    patch = sizes[0] ** 2 * sizes[1] * sizes[2]
     return float(depth * (4 * h * h + 2 * h * i) + patch * h)
 
 
