@@ -386,3 +386,24 @@ def test_minimax_m2_with_softmax_attention_in_every_layer_loads(tmp_path):
     m = _write_and_load(tmp_path, cfg)
     assert m.params / 1e9 == pytest.approx(230, rel=0.02)
     assert (m.active_params - m.vocab * m.hidden) / 1e9 == pytest.approx(10, rel=0.05)
+
+
+@pytest.mark.parametrize("name", ["deepseek-ai--DeepSeek-V3", "Qwen--Qwen3.5-35B-A3B",
+                                  "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+                                  "openai--gpt-oss-20b"])
+def test_a_malformed_field_is_refused_in_one_line_never_a_crash(tmp_path, name):
+    """Fields of the wrong type or value, a few at a time, in the language model's table."""
+    import random
+    rng = random.Random(name)
+    odd = [None, "x", -1, 0, 1.5, [], {}, [1, "a"], True, 10**12, {"quant_method": "fp8",
+                                                                   "weight_block_size": "x"}]
+    base = json.loads((CONFIGS / f"{name}_config.json").read_text())
+    for trial in range(60):
+        cfg = json.loads(json.dumps(base))
+        table = cfg.get("text_config", cfg)
+        for key in rng.sample(sorted(table) + ["quantization_config"], 2):
+            table[key] = rng.choice(odd)
+        try:
+            _write_and_load(tmp_path / str(trial), cfg)
+        except FieldError as exc:
+            assert "\n" not in str(exc) and exc.key == "model.config_json"
