@@ -73,7 +73,7 @@ def test_kv_bytes_per_token_at_16_bits():
     assert _load("meta-llama--Meta-Llama-3.1-70B").kv_bytes_per_token(16) == 327_680
     oss = _load("openai--gpt-oss-120b")  # 18 of 36 layers keep 128 tokens
     assert oss.window == 128 and oss.kv_values == oss.window_kv_values == 18 * 2 * 8 * 64
-    assert oss.full_kv_bytes_per_token(16) == oss.kv_bytes_per_token(16) / 2
+    assert oss.held_kv_bytes_per_token(16, 1) == oss.kv_bytes_per_token(16) / 2
 
 
 def test_each_layer_kind_is_read():

@@ -77,4 +77,4 @@ def memory_budget(model: Model, gpu_memory_gib: float, gpus: int = 1,
             ENGINE_RESERVE_GIB
         overhead = total * (1.0 - utilization) + per_gpu * gpus_all
     return Budget(gpus_all, total, weights, overhead, total - weights - overhead,
-                  model.full_kv_bytes_per_token(kv_bits) * model.kv_copies(gpus))
+                  model.held_kv_bytes_per_token(kv_bits, gpus))

@@ -74,14 +74,16 @@ class Model:
         the teaching simulator has it)."""
         return (self.kv_values + self.window_kv_values) * kv_bits / 8.0
 
-    def full_kv_bytes_per_token(self, kv_bits: int = 16) -> float:
-        """The cache that grows with a sequence: its full-attention layers'."""
-        return self.kv_values * kv_bits / 8.0
+    def held_kv_bytes_per_token(self, kv_bits: int, gpus: int) -> float:
+        """The cache that grows with a sequence, its full-attention layers', as a group of
+        ``gpus`` tensor-parallel GPUs holds it (replicas included)."""
+        return self.kv_values * kv_bits / 8.0 * self.kv_copies(gpus)
 
-    def seq_bytes(self, kv_bits: int = 16) -> float:
-        """What a sequence holds whatever its length past the window: its windowed layers' KV
-        over a full window and its state."""
-        return self.window_kv_values * self.window * kv_bits / 8.0 + self.state_bytes
+    def held_seq_bytes(self, kv_bits: int, gpus: int) -> float:
+        """What a sequence holds whatever its length past the window, over the same group: its
+        windowed layers' KV over a full window (replicas included) and its state."""
+        return (self.window_kv_values * self.window * kv_bits / 8.0 * self.kv_copies(gpus)
+                + self.state_bytes)
 
     def activation_bits(self, gpu, activation_bits: int | None) -> int:
         """Bits the matrix products compute in: the ``activation_bits`` lever's, or, unset,
@@ -91,7 +93,7 @@ class Model:
             return activation_bits
         native = self.native_activation_bits
         floating = NATIVE_FLOAT_GENERATIONS.get(native)
-        runs = floating is None or getattr(gpu, "generation", "") in floating
+        runs = floating is None or gpu.generation in floating
         return native if runs and gpu.has_activation_bits(native) else 16
 
     def weight_bits(self, weight_bits: int | None) -> float:

@@ -116,9 +116,8 @@ def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int | N
         weight_bytes=model.weight_bytes(weight_bits),
         expert_bytes=model.expert_bytes(weight_bits),
         expert_skip=1.0 - model.experts_per_token / model.experts,
-        kv_bytes_per_token=model.full_kv_bytes_per_token(kv_bits) * model.kv_copies(tp),
-        seq_bytes=(model.window_kv_values * model.window * kv_bits / 8.0 * model.kv_copies(tp)
-                   + 2.0 * model.state_bytes),
+        kv_bytes_per_token=model.held_kv_bytes_per_token(kv_bits, tp),
+        seq_bytes=model.held_seq_bytes(kv_bits, tp) + model.state_bytes,  # state read, written
         flops_per_s=(compute_efficiency * gpu.tflops(model.activation_bits(gpu, activation_bits))
                      * 1e12 * tp),
         decode_attn_s_per_flop=attn_s_per_flop,

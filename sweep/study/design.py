@@ -262,11 +262,10 @@ class _Design:
     def seq_blocks(self) -> int:
         """Blocks every running sequence holds besides its context's: its windowed layers' KV
         over a full window and its linear-attention or state-space state, in blocks of the
-        full-attention layers' KV (``Model.seq_bytes``)."""
-        model, copies = self.model_spec, self.model_spec.kv_copies(self.gpus)
-        per_block = self.block_tokens * model.full_kv_bytes_per_token(self.kv_bits) * copies
-        window = model.seq_bytes(self.kv_bits) - model.state_bytes
-        return int(math.ceil((window * copies + model.state_bytes) / per_block))
+        full-attention layers' KV (``Model.held_seq_bytes``)."""
+        model = self.model_spec
+        per_block = self.block_tokens * model.held_kv_bytes_per_token(self.kv_bits, self.gpus)
+        return int(math.ceil(model.held_seq_bytes(self.kv_bits, self.gpus) / per_block))
 
     def timing(self) -> TimingParams:
         """The pass-time constants: ``timing_params`` gets every lever it names."""
