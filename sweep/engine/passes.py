@@ -49,9 +49,9 @@ def the_pass(c: Step, t, g: Growth, ra: Readmission, ad: Admission, b: Budget | 
     todo, prefill, pairs = c.f.prefills(c, b, ra, ad, load)
     f64 = jnp.float64
     dt = c.f.pass_time(c.p.timing, prefill.sum(dtype=f64), pairs.sum(dtype=f64),
-                   (decode | load).sum(dtype=f64),
-                   (jnp.where(decode, c.seats.ctx, 0) + jnp.where(load, ad.prompt, 0)).sum(
-                       dtype=f64), xp=jnp)
+                       (decode | load).sum(dtype=f64),
+                       (jnp.where(decode, c.seats.ctx, 0) + jnp.where(load, ad.prompt, 0)).sum(
+                           dtype=f64), xp=jnp)
     dt = jnp.where(g.work, dt, 0.0)
     return Pass(decode, prefill, todo, dt, t + dt)
 

@@ -223,22 +223,30 @@ def pass_work(p: TimingParams, tokens, pairs, context_read, xp=np):
     return flops, p.weight_bytes - unread, p.kv_bytes_per_token * (context_read + tokens)
 
 
+def _roofline_pairs(p: TimingParams, prefill_pairs, decode_pairs, xp):
+    """The query-key pairs the roofline's FLOPs count: decode's join prefill's unless decode
+    attention has its own term (``decode_attn_s_per_flop`` > 0)."""
+    return prefill_pairs + xp.where(p.decode_attn_s_per_flop > 0.0, 0.0, decode_pairs)
+
+
+def _decode_attention(p: TimingParams, decode_pairs, context_read, xp):
+    """Decode attention's own roofline: its KV reads are already in the memory side, so only
+    the compute beyond them adds (0 where it has no term of its own)."""
+    return xp.maximum(p.attn_flops_per_pair * decode_pairs * p.decode_attn_s_per_flop
+                      - p.kv_bytes_per_token * context_read / p.kv_bytes_per_s, 0.0)
+
+
 def _dense_time(p: TimingParams, prefill_tokens, prefill_pairs, decode_seqs, decode_tokens,
                 decode_pairs, context_read, xp):
     """A target pass of one server whose every GPU holds a slice of every weight (tensor
-    parallelism; experts sliced too), or the GPU's measured linear form."""
+    parallelism; experts sliced too), or the GPU's measured linear form. ``decode_pairs`` are
+    in prefill's FLOPs per pair."""
     tokens = prefill_tokens + decode_tokens
-    own = p.decode_attn_s_per_flop > 0.0  # decode attention outside the roofline
-    decode_pairs = decode_pairs * p.decode_attn_ratio  # in prefill's FLOPs per pair
-    flops, weights, kv = pass_work(p, tokens, prefill_pairs + xp.where(own, 0.0, decode_pairs),
+    flops, weights, kv = pass_work(p, tokens, _roofline_pairs(p, prefill_pairs, decode_pairs, xp),
                                    context_read, xp)
     kv = kv + p.seq_bytes * decode_seqs
-    # Decode attention's own roofline: its KV reads are already in the memory side, so only
-    # the compute beyond them adds.
-    attention = xp.maximum(p.attn_flops_per_pair * decode_pairs * p.decode_attn_s_per_flop
-                           - p.kv_bytes_per_token * context_read / p.kv_bytes_per_s, 0.0)
     roof = (xp.maximum(flops / p.flops_per_s, weights / p.bytes_per_s + kv / p.kv_bytes_per_s)
-            + attention
+            + _decode_attention(p, decode_pairs, context_read, xp)
             + allreduce_time(p, tokens, xp)
             + p.overhead_s)
     lin = (p.lin_fixed_s + p.lin_prefill_token_s * prefill_tokens
@@ -252,7 +260,7 @@ def _target_time(p: TimingParams, prefill_tokens, prefill_pairs, decode_seqs, de
     dense = _dense_time(p, prefill_tokens, prefill_pairs, decode_seqs, decode_tokens,
                         decode_pairs, context_read, xp)
     ep = _expert_parallel_time(p, prefill_tokens + decode_tokens, prefill_pairs, decode_seqs,
-                               decode_pairs * p.decode_attn_ratio, context_read, xp)
+                               decode_pairs, context_read, xp)
     return xp.where(p.ep > 0.5, ep, dense)
 
 
@@ -263,10 +271,9 @@ def _expert_parallel_time(p: TimingParams, tokens, prefill_pairs, decode_seqs, d
     dense weights; each GPU runs its experts for the tokens routed to them (the busiest GPU's
     expected load) and reads those of them any token uses; across ranks the tokens go to their
     experts and back (all-to-all). Ranks share the batch evenly."""
-    own = p.decode_attn_s_per_flop > 0.0
     dp = p.dp
     rank_tokens = tokens / dp
-    pairs = (prefill_pairs + xp.where(own, 0.0, decode_pairs)) / dp
+    pairs = _roofline_pairs(p, prefill_pairs, decode_pairs, xp) / dp
     mean = tokens * p.expert_k / p.ep_gpus
     load = xp.minimum(mean + p.ep_load_z * xp.sqrt(tokens * p.ep_load_var),
                       tokens * p.ep_load_cap)
@@ -276,9 +283,8 @@ def _expert_parallel_time(p: TimingParams, tokens, prefill_pairs, decode_seqs, d
     touched = 1.0 - xp.power(p.expert_skip, tokens)
     weights = p.weight_bytes - p.expert_bytes + p.expert_bytes * touched * p.tp / p.ep_gpus
     kv = (p.kv_bytes_per_token * (context_read + tokens) + p.seq_bytes * decode_seqs) / dp
-    attention = xp.maximum((p.attn_flops_per_pair * decode_pairs * p.decode_attn_s_per_flop
-                            - p.kv_bytes_per_token * context_read / p.kv_bytes_per_s) / dp, 0.0)
-    return (xp.maximum(compute, weights / p.bytes_per_s + kv / p.kv_bytes_per_s) + attention
+    return (xp.maximum(compute, weights / p.bytes_per_s + kv / p.kv_bytes_per_s)
+            + _decode_attention(p, decode_pairs / dp, context_read / dp, xp)
             + allreduce_time(p, rank_tokens, xp)
             + xp.where(tokens > 0, p.a2a_latency_s + p.a2a_s_per_token * tokens, 0.0)
             + p.overhead_s)
@@ -294,10 +300,11 @@ def _pass_time_of(target):
         target decode passes. The host spends ``seq_overhead`` on each decoding sequence,
         besides the pass's fixed overhead."""
         k1 = p.draft_tokens + 1.0
+        ratio = p.decode_attn_ratio  # decode's pairs in prefill's FLOPs per pair
         main = target(p, prefill_tokens, prefill_pairs, decode_seqs, decode_seqs * k1,
-                      decode_context * k1, decode_context, xp)
-        plain = target(p, 0.0, 0.0, decode_seqs, decode_seqs, decode_context, decode_context,
-                       xp)
+                      decode_context * k1 * ratio, decode_context, xp)
+        plain = target(p, 0.0, 0.0, decode_seqs, decode_seqs, decode_context * ratio,
+                       decode_context, xp)
         draft = xp.where(decode_seqs > 0, p.draft_tokens * p.draft_cost * plain, 0.0)
         return main + draft + p.seq_overhead_s * decode_seqs
     return pass_time
