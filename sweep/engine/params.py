@@ -79,8 +79,10 @@ def engine_params(design: Design) -> EngineParams:
         transferred=np.bool_(False),
         **{f.key: np.dtype(f.engine).type(getattr(design, f.key)) for f in ENGINE_LEVERS},
         summary=SummaryParams(
-            block_bytes=np.float64(design.block_tokens * design.model_spec.kv_bytes_per_token(
-                design.kv_bits)),
+            # A block is the full-attention layers' KV of block_tokens tokens, as the group
+            # holds it: a sequence's window and state are counted in such blocks too.
+            block_bytes=np.float64(design.block_tokens * design.model_spec.held_kv_bytes_per_token(
+                design.kv_bits, design.gpus)),
             gpus=np.float64(design.server_gpus),
             price_per_gpu_s=np.float64(design.resolved("price_per_gpu_hour") / 3600.0),
             request_overhead_s=np.float64(design.resolved("request_overhead_ms") * 1e-3),
