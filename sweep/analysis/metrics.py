@@ -1,7 +1,9 @@
 """Summary metrics of one simulation, from the engine's per-request output (pure JAX, vmappable).
 
 Names carry units; docs/model.md defines each. Censored requests (unserved at the stop) count
-with ``t_stop - arrival`` in TTFT and end-to-end latency; TPOT uses completed requests only.
+with ``t_stop - arrival`` in TTFT and end-to-end latency; TPOT uses completed requests only. A
+closed loop's warm-up requests count in none, and its rates are over the measured window, from
+the first measured request's arrival to the stop.
 """
 from __future__ import annotations
 
@@ -25,10 +27,15 @@ def hist_percentile(hist, q):
 
 def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
     m = p.summary
-    real = jnp.isfinite(r.arrival)
+    arrival = out.arrival
+    index = jnp.arange(arrival.shape[0])
+    real = jnp.isfinite(arrival) & (index >= r.warmup)
     n_real = real.sum()
     t_stop = out.t_stop
-    done = jnp.isfinite(out.finish)
+    # The measured window: from the first measured arrival (0 without a warm-up).
+    warm = r.warmup > 0
+    t0 = jnp.where(warm, arrival[jnp.minimum(r.warmup, arrival.shape[0] - 1)], 0.0)
+    done = jnp.isfinite(out.finish) & real
     tpot_ok = done & (r.output > 1)
     tpot = jnp.where(tpot_ok, (out.finish - out.first) / jnp.maximum(r.output - 1, 1) * 1e3,
                      jnp.nan)
@@ -36,9 +43,9 @@ def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
     # Outside the passes: the request overhead, and the lag of so many mean TPOTs.
     outside = m.request_overhead_s + m.request_lag_passes * jnp.where(
         tpot_ok.any(), mean_tpot_ms, 0.0) * 1e-3
-    ttft = jnp.where(jnp.isfinite(out.first), out.first, t_stop) - r.arrival
+    ttft = jnp.where(jnp.isfinite(out.first), out.first, t_stop) - arrival
     ttft = jnp.where(real, jnp.maximum(ttft, 0.0) + outside, jnp.nan)
-    e2e = jnp.where(real, jnp.maximum(jnp.where(done, out.finish, t_stop) - r.arrival, 0.0)
+    e2e = jnp.where(real, jnp.maximum(jnp.where(done, out.finish, t_stop) - arrival, 0.0)
                     + outside, jnp.nan)
     # Per-request goodput (vLLM's benchmark): completed, within both of the brief's
     # per-request limits (a one-token answer has no TPOT to miss).
@@ -47,19 +54,22 @@ def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
     ttft_q = jnp.nanpercentile(ttft, jnp.array([50.0, 90.0, 95.0, 99.0]))
     tpot_q = jnp.nanpercentile(tpot, jnp.array([50.0, 95.0, 99.0]))
     e2e_q = jnp.nanpercentile(e2e, jnp.array([50.0, 90.0, 95.0, 99.0]))
-    tokens = out.tokens.astype(jnp.float64)
+    tokens = jnp.where(warm, fixed_sum(jnp.where(real, out.generated, 0).astype(jnp.float64)),
+                       out.tokens.astype(jnp.float64))
     completed = done.sum()
     # Waiting (arrived, no first token yet) at the arrival of the middle and the last request.
     half = n_real // 2
     got_first = jnp.where(jnp.isfinite(out.first), out.first, jnp.inf)
 
     def waiting(tau):
-        return (real & (r.arrival <= tau) & (got_first > tau)).sum()
+        return (real & (arrival <= tau) & (got_first > tau)).sum()
 
-    q_mid = waiting(r.arrival[half])
-    q_last = waiting(r.arrival[jnp.maximum(n_real - 1, 0)])
+    first_real = jnp.where(warm, r.warmup, 0)
+    q_mid = waiting(arrival[first_real + half])
+    q_last = waiting(arrival[jnp.maximum(first_real + n_real - 1, 0)])
     unstable = (n_real > 0) & (q_last > q_mid + 0.05 * (n_real - 1 - half) + 1)
     safe_t = jnp.where(t_stop > 0, t_stop, jnp.nan)
+    span = jnp.where(t_stop - t0 > 0, t_stop - t0, jnp.nan)
     return {
         "mean_ttft_s": fixed_sum(jnp.where(real, ttft, 0.0)) / n_real,
         "p50_ttft_s": ttft_q[0], "p90_ttft_s": ttft_q[1], "p95_ttft_s": ttft_q[2],
@@ -71,13 +81,13 @@ def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
         "mean_e2e_s": fixed_sum(jnp.where(real, e2e, 0.0)) / n_real,
         "p50_e2e_s": e2e_q[0], "p90_e2e_s": e2e_q[1], "p95_e2e_s": e2e_q[2],
         "p99_e2e_s": e2e_q[3],
-        "tokens_per_s": tokens / safe_t,
+        "tokens_per_s": tokens / span,
         "requests": n_real, "completed": completed, "unfinished": n_real - completed,
         "preemptions": out.preemptions,
         "peak_kv_gb": out.peak_blocks * m.block_bytes / 1e9,
         "max_queue": out.max_queue,
-        "cost_per_mtok": jnp.where(tokens > 0, m.gpus * m.price_per_gpu_s * t_stop / tokens * 1e6,
-                                   jnp.inf),
+        "cost_per_mtok": jnp.where(tokens > 0, m.gpus * m.price_per_gpu_s * (t_stop - t0)
+                                   / tokens * 1e6, jnp.inf),
         "mean_in_system": out.area / safe_t,
         "utilization": out.busy / safe_t,
         "sim_time_s": t_stop,
@@ -89,5 +99,5 @@ def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
                                      / jnp.maximum(out.prefix_lookups, 1), jnp.nan),
         "prefill_tokens_saved": out.prefix_hits.astype(jnp.int64) * r.prefix_tokens,
         "slo_attainment": attained / n_real,
-        "goodput_rps": attained / safe_t,
+        "goodput_rps": attained / span,
     }

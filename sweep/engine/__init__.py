@@ -11,6 +11,7 @@ taken at once. Its modules, in the order a step uses them:
 - ``passes``: rules 6-9 (the pass, tokens, completion) and ``general_pass``, their composition;
 - ``extensions``: prefix caching and chunked prefill's part of each rule, compiled in only for
   a batch that uses them;
+- ``arrivals``: when requests arrive: given in advance, or sent by a closed loop's finishes;
 - ``decode``: the decode runs;
 - ``lanes``: ``step``, and ``simulate_batch``, the entry, over a pool of lanes;
 - ``topology``: what replicas and disaggregated pools are, as servers the engine runs.

@@ -17,7 +17,7 @@ from jax import lax
 from sweep.engine.extensions import hooks
 from sweep.engine.params import EngineParams, context_blocks
 from sweep.engine.passes import accepted
-from sweep.engine.state import Aux, EngineState, arrived, itl_bin, needs_pass, unfinished
+from sweep.engine.state import Aux, EngineState, itl_bin, needs_pass, unfinished
 from sweep.physics.numerics import running_sum
 from sweep.study.workload import Requests
 
@@ -26,12 +26,10 @@ def _run_start(p: EngineParams, r: Requests, aux: Aux, f: type, s: EngineState):
     """Whether the general pass before a decode run was skipped (``needs_pass``; it left
     run_full), whether a run may start at all, and the next arrival after ``s.tail`` (the
     general pass just before left it at s.t)."""
-    n = r.arrival.shape[0]
     skipped = unfinished(aux, s) & ~needs_pass(p, aux, s)
     ok = unfinished(aux, s) & ~(s.seat_pre & (s.seat_req >= 0)).any()
     ok = f.run_ok(s, ok)
-    next_arrival = jnp.where(s.tail < n, r.arrival[jnp.minimum(s.tail, n - 1)], jnp.inf)
-    return skipped, ok, next_arrival
+    return skipped, ok, f.arrival_of(r, s, s.tail)
 
 
 class _Run(NamedTuple):
@@ -47,15 +45,17 @@ class _Run(NamedTuple):
 
 
 def _run_length(p: EngineParams, r: Requests, aux: Aux, s: EngineState, f: type, skipped, ok,
-                next_arrival, fits, n_run, context, unit: int) -> _Run:
+                next_arrival, fits, n_run, context, finishes, unit: int) -> _Run:
     """A run's pass times and clock, and the passes it takes: all of them up to the first at
-    which an event could occur."""
+    which an event could occur (``finishes``: a sequence finishes at pass j, which in a closed
+    loop sends the next request)."""
     j = jnp.arange(n_run.shape[0], dtype=jnp.int32)
     dt = f.pass_time(p.timing, 0.0, 0.0, n_run.astype(jnp.float64), context, xp=jnp)
     # The clock and the busy time add pass after pass, as pass-by-pass stepping does, so a
     # result does not depend on where runs are cut.
     ends = running_sum(dt, s.t, unroll=True)
     starts = jnp.concatenate([s.t[None], ends[:-1]])
+    next_arrival = f.run_arrival(r, s, next_arrival, finishes, ends)
     # Running seats are the occupied ones here, so a free seat exists while n_run < max_batch.
     can_admit = ~p.static & (n_run < p.max_batch)
     # A unit after the first is a step of its own, within the step bound.
@@ -67,8 +67,8 @@ def _run_length(p: EngineParams, r: Requests, aux: Aux, s: EngineState, f: type,
     return _Run(n_run, dt, ends, starts, m, j < m, jnp.maximum(m - 1, 0))
 
 
-def _run_end(r: Requests, aux: Aux, s: EngineState, skipped, unit: int, run: _Run, in_use,
-             output, seat_passes, gen_new, blocks) -> EngineState:
+def _run_end(r: Requests, aux: Aux, s: EngineState, f: type, skipped, unit: int, run: _Run,
+             in_use, output, seat_passes, gen_new, blocks) -> EngineState:
     """The state after ``run``, in which each seat decoded ``seat_passes`` of its passes,
     reaching ``gen_new`` of its ``output`` tokens and holding ``blocks``."""
     n = r.arrival.shape[0]
@@ -79,9 +79,12 @@ def _run_end(r: Requests, aux: Aux, s: EngineState, skipped, unit: int, run: _Ru
     emitted = gen_new - s.seat_gen
     passes_run = jnp.where(took, run.n_run, 0)
     hist = s.itl_hist.at[itl_bin(run.dt)].add(passes_run)
-    tail_last = arrived(aux, run.starts[last], n)
+    passes_done = (done_seat[:, None] & (seat_passes[:, None] - 1 == jnp.arange(
+        took.shape[0], dtype=jnp.int32))).sum(axis=0, dtype=jnp.int32)
+    spawn = f.spawned_run(r, s, passes_done, ends)
+    tail_last = f.arrived(r, aux, spawn, run.starts[last])
     return s._replace(
-        t=t_end, tail=arrived(aux, t_end, n),
+        t=t_end, tail=f.arrived(r, aux, spawn, t_end), spawn=spawn,
         seat_req=jnp.where(done_seat, -1, s.seat_req),
         seat_gen=jnp.where(done_seat, 0, gen_new),
         seat_npass=jnp.where(done_seat, 0, s.seat_npass + seat_passes),
@@ -102,7 +105,7 @@ def _run_end(r: Requests, aux: Aux, s: EngineState, skipped, unit: int, run: _Ru
 
 
 def decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: int, unit: int,
-               ext: bool, ep: bool, s: EngineState) -> EngineState:
+               ext: bool, ep: bool, closed: bool, s: EngineState) -> EngineState:
     """Up to ``lookahead`` decode-only passes at once (none if an event could intervene), taken
     exactly as consecutive runs of ``unit`` passes would be (``lookahead`` is a multiple of it),
     down to the step count: how runs are cut changes no result.
@@ -110,10 +113,11 @@ def decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: in
     Completions do not end a run: a finished sequence just leaves the batch (its blocks are not
     counted as freed, which can only end a run early). What ends it is a pass at which the
     rules could admit (a free seat of a continuous batch and someone waiting or arriving), a
-    KV block that may not fit, the end time, or an empty batch. With ``ext``, no run starts
-    while a seat is mid-prefill, and growth must fit beside every cached prefix (so the run
-    never evicts one)."""
-    f = hooks(ext, ep)
+    KV block that may not fit, the end time, or an empty batch; in a closed loop a completion
+    sends a request, which ends the run like any arrival. With ``ext``, no run starts while a
+    seat is mid-prefill, and growth must fit beside every cached prefix (so the run never
+    evicts one)."""
+    f = hooks(ext, ep, closed)
     skipped, ok, next_arrival = _run_start(p, r, aux, f, s)
     running = (s.seat_req >= 0) & ~s.seat_pre
     prompt, output, gen, npass = s.seat_prompt, s.seat_output, s.seat_gen, s.seat_npass
@@ -146,21 +150,23 @@ def decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: in
     n_run = alive.sum(axis=0, dtype=jnp.int32)
     context = jnp.where(alive, ctx, 0).sum(axis=0).astype(jnp.float64)
     in_use = f.run_in_use(view, alive, in_use)
-    run = _run_length(p, r, aux, s, f, skipped, ok, next_arrival, fits, n_run, context, unit)
+    finishes = (alive & (gen_after >= out_col)).any(axis=0)
+    run = _run_length(p, r, aux, s, f, skipped, ok, next_arrival, fits, n_run, context,
+                      finishes, unit)
     seat_passes = (alive & run.took).sum(axis=1, dtype=jnp.int32)
-    return _run_end(r, aux, s, skipped, unit, run, in_use, output, seat_passes,
+    return _run_end(r, aux, s, f, skipped, unit, run, in_use, output, seat_passes,
                     gen_new=jnp.where(seat_passes > 0, gen_after[:, run.last], gen),
                     blocks=jnp.where(seat_passes > 0, held[:, run.last], s.seat_blocks))
 
 
 def plain_run(p: EngineParams, r: Requests, aux: Aux, lookahead: int, unit: int, ep: bool,
-              s: EngineState) -> EngineState:
+              closed: bool, s: EngineState) -> EngineState:
     """``decode_run`` when no lane speculates and none caches prefixes or chunks prefills:
     the same passes and results, to the bit, at a fraction of the cost. Every running seat
     then emits one token per pass, so seat i decodes exactly the passes j < rem_i of the run
     and every per-pass figure (batch, context, KV blocks) is a sum over seats of a closed form
     in (i, j): a few fused reductions instead of a [seats, passes] state of tokens."""
-    f = hooks(False, ep)
+    f = hooks(False, ep, closed)
     skipped, ok, next_arrival = _run_start(p, r, aux, f, s)
     running = (s.seat_req >= 0) & ~s.seat_pre
     output, gen = s.seat_output, s.seat_gen
@@ -189,9 +195,10 @@ def plain_run(p: EngineParams, r: Requests, aux: Aux, lookahead: int, unit: int,
     n_run = alive.sum(axis=0, dtype=jnp.int32)
     context = (jnp.where(alive, ctx0, 0).sum(axis=0, dtype=jnp.int32) + j * n_run
                ).astype(jnp.float64)
-    run = _run_length(p, r, aux, s, f, skipped, ok, next_arrival, fits, n_run, context, unit)
+    run = _run_length(p, r, aux, s, f, skipped, ok, next_arrival, fits, n_run, context,
+                      (rem == j + 1).any(axis=0), unit)
     seat_passes = jnp.minimum(rem[:, 0], run.m)
-    return _run_end(r, aux, s, skipped, unit, run, in_use, output, seat_passes,
+    return _run_end(r, aux, s, f, skipped, unit, run, in_use, output, seat_passes,
                     gen_new=gen + seat_passes,
                     blocks=jnp.where(seat_passes > 0, held(seat_passes[:, None] - 1)[:, 0],
                                      s.seat_blocks))

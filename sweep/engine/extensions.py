@@ -18,6 +18,7 @@ import numpy as np
 from jax import lax
 
 from sweep.engine.arith import ceil_div, exclusive_cumsum
+from sweep.engine.arrivals import ClosedLoop, OpenLoop
 from sweep.engine.params import EngineParams
 from sweep.engine.state import EngineState, Extensions, Seats, itl_bin
 from sweep.physics.timing import dense_pass_time, pass_time
@@ -207,10 +208,11 @@ def run_prefix_blocks(pfx, pb, alive):
     return pb * refs.sum(axis=0, dtype=jnp.int32)
 
 
-class Plain:
+class Plain(OpenLoop):
     """The rules' hooks with prefix caching and chunked prefill compiled out: each adds nothing
     (a prefill is its whole prompt, found in no cache, within no budget), so the rules trace
-    exactly the plain engine's arithmetic. ``pass_time`` times a pass (any design's)."""
+    exactly the plain engine's arithmetic. ``pass_time`` times a pass (any design's); the
+    arrivals are given in advance (``arrivals.OpenLoop``)."""
 
     pass_time = staticmethod(pass_time)
 
@@ -414,8 +416,15 @@ class CachedDense(Cached):
     pass_time = staticmethod(dense_pass_time)
 
 
-def hooks(ext: bool, ep: bool = True) -> type:
-    """The hooks an engine compiled with (``ext``) or without the features uses, and with
-    (``ep``) or without expert parallelism's pass time."""
-    return {(True, True): Cached, (True, False): CachedDense, (False, True): Plain,
-            (False, False): PlainDense}[ext, ep]
+_HOOKS = {(True, True): Cached, (True, False): CachedDense, (False, True): Plain,
+          (False, False): PlainDense}
+_CLOSED = {k: type(v.__name__ + "Closed", (ClosedLoop, v), {"__doc__": v.__doc__
+                                                             + " Arrivals: a closed loop's."})
+           for k, v in _HOOKS.items()}
+
+
+def hooks(ext: bool, ep: bool = True, closed: bool = False) -> type:
+    """The hooks an engine compiled with (``ext``) or without the features uses, with (``ep``)
+    or without expert parallelism's pass time, and with (``closed``) or without closed-loop
+    arrivals (``arrivals.ClosedLoop``)."""
+    return (_CLOSED if closed else _HOOKS)[ext, ep]

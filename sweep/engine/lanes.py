@@ -12,8 +12,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from sweep.engine.arrivals import closed_loop
 from sweep.engine.decode import decode_run, plain_run
-from sweep.engine.extensions import smallest_chunk, uses_expert_parallel, uses_extensions
+from sweep.engine.extensions import hooks, smallest_chunk, uses_expert_parallel, uses_extensions
 from sweep.engine.params import EngineParams
 from sweep.engine.passes import accepted, general_pass
 from sweep.engine.state import (Aux, EngineOutput, EngineState, initial_state, make_aux, needs_pass,
@@ -36,14 +37,15 @@ DEFAULT_STATIC_LOOKAHEAD = 16
 
 
 def step(p: EngineParams, r: Requests, aux: Aux, s: EngineState, k_max: int, lookahead: int,
-         static_lookahead: int, ext: bool = False, ep: bool = True) -> EngineState:
+         static_lookahead: int, ext: bool = False, ep: bool = True,
+         closed: bool = False) -> EngineState:
     """One step of a batch of simulations (leading axis: lanes): a general pass for those that
     ``needs_pass``, then a decode run of up to ``lookahead`` passes, or ``static_lookahead``
     when every running lane is a static batch (whose runs no arrival cuts short); the run is
     ``decode.plain_run`` when no lane running at the step's start speculates (then the general
     pass takes no draws either). The general pass is skipped altogether when no lane needs it
     (it would leave each of them unchanged). None of these choices changes a result."""
-    general = jax.vmap(partial(general_pass, ext=ext, ep=ep))
+    general = jax.vmap(partial(general_pass, ext=ext, ep=ep, closed=closed))
     draws = jax.vmap(partial(accepted, k_max=k_max))
     speculates = ((p.draft_tokens > 0) & unfinished(aux, s)).any()
 
@@ -71,10 +73,10 @@ def step(p: EngineParams, r: Requests, aux: Aux, s: EngineState, k_max: int, loo
         return lambda c: lax.cond((p.static | ~unfinished(aux, c)).all(), of(static_lookahead),
                                   of(lookahead), c)
 
-    general_run = decode(partial(decode_run, k_max=k_max, ext=ext, ep=ep))
+    general_run = decode(partial(decode_run, k_max=k_max, ext=ext, ep=ep, closed=closed))
     if ext:  # prefix caching and chunked prefill are the general run's alone
         return general_run(s)
-    plain = decode(partial(plain_run, ep=ep))
+    plain = decode(partial(plain_run, ep=ep, closed=closed))
     if k_max == 0:
         return plain(s)
     return lax.cond(speculates, general_run, plain, s)
@@ -113,7 +115,7 @@ def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
                          f"lookahead ({lookahead})")
     static = dict(seats=seats, k_max=k_max, lanes=lanes, lookahead=lookahead,
                   static_lookahead=static_lookahead, block_steps=block_steps,
-                  ext=uses_extensions(p), ep=uses_expert_parallel(p))
+                  ext=uses_extensions(p), ep=uses_expert_parallel(p), closed=closed_loop(r))
     cpu = jax.default_backend() == "cpu"
     with float64():
         count = jnp.int32(p.max_batch.shape[0] if count is None else count)
@@ -125,7 +127,7 @@ def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
 def _simulate_batch(p: EngineParams, r: Requests, count, *, seats: int, k_max: int,
                     lanes: int | None, lookahead: int, static_lookahead: int,
                     block_steps: int, max_steps,
-                    ext: bool, ep: bool) -> EngineOutput:
+                    ext: bool, ep: bool, closed: bool) -> EngineOutput:
     """Simulate the first ``count`` of the M simulations stacked along the leading axis of
     ``p`` and ``r``, ``lanes`` (default all) at a time: steps are vmapped over the lanes, and
     every ``block_steps`` steps the lanes whose simulation ended take the next ones, so a short
@@ -140,7 +142,11 @@ def _simulate_batch(p: EngineParams, r: Requests, count, *, seats: int, k_max: i
     fresh = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (lanes,) + x.shape),
                                    initial_state(n, seats))
     step_lanes = partial(step, k_max=k_max, lookahead=lookahead,
-                         static_lookahead=static_lookahead, ext=ext, ep=ep)
+                         static_lookahead=static_lookahead, ext=ext, ep=ep, closed=closed)
+    arrivals = hooks(ext, ep, closed).arrivals
+
+    def output_of(s, r):
+        return output(s, r, arrivals(r, s.spawn))
 
     def load(ids):
         pp = jax.tree_util.tree_map(lambda x: x[ids], p)
@@ -151,7 +157,7 @@ def _simulate_batch(p: EngineParams, r: Requests, count, *, seats: int, k_max: i
         s = lax.scan(lambda c, _: (step_lanes(pool.p, pool.r, pool.aux, s=c), None), pool.s,
                      None, length=block_steps)[0]
         ended = (pool.sim >= 0) & ~unfinished(pool.aux, s)
-        results = jax.vmap(output)(s, pool.r)
+        results = jax.vmap(output_of)(s, pool.r)
         out = jax.tree_util.tree_map(
             lambda o, x: o.at[jnp.where(ended, pool.sim, m)].set(x, mode="drop"),
             pool.out, results)
@@ -166,7 +172,7 @@ def _simulate_batch(p: EngineParams, r: Requests, count, *, seats: int, k_max: i
 
     ids = jnp.arange(lanes, dtype=jnp.int32)
     pp, rr, aux = load(ids)
-    empty = jax.eval_shape(jax.vmap(output), fresh, rr)
+    empty = jax.eval_shape(jax.vmap(output_of), fresh, rr)
     out = jax.tree_util.tree_map(lambda x: jnp.zeros((m,) + x.shape[1:], x.dtype), empty)
     # A lane with nothing to simulate starts done, so it never asks for a pass.
     idle = ids >= count
@@ -176,7 +182,7 @@ def _simulate_batch(p: EngineParams, r: Requests, count, *, seats: int, k_max: i
 
 
 _STATIC = ("seats", "k_max", "lanes", "lookahead", "static_lookahead", "block_steps", "ext",
-           "ep")
+           "ep", "closed")
 #: ``_simulate_batch`` compiled for a CPU (True) or an accelerator. XLA's CPU pipeline splits
 #: every reduction over more than 32 elements into a reduce-window and a reduce (for float
 #: accuracy): two kernels where one would do. The engine's float sums that reach results are

@@ -13,7 +13,7 @@ from sweep.engine.extensions import Budget, hooks
 from sweep.engine.params import EngineParams
 from sweep.engine.scheduling import (Admission, Growth, Readmission, Step, admission, growth,
                                      idle_jump, readmission, stop)
-from sweep.engine.state import Aux, EngineState, Extensions, arrived, needs_pass, seats_of
+from sweep.engine.state import Aux, EngineState, Extensions, needs_pass, seats_of
 from sweep.physics.rng import uniform_bits
 from sweep.study.workload import Requests
 
@@ -106,14 +106,18 @@ def completion(c: Step, g: Growth, ra: Readmission, ad: Admission, ps: Pass,
         s.finish.at[jnp.where(done, seat_req, n)].set(ps.t_end, mode="drop"), s.ext))
 
 
-def advance(aux: Aux, s: EngineState, live, halt, tail, g: Growth, ad: Admission, ps: Pass,
-            tk: Tokens, c: Completion) -> EngineState:
+def advance(st: Step, live, halt, tail, g: Growth, ad: Admission, ps: Pass, tk: Tokens,
+            c: Completion) -> EngineState:
     """Rule 9, t = t_end (for a ``live`` simulation; ``halt``: rule 2 stopped it), and the rest
-    of the state after the pass: its seats, and the counts it adds to."""
+    of the state after the pass: its seats, and the counts it adds to. In a closed loop the
+    pass's finishes send the next requests."""
+    s = st.s
+    spawn = st.f.spawned(st.r, s, c.done, ps.t_end)
     return s._replace(
         t=jnp.where(live, ps.t_end, s.t),
         head=s.head + ad.count,
-        tail=arrived(aux, ps.t_end, s.finish.shape[0]),
+        tail=st.f.arrived(st.r, st.aux, spawn, ps.t_end),
+        spawn=spawn,
         seat_req=jnp.where(c.done, -1, c.seat_req),
         seat_prompt=jnp.where(ad.new, ad.prompt, s.seat_prompt),
         seat_output=jnp.where(ad.new, ad.output, s.seat_output),
@@ -139,15 +143,15 @@ def advance(aux: Aux, s: EngineState, live, halt, tail, g: Growth, ad: Admission
     )
 
 
-def general_pass(p: EngineParams, r: Requests, aux: Aux, ext: bool, ep: bool, s: EngineState,
-                 drafts) -> EngineState:
+def general_pass(p: EngineParams, r: Requests, aux: Aux, ext: bool, ep: bool, closed: bool,
+                 s: EngineState, drafts) -> EngineState:
     """One engine pass (or one preemption) by the rules: docs/model.md, "One step", in which
     each seat's draft accepts ``drafts`` tokens if it decodes. ``ext`` compiles in prefix
     caching and chunked prefill (``extensions.Cached``); without it every hook is the plain
     one and the pass is exactly the plain rules'. A simulation that does not ``needs_pass`` is
     left as it is."""
     live = needs_pass(p, aux, s)
-    f = hooks(ext, ep)
+    f = hooks(ext, ep, closed)
     seats = seats_of(s)
     c = Step(p, r, aux, s, seats, f, f.view(p, r, s, seats))
     t, tail = idle_jump(c, live)
@@ -159,4 +163,4 @@ def general_pass(p: EngineParams, r: Requests, aux: Aux, ext: bool, ep: bool, s:
     ps = the_pass(c, t, g, ra, ad, b)
     tk = tokens(c, g, ra, ad, ps, drafts)
     done = completion(c, g, ra, ad, ps, tk)
-    return advance(aux, s, live, halt, tail, g, ad, ps, tk, done)
+    return advance(c, live, halt, tail, g, ad, ps, tk, done)

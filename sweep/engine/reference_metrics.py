@@ -27,28 +27,33 @@ def _spread(name: str, x: np.ndarray, qs: tuple[int, ...]) -> dict:
             **{f"p{q}_{name}": _percentile(x, q) for q in qs}}
 
 
-def _unstable(arrival: np.ndarray, first_token: np.ndarray, real: np.ndarray, n: int) -> bool:
+def _unstable(arrival: np.ndarray, first_token: np.ndarray, real: np.ndarray, n: int,
+              skip: int) -> bool:
     """Whether the queue grew: requests waiting (arrived, no first token yet) at the arrival of
     the last request exceed those at the arrival of the middle one by 5% of the requests between
-    them, and one more."""
+    them, and one more (of the ``n`` measured requests, after ``skip`` warm-up ones)."""
     if n == 0:
         return False
     got_first = np.where(np.isfinite(first_token), first_token, np.inf)
 
     def waiting(tau):
         return int(np.count_nonzero(real & (arrival <= tau) & (got_first > tau)))
-    q_mid, q_last = waiting(arrival[n // 2]), waiting(arrival[n - 1])
+    q_mid, q_last = waiting(arrival[skip + n // 2]), waiting(arrival[skip + n - 1])
     return bool(q_last > q_mid + 0.05 * (n - 1 - n // 2) + 1)
 
 
 def summarize_reference(res: RefResult, req: Requests, params: EngineParams) -> dict:
-    """The metrics of docs/model.md "Outputs and metrics", with exact percentiles."""
+    """The metrics of docs/model.md "Outputs and metrics", with exact percentiles: over the
+    measured requests (a closed loop's warm-up ones excluded), rates over the measured window."""
     m = params.summary
-    arrival = np.asarray(req.arrival, dtype=np.float64).reshape(-1)
+    arrival = np.asarray(req.arrival if res.arrival is None else res.arrival,
+                         dtype=np.float64).reshape(-1)
     output = np.asarray(req.output).astype(np.int64).reshape(-1)
-    real = np.isfinite(arrival)
+    warm = int(np.asarray(req.warmup))
+    real = np.isfinite(arrival) & (np.arange(arrival.size) >= warm)
     n = int(np.count_nonzero(real))
     t_stop = res.t_stop
+    span = t_stop - (float(arrival[warm]) if warm > 0 else 0.0)
     done = np.isfinite(res.finish) & real
 
     # Censored at t_stop: TTFT and end-to-end latency count t_stop - a_i (literally; not clipped).
@@ -70,8 +75,8 @@ def summarize_reference(res: RefResult, req: Requests, params: EngineParams) -> 
         done[real] & (ttft <= float(m.slo_ttft_s))
         & (tpot_all_ms[real] <= float(m.slo_tpot_s) * 1e3)))
 
-    tokens = int(res.tokens)
-    cost = (float(m.gpus) * float(m.price_per_gpu_s) * t_stop / tokens * 1e6
+    tokens = int(res.generated[real].sum()) if warm > 0 else int(res.tokens)
+    cost = (float(m.gpus) * float(m.price_per_gpu_s) * span / tokens * 1e6
             if tokens > 0 else math.inf)
     return {
         **_spread("ttft_s", ttft, (50, 90, 95, 99)),
@@ -79,19 +84,19 @@ def summarize_reference(res: RefResult, req: Requests, params: EngineParams) -> 
         "p95_itl_ms": _percentile(itl_ms, 95, "inverted_cdf"),  # nearest rank, as the engine
         "p99_itl_ms": _percentile(itl_ms, 99, "inverted_cdf"),
         **_spread("e2e_s", e2e, (50, 90, 95, 99)),
-        "tokens_per_s": _safe_div(float(tokens), t_stop),
+        "tokens_per_s": _safe_div(float(tokens), span),
         "completed": int(np.count_nonzero(done)),
         "unfinished": int(n - np.count_nonzero(done)),
         "preemptions": int(res.preemptions),
         "peak_kv_gb": float(res.peak_blocks * float(m.block_bytes) / 1e9),
         "max_queue": int(res.max_queue),
         "cost_per_mtok": cost,
-        "unstable": _unstable(arrival, res.first_token, real, n),
+        "unstable": _unstable(arrival, res.first_token, real, n, warm),
         "truncated": bool(res.truncated),
         "mean_in_system": _safe_div(res.area_in_system, t_stop),
         "prefix_hit_rate": (res.prefix_hits / res.prefix_lookups if res.prefix_lookups
                             else math.nan),
         "prefill_tokens_saved": res.prefix_hits * int(np.asarray(req.prefix_tokens)),
         "slo_attainment": attained / n if n else math.nan,
-        "goodput_rps": _safe_div(float(attained), t_stop),
+        "goodput_rps": _safe_div(float(attained), span),
     }

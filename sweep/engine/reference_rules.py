@@ -272,8 +272,13 @@ def tokens(tw: Twin, ps: Pass, t_end: float) -> None:
 
 
 def completion(tw: Twin, t_end: float) -> None:
-    """8. Completion: a seat whose ``g`` reaches ``o`` finishes and frees its seat and blocks."""
+    """8. Completion: a seat whose ``g`` reaches ``o`` finishes and frees its seat and blocks.
+    In a closed loop its client sends the next request ``think`` seconds later."""
     for seat_index in [j for j, s in tw.occupied.items() if s.g >= s.o]:
         s = tw.occupied.pop(seat_index)
         tw.finish[s.req] = t_end
         heapq.heappush(tw.free_seats, seat_index)
+        nxt = tw.clients + tw.finished
+        if tw.clients > 0 and nxt < len(tw.arrival):
+            tw.arrival[nxt] = t_end + tw.think
+        tw.finished += 1

@@ -50,6 +50,10 @@ class Twin:
     design: EngineParams
     prefix_blocks: int  # pb = ceil(P / block_tokens)
     max_steps: int | None
+    # A closed loop (docs/model.md "Closed loop"): request ``clients + j`` arrives at the j-th
+    # finish plus ``think`` (until then its arrival is +inf); 0 clients: arrivals as given.
+    clients: int = 0
+    think: float = 0.0
     # The state.
     t: float = 0.0
     head: int = 0  # requests ever admitted
@@ -71,6 +75,7 @@ class Twin:
     steps: int = 0
     passes: int = 0
     tokens: int = 0
+    finished: int = 0
     truncated: bool = False
 
     def __post_init__(self):
@@ -118,11 +123,15 @@ def load(params: EngineParams, req: Requests, max_steps: int | None) -> Twin:
     prefix = (np.asarray(req.prefix).astype(np.int64).reshape(-1).tolist()
               if bool(params.prefix_cache) else [-1] * n)
     P = int(np.asarray(req.prefix_tokens))
+    clients = int(np.asarray(req.clients))
+    if clients > 0:
+        arrival = np.where(np.arange(n) < clients, arrival, np.inf)
     return Twin(
         arrival=arrival.tolist(), prompt=prompt.tolist(), output=output.tolist(), prefix=prefix,
         prefix_tokens=P, end_time=float(np.asarray(req.end_time)),
         seed=np.uint32(np.asarray(req.seed)), design=scalars(params),
-        prefix_blocks=ceil_div(P, int(params.block_tokens)), max_steps=max_steps)
+        prefix_blocks=ceil_div(P, int(params.block_tokens)), max_steps=max_steps,
+        clients=clients, think=float(np.asarray(req.think)))
 
 
 @dataclass
@@ -143,6 +152,7 @@ class RefResult:
     tokens: int  # total tokens generated
     truncated: bool  # hit max_steps before the simulation was done
     replica: np.ndarray | None = None  # int [N]: each request's replica, behind a router
+    arrival: np.ndarray | None = None  # float64 [N]: a closed loop's arrivals, as it set them
     prefix_lookups: int = 0  # prefills of a sequence with a prefix, under prefix caching
     prefix_hits: int = 0  # of which found it cached
 
@@ -158,4 +168,4 @@ def result(tw: Twin) -> RefResult:
         itl_gaps=np.asarray(tw.itl_gaps, dtype=np.float64), preemptions=tw.preemptions,
         max_queue=tw.max_queue, peak_blocks=tw.peak_blocks, area_in_system=area, steps=tw.steps,
         passes=tw.passes, tokens=tw.tokens, truncated=tw.truncated, prefix_lookups=tw.lookups,
-        prefix_hits=tw.hits)
+        prefix_hits=tw.hits, arrival=arrival if tw.clients > 0 else None)

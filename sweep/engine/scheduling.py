@@ -13,7 +13,7 @@ from jax import lax
 
 from sweep.engine.extensions import Budget, Held
 from sweep.engine.params import EngineParams, context_blocks
-from sweep.engine.state import Aux, EngineState, Seats, arrived
+from sweep.engine.state import Aux, EngineState, Seats
 from sweep.study.workload import Requests
 
 
@@ -25,15 +25,14 @@ class Step(NamedTuple):
     aux: Aux
     s: EngineState  # the state at the step's start
     seats: Seats  # its seats
-    f: type  # the features' hooks: ``extensions.Plain`` or ``extensions.Cached``
+    f: type  # the features' and the arrivals' hooks (``extensions.hooks``)
     x: Held | None  # their view of the pass (``f.view``; None in the plain form)
 
 
 def _next_arrival(c: Step):
     """The arrival of the next request to admit (inf: none left), and whether the server is
     idle until then: nothing occupied and that request not yet arrived."""
-    n = c.r.arrival.shape[0]
-    next_arrival = jnp.where(c.s.head < n, c.r.arrival[jnp.minimum(c.s.head, n - 1)], jnp.inf)
+    next_arrival = c.f.arrival_of(c.r, c.s, c.s.head)
     return next_arrival, (c.seats.occupied.sum() == 0) & (next_arrival > c.s.t)
 
 
@@ -43,7 +42,7 @@ def idle_jump(c: Step, live):
     next_arrival, idle = _next_arrival(c)
     t = jnp.where(live & idle & jnp.isfinite(next_arrival), jnp.maximum(c.s.t, next_arrival),
                   c.s.t)
-    return t, arrived(c.aux, t, c.r.arrival.shape[0])
+    return t, c.f.arrived(c.r, c.aux, c.s.spawn, t)
 
 
 def stop(c: Step, t):

@@ -161,7 +161,7 @@ def _combine(r: Requests, outs: list, gpus: list, first, finish, generated, hist
                           dtype=np.asarray(getattr(o0, name)).dtype)
 
     return EngineOutput(
-        first=first, finish=finish, generated=generated.astype(o0.generated.dtype),
+        arrival=np.asarray(r.arrival, np.float64), first=first, finish=finish, generated=generated.astype(o0.generated.dtype),
         t_stop=np.float64(t_stop), tokens=total("tokens"), preemptions=total("preemptions"),
         max_queue=np.asarray(max(int(o.max_queue) for o in outs), o0.max_queue.dtype),
         peak_blocks=total("peak_blocks"),

@@ -30,7 +30,8 @@ ACTIVATION_BITS = (16, 8, 4)
 KV_BITS = (16, 8)
 ROUTERS = ("round_robin", "least_outstanding")
 #: Arrival processes a config may name; "trace" is set by ``[workload] trace`` instead.
-ARRIVALS = ("poisson", "constant", "gamma")
+#: "closed": a fixed number of clients, each sending its next request when its last returns.
+ARRIVALS = ("poisson", "constant", "gamma", "closed")
 MAX_DRAFT_TOKENS = 16  # the engine's acceptance thresholds are an array of this length
 MAX_REPLICAS = 64
 #: GPUs of one NVLink domain (an HGX board): a server's expert all-to-all stays within it.
@@ -138,6 +139,14 @@ def _pools(d: dict, w: dict) -> bool:
     return d["prefill_gpus"] is not None or d["decode_gpus"] is not None
 
 
+def _closed(d: dict, w: dict) -> bool:
+    return w["arrival"] == "closed"
+
+
+def _open(d: dict, w: dict) -> bool:
+    return w["arrival"] != "closed"
+
+
 _SHARE = Range(0.0, 1.0, lo_open=True)
 _INF = math.inf
 
@@ -190,9 +199,10 @@ FIELDS: tuple[Field, ...] = (
                "([model.md](model.md))",
           short="a Hugging Face `config.json`"),
     _wl("arrival", "str", "poisson", choices=ARRIVALS,
-        help="how requests arrive: `constant` evenly spaced, `gamma` bursty",
-        short="arrival process (gamma: bursty)"),
-    _wl("arrival_rate", default=16.0, unit="requests/s",
+        help="how requests arrive: `constant` evenly spaced, `gamma` bursty, `closed` from "
+             "`concurrency` clients, each sending its next request when its last one returns",
+        short="arrival process (gamma: bursty; closed loop)"),
+    _wl("arrival_rate", default=16.0, unit="requests/s", when=_open,
         range=Range(0.0, _INF, lo_open=True, says="a positive number of requests/s"),
         help="mean arrival rate", short="mean rate"),
     _wl("duration_s", default=60.0, unset=True, unit="s",
@@ -201,9 +211,9 @@ FIELDS: tuple[Field, ...] = (
              "at most one, to cut it short)",
         short="how long; this or `num_requests`"),
     _wl("num_requests", "int", range=Range(1, MAX_REQUESTS), unit="requests", shown="-",
-        help="this many requests", short="how many"),
+        help="this many requests (`closed`: the measured ones)", short="how many"),
     _wl("drain_s", default=60.0, unset=True, unit="s", range=Range(0.0, _INF, says=">= 0 seconds"),
-        shown="unset: until done",
+        shown="unset: until done", when=_open,
         help="run on this long after the last arrival, then censor the unserved requests",
         short="run on this long after the last arrival, then censor"),
     _wl("prompt_tokens", "lengths", Lengths("exponential", 1024.0), values="length table",
@@ -316,6 +326,16 @@ FIELDS: tuple[Field, ...] = (
            values="a GPU",
            help="the decode pool's GPU, with `decode_gpus`; unset: `gpu`",
            short="the decode pool's GPU"),
+    _wl("concurrency", "int", range=Range(1, MAX_REQUESTS), unit="clients", when=_closed,
+        shown="-", help="`closed` only: clients, all starting at time 0; the run ends when every "
+                        "request is done",
+        short="closed loop: clients"),
+    _wl("warmup_requests", "int", 0, range=Range(0, MAX_REQUESTS), unit="requests", when=_closed,
+        help="`closed` only: requests sent before the `num_requests` measured ones, excluded from "
+             "every metric", short="closed loop: sent first, not measured"),
+    _wl("think_time_s", default=0.0, range=Range(0.0, _INF, says=">= 0 seconds"), unit="s",
+        when=_closed, help="`closed` only: a client's pause between a response and its next "
+                           "request", short="closed loop: pause between requests"),
 )
 
 #: section -> key -> Field, in declaration order.

@@ -120,6 +120,10 @@ def build(r: Reader, keys, excludes, max_requests: int):
         wkey = tuple(wkw.values())
         if wkey not in workloads:
             workloads[wkey] = _check_workload(r, Workload(**wkw), cols, axes, max_requests)
+        if workloads[wkey].arrival == "closed" and (design.replicas > 1 or design.disaggregated):
+            raise r.err(["workload", "arrival"], "a closed loop drives one server"
+                        f"{_at(cols, axes)}; allowed: replicas = 1 without prefill/decode pools, "
+                        "or an open arrival process")
         points.append(Point(design, workloads[wkey],
                             columns(design, workloads[wkey], getattr(r, "uncertain", ()))))
     _check_exclusions(r, excludes, seen)
@@ -220,7 +224,8 @@ def _fill(cols, dkw, wkw) -> None:
     for f in CONDITIONAL:
         kw = wkw if f.section == "workload" else dkw
         if f.when(dkw, wkw):
-            cols[f.attr] = float(kw[f.attr]) if f.kind == "num" else kw[f.attr]
+            v = kw[f.attr]
+            cols[f.attr] = float(v) if f.kind == "num" and v is not None else v
             continue
         cols[f.attr] = None
         # A design key left as given is for its checks to judge (gpus with pools is refused).

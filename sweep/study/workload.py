@@ -21,7 +21,7 @@ from sweep.study.fields import ARRIVALS, WORKLOAD_FIELDS, check, declared_class
 from sweep.study.lengths import DISTS, Lengths
 
 _KINDS = ARRIVALS + ("trace",)
-POISSON, CONSTANT, GAMMA, TRACE = range(4)
+POISSON, CONSTANT, GAMMA, CLOSED, TRACE = range(5)
 #: Distinct shared prefixes a workload may have: the engine keeps one cache slot per prefix.
 MAX_PREFIXES = WORKLOAD_FIELDS["prefix_count"].range.hi
 
@@ -39,7 +39,11 @@ class _Workload:
     Shared prefixes (system prompts): each request independently uses one with probability
     ``prefix_share``, uniformly one of ``prefix_count``; its prompt is then ``prefix_tokens``
     plus the sampled length (clipped to the context like any prompt). A request whose clipped
-    prompt is not longer than the prefix uses none."""
+    prompt is not longer than the prefix uses none.
+
+    ``closed`` arrivals: ``concurrency`` clients send ``warmup_requests`` then ``num_requests``
+    requests in turn, each its next one ``think_time_s`` after its last one finished (the
+    engine times them: docs/model.md "Closed loop"); the run ends when every one is done."""
 
     def validate(self) -> None:
         """Every value against its declaration (``sweep.study.fields``), then the combinations;
@@ -57,6 +61,14 @@ class _Workload:
             if self.duration_s is not None and self.num_requests is not None:
                 raise FieldError("workload", "give at most one of duration_s or num_requests "
                                              "with a trace")
+        elif self.arrival == "closed":
+            if self.concurrency is None or self.num_requests is None:
+                raise FieldError("workload.arrival", "a closed loop needs concurrency and "
+                                 "num_requests", "closed with both, or an open arrival process",
+                                 self.arrival)
+            if self.duration_s is not None:
+                raise FieldError("workload.duration_s", "a closed loop runs num_requests to "
+                                 "the end", "unset with arrival = \"closed\"", self.duration_s)
         elif (self.duration_s is None) == (self.num_requests is None):
             raise FieldError("workload", "give exactly one of duration_s or num_requests")
         if self.prefix_share > 0 and (self.prefix_count < 1 or self.prefix_tokens < 1):
@@ -75,6 +87,8 @@ class _Workload:
         ~ cv x sqrt(mean), so bursty arrivals widen the bound by cv."""
         if self.trace is not None:
             return self.trace.count(self.trace_time_scale, self.duration_s, self.num_requests)
+        if self.arrival == "closed":
+            return self.warmup_requests + self.num_requests
         if self.num_requests is not None:
             return self.num_requests
         mean = self.arrival_rate * self.duration_s
@@ -97,6 +111,11 @@ class Requests(NamedTuple):
     seed: jax.Array  # uint32 [], for the speculative-acceptance draws
     prefix: jax.Array  # int32 [N], shared prefix in [0, MAX_PREFIXES), -1 for none
     prefix_tokens: jax.Array  # int32 [], length of every shared prefix (its prompt's first tokens)
+    # A closed loop (docs/model.md "Closed loop"): request i >= clients arrives at the i-th
+    # finish, plus ``think``; ``arrival`` (0) is only a lower bound there. 0 clients: open.
+    clients: jax.Array = np.int32(0)  # int32 []
+    think: jax.Array = np.float64(0.0)  # float64 [], seconds
+    warmup: jax.Array = np.int32(0)  # int32 [], the first requests, excluded from every metric
 
 
 def _lengths(key, par, n: int, limit):
@@ -152,6 +171,7 @@ class WorkloadParams(NamedTuple):
     max_context: jax.Array  # i32: prompt + output at most
     trace: tuple  # a trace's rows (arrival, prompt, output), padded; else unused
     prefix: tuple  # shared prefixes: count, tokens, share of requests using one
+    loop: tuple  # a closed loop's clients (0: open), think time, warm-up requests
 
 
 def _sample(n: int, gamma: bool, a: WorkloadParams) -> Requests:
@@ -169,6 +189,8 @@ def _sample(n: int, gamma: bool, a: WorkloadParams) -> Requests:
     is_trace = a.kind == TRACE
     # A running sum keeps arrivals sorted even when gaps are tiny (bursts).
     arrival = jnp.where(is_trace, t_arr, running_sum(gaps))
+    # A closed loop's arrivals are the engine's; 0 is their lower bound.
+    arrival = jnp.where(a.kind == CLOSED, 0.0, arrival)
     arrival = jnp.where((arrival <= a.duration) & (jnp.arange(n) < a.count), arrival, jnp.inf)
     # Prefix draws come from their own key (folded in), so the other draws keep their bits.
     p_count, p_tokens, p_share = a.prefix
@@ -184,8 +206,9 @@ def _sample(n: int, gamma: bool, a: WorkloadParams) -> Requests:
                                    _lengths(k_out, a.output, n, limit)),
                          a.max_context - prompt)
     last = jnp.max(jnp.where(jnp.isfinite(arrival), arrival, 0.0))
+    clients, think, warmup = a.loop
     return Requests(arrival, prompt, output, last + a.drain, jnp.asarray(a.seed, jnp.uint32),
-                    prefix, jnp.asarray(p_tokens, jnp.int32))
+                    prefix, jnp.asarray(p_tokens, jnp.int32), clients, think, warmup)
 
 
 def _par(x: Lengths):
@@ -203,6 +226,7 @@ def sample(wl: Workload, seed: int, max_context: int) -> Requests:
 def workload_params(wl: Workload, seed, max_context, n: int) -> WorkloadParams:
     """The traced arguments of one workload's sampler (stack them to sample a batch)."""
     inf = np.float64(np.inf)
+    closed = wl.arrival == "closed"
     if wl.trace is not None:
         rows = wl.trace.rows(wl.trace_time_scale, n)
     else:
@@ -211,13 +235,17 @@ def workload_params(wl: Workload, seed, max_context, n: int) -> WorkloadParams:
         seed=np.uint32(seed), kind=np.int32(_KINDS.index(wl.arrival)),
         cv=np.float64(wl.arrival_cv if wl.arrival == "gamma" else 1.0),
         rate=np.float64(wl.arrival_rate),
-        count=np.int32(wl.num_requests if wl.num_requests is not None else n),
+        count=np.int32(wl.capacity if closed else wl.num_requests if wl.num_requests is not None
+                       else n),
         duration=inf if wl.duration_s is None else np.float64(wl.duration_s),
-        drain=inf if wl.drain_s is None else np.float64(wl.drain_s),
+        drain=inf if wl.drain_s is None or closed else np.float64(wl.drain_s),
         prompt=_par(wl.prompt_tokens), output=_par(wl.output_tokens),
         max_context=np.int32(max_context), trace=rows,
         prefix=(np.int32(wl.prefix_count), np.int32(wl.prefix_tokens),
-                np.float64(wl.prefix_share)))
+                np.float64(wl.prefix_share)),
+        loop=(np.int32(wl.concurrency if closed else 0),
+              np.float64(wl.think_time_s if closed else 0.0),
+              np.int32(wl.warmup_requests if closed else 0)))
 
 
 _sample_one = jax.jit(_sample, static_argnums=(0, 1))

@@ -1,0 +1,117 @@
+"""When requests arrive, as the rules read it (docs/model.md "Closed loop"): given in advance
+(``OpenLoop``: the sorted ``Requests.arrival``), or set by the simulation itself (``ClosedLoop``:
+``clients`` clients, each sending its next request ``think`` seconds after its last finished).
+
+In a closed loop the requests are sent in index order: the first ``clients`` at time 0, and
+request ``clients + j`` at the j-th finish plus the think time. Finishes come in time order, so
+arrivals stay sorted and the FIFO queue is still ``head..tail`` over the request index. The
+j-th finish plus the think time is ``EngineState.spawn[j]`` (+inf until it happens), written in
+the pass (or decode run) that finishes the request. The engine compiles this form in only for
+a batch with a closed loop (``closed_loop``); a lane of such a batch with 0 clients is open."""
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from sweep.engine.state import Aux, EngineState, arrived
+from sweep.study.workload import Requests
+
+
+def closed_loop(r: Requests) -> bool:
+    """Whether any simulation of a (concrete) batch is a closed loop."""
+    return bool(np.any(np.asarray(r.clients) > 0))
+
+
+def closed_arrival(r: Requests, spawn, i):
+    """Arrival of request ``i`` of a closed loop (+inf: not yet sent)."""
+    n = r.arrival.shape[0]
+    j = jnp.clip(i - r.clients, 0, spawn.shape[0] - 1)
+    return jnp.where(i < r.clients, r.arrival[jnp.minimum(i, n - 1)], spawn[j])
+
+
+class OpenLoop:
+    """Arrivals given in advance: the rules read ``Requests.arrival``."""
+
+    @staticmethod
+    def arrival_of(r: Requests, s: EngineState, i):
+        """Arrival of request ``i`` (+inf past the last)."""
+        n = r.arrival.shape[0]
+        return jnp.where(i < n, r.arrival[jnp.minimum(i, n - 1)], jnp.inf)
+
+    @staticmethod
+    def arrived(r: Requests, aux: Aux, spawn, t):
+        """Requests arrived by ``t``, as of the finishes in ``spawn``."""
+        return arrived(aux, t, r.arrival.shape[0])
+
+    @staticmethod
+    def spawned(r: Requests, s: EngineState, done, t_end):
+        """``spawn`` after a pass that finishes the seats ``done`` at ``t_end``."""
+        return s.spawn
+
+    @staticmethod
+    def spawned_run(r: Requests, s: EngineState, passes_done, ends):
+        """``spawn`` after a decode run whose pass j ends at ``ends[j]`` and finishes
+        ``passes_done[j]`` seats."""
+        return s.spawn
+
+    @staticmethod
+    def run_arrival(r: Requests, s: EngineState, next_arrival, finishes, ends):
+        """The next arrival a decode run must stop at: ``next_arrival``, or, in a closed loop,
+        the first that a finish in the run (``finishes``: bool[L], some seat finishes at pass
+        j) sends."""
+        return next_arrival
+
+    @staticmethod
+    def arrivals(r: Requests, spawn):
+        """Every request's arrival, as the simulation set them."""
+        return r.arrival
+
+
+class ClosedLoop(OpenLoop):
+    """Arrivals set by finishes, for the lanes with clients (the others are open)."""
+
+    @staticmethod
+    def arrival_of(r: Requests, s: EngineState, i):
+        n = r.arrival.shape[0]
+        return jnp.where(r.clients > 0, jnp.where(i < n, closed_arrival(r, s.spawn, i), jnp.inf),
+                         OpenLoop.arrival_of(r, s, i))
+
+    @staticmethod
+    def arrived(r: Requests, aux: Aux, spawn, t):
+        n = r.arrival.shape[0]
+        closed = jnp.minimum(r.clients + (spawn <= t).sum(dtype=jnp.int32), n)
+        return jnp.where(r.clients > 0, closed, arrived(aux, t, n))
+
+    @staticmethod
+    def spawned(r: Requests, s: EngineState, done, t_end):
+        """The pass's finishes, all at ``t_end``, send the next requests in turn."""
+        k = done.sum(dtype=jnp.int32)
+        nseat = done.shape[0]
+        window = lax.dynamic_slice_in_dim(s.spawn, s.finished, nseat)
+        new = jnp.where(jnp.arange(nseat) < k, t_end + r.think, window)
+        return lax.dynamic_update_slice_in_dim(s.spawn, new, s.finished, 0)
+
+    @staticmethod
+    def spawned_run(r: Requests, s: EngineState, passes_done, ends):
+        """Finish q of the run (in time order) is at the end of the first pass by which more
+        than q seats have finished."""
+        nseat = s.seat_req.shape[0]
+        by = jnp.cumsum(passes_done, dtype=jnp.int32)
+        q = jnp.arange(nseat, dtype=jnp.int32)
+        pass_q = (by[None, :] <= q[:, None]).sum(axis=1)
+        times = ends[jnp.minimum(pass_q, ends.shape[0] - 1)] + r.think
+        window = lax.dynamic_slice_in_dim(s.spawn, s.finished, nseat)
+        new = jnp.where(q < by[-1], times, window)
+        return lax.dynamic_update_slice_in_dim(s.spawn, new, s.finished, 0)
+
+    @staticmethod
+    def run_arrival(r: Requests, s: EngineState, next_arrival, finishes, ends):
+        first = jnp.where(finishes, ends, jnp.inf).min() + r.think
+        sends = (r.clients > 0) & (r.clients + s.finished < r.arrival.shape[0])
+        return jnp.where(sends, jnp.minimum(next_arrival, first), next_arrival)
+
+    @staticmethod
+    def arrivals(r: Requests, spawn):
+        i = jnp.arange(r.arrival.shape[0], dtype=jnp.int32)
+        return jnp.where(r.clients > 0, closed_arrival(r, spawn, i), r.arrival)
