@@ -1,12 +1,14 @@
 """When requests arrive, as the rules read it (docs/model.md "Closed loop"): given in advance
 (``OpenLoop``: the sorted ``Requests.arrival``), or set by the simulation itself (``ClosedLoop``:
-``clients`` clients, each sending its next request ``think`` seconds after its last finished).
+``clients`` clients, each sending its next request when its last one returns).
 
 In a closed loop the requests are sent in index order: the first ``clients`` at time 0, and
-request ``clients + j`` at the j-th finish plus the think time. Finishes come in time order, so
-arrivals stay sorted and the FIFO queue is still ``head..tail`` over the request index. The
-j-th finish plus the think time is ``EngineState.spawn[j]`` (+inf until it happens), written in
-the pass (or decode run) that finishes the request. The engine compiles this form in only for
+request ``clients + j`` reaches the engine at the j-th finish plus the client's ``gap``: its
+think time and the request's time outside the passes (``request_overhead_s``: the response's
+way back and the next request's way in). Finishes come in time order and the gap is one per
+simulation, so arrivals stay sorted and the FIFO queue is still ``head..tail`` over the request
+index. The j-th finish plus the gap is ``EngineState.spawn[j]`` (+inf until it happens), written
+in the pass (or decode run) that finishes the request. The engine compiles this form in only for
 a batch with a closed loop (``closed_loop``); a lane of such a batch with 0 clients is open."""
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from sweep.engine.params import EngineParams
 from sweep.engine.state import Aux, EngineState, arrived
 from sweep.study.workload import Requests
 
@@ -23,11 +26,29 @@ def closed_loop(r: Requests) -> bool:
     return bool(np.any(np.asarray(r.clients) > 0))
 
 
+def gap(p: EngineParams, r: Requests):
+    """Seconds from a finish to the next request's arrival at the engine."""
+    return r.think + p.summary.request_overhead_s
+
+
 def closed_arrival(r: Requests, spawn, i):
-    """Arrival of request ``i`` of a closed loop (+inf: not yet sent)."""
+    """Arrival of request ``i`` of a closed loop (+inf: not yet sent, or padding). The first
+    ``clients`` are sent at once (their own arrival: 0, or +inf for padding); with a warm-up
+    of W requests the measured ones start together too, once every warm-up request has
+    returned (the W-th finish); every other request follows a finish: ``clients`` before it."""
     n = r.arrival.shape[0]
-    j = jnp.clip(i - r.clients, 0, spawn.shape[0] - 1)
-    return jnp.where(i < r.clients, r.arrival[jnp.minimum(i, n - 1)], spawn[j])
+    c, w = r.clients, r.warmup
+    own = r.arrival[jnp.minimum(i, n - 1)]
+    at_once = (i < c) & ((i < w) | (w == 0))
+    j = jnp.where((w > 0) & (i >= w) & (i < w + c), w - 1, i - c)
+    return jnp.where(at_once, own, jnp.maximum(own, spawn[jnp.clip(j, 0, spawn.shape[0] - 1)]))
+
+
+def sent(r: Requests, spawn, t):
+    """Requests of a closed loop sent by ``t`` (before padding is excluded): as ``k`` finishes
+    (plus the gap) have passed, ``clients + k``, but during a warm-up no more than it."""
+    k = (spawn <= t).sum(dtype=jnp.int32)
+    return jnp.where(k >= r.warmup, r.clients + k, jnp.minimum(r.clients + k, r.warmup))
 
 
 class OpenLoop:
@@ -45,18 +66,19 @@ class OpenLoop:
         return arrived(aux, t, r.arrival.shape[0])
 
     @staticmethod
-    def spawned(r: Requests, s: EngineState, done, t_end):
+    def spawned(p: EngineParams, r: Requests, s: EngineState, done, t_end):
         """``spawn`` after a pass that finishes the seats ``done`` at ``t_end``."""
         return s.spawn
 
     @staticmethod
-    def spawned_run(r: Requests, s: EngineState, passes_done, ends):
+    def spawned_run(p: EngineParams, r: Requests, s: EngineState, passes_done, ends):
         """``spawn`` after a decode run whose pass j ends at ``ends[j]`` and finishes
         ``passes_done[j]`` seats."""
         return s.spawn
 
     @staticmethod
-    def run_arrival(r: Requests, s: EngineState, next_arrival, finishes, ends):
+    def run_arrival(p: EngineParams, r: Requests, s: EngineState, next_arrival, finishes,
+                    ends):
         """The next arrival a decode run must stop at: ``next_arrival``, or, in a closed loop,
         the first that a finish in the run (``finishes``: bool[L], some seat finishes at pass
         j) sends."""
@@ -79,36 +101,42 @@ class ClosedLoop(OpenLoop):
 
     @staticmethod
     def arrived(r: Requests, aux: Aux, spawn, t):
-        n = r.arrival.shape[0]
-        closed = jnp.minimum(r.clients + (spawn <= t).sum(dtype=jnp.int32), n)
-        return jnp.where(r.clients > 0, closed, arrived(aux, t, n))
+        # Never past the real requests (their lower bound 0 has passed; padding's is +inf).
+        given = arrived(aux, t, r.arrival.shape[0])
+        closed = jnp.minimum(sent(r, spawn, t), given)
+        return jnp.where(r.clients > 0, closed, given)
 
     @staticmethod
-    def spawned(r: Requests, s: EngineState, done, t_end):
+    def spawned(p: EngineParams, r: Requests, s: EngineState, done, t_end):
         """The pass's finishes, all at ``t_end``, send the next requests in turn."""
         k = done.sum(dtype=jnp.int32)
         nseat = done.shape[0]
         window = lax.dynamic_slice_in_dim(s.spawn, s.finished, nseat)
-        new = jnp.where(jnp.arange(nseat) < k, t_end + r.think, window)
+        new = jnp.where(jnp.arange(nseat) < k, t_end + gap(p, r), window)
         return lax.dynamic_update_slice_in_dim(s.spawn, new, s.finished, 0)
 
     @staticmethod
-    def spawned_run(r: Requests, s: EngineState, passes_done, ends):
+    def spawned_run(p: EngineParams, r: Requests, s: EngineState, passes_done, ends):
         """Finish q of the run (in time order) is at the end of the first pass by which more
         than q seats have finished."""
         nseat = s.seat_req.shape[0]
         by = jnp.cumsum(passes_done, dtype=jnp.int32)
         q = jnp.arange(nseat, dtype=jnp.int32)
         pass_q = (by[None, :] <= q[:, None]).sum(axis=1)
-        times = ends[jnp.minimum(pass_q, ends.shape[0] - 1)] + r.think
+        times = ends[jnp.minimum(pass_q, ends.shape[0] - 1)] + gap(p, r)
         window = lax.dynamic_slice_in_dim(s.spawn, s.finished, nseat)
         new = jnp.where(q < by[-1], times, window)
         return lax.dynamic_update_slice_in_dim(s.spawn, new, s.finished, 0)
 
     @staticmethod
-    def run_arrival(r: Requests, s: EngineState, next_arrival, finishes, ends):
-        first = jnp.where(finishes, ends, jnp.inf).min() + r.think
-        sends = (r.clients > 0) & (r.clients + s.finished < r.arrival.shape[0])
+    def run_arrival(p: EngineParams, r: Requests, s: EngineState, next_arrival, finishes,
+                    ends):
+        first = jnp.where(finishes, ends, jnp.inf).min() + gap(p, r)
+        # A finish that sends nothing (a warm-up's, before the last) ends a run too: cutting a
+        # run early changes no result.
+        n = r.arrival.shape[0]
+        sends = (r.clients > 0) & (r.clients + s.finished < n) & jnp.isfinite(
+            r.arrival[jnp.clip(r.clients + s.finished, 0, n - 1)])
         return jnp.where(sends, jnp.minimum(next_arrival, first), next_arrival)
 
     @staticmethod

@@ -55,7 +55,7 @@ def _run_length(p: EngineParams, r: Requests, aux: Aux, s: EngineState, f: type,
     # result does not depend on where runs are cut.
     ends = running_sum(dt, s.t, unroll=True)
     starts = jnp.concatenate([s.t[None], ends[:-1]])
-    next_arrival = f.run_arrival(r, s, next_arrival, finishes, ends)
+    next_arrival = f.run_arrival(p, r, s, next_arrival, finishes, ends)
     # Running seats are the occupied ones here, so a free seat exists while n_run < max_batch.
     can_admit = ~p.static & (n_run < p.max_batch)
     # A unit after the first is a step of its own, within the step bound.
@@ -67,8 +67,8 @@ def _run_length(p: EngineParams, r: Requests, aux: Aux, s: EngineState, f: type,
     return _Run(n_run, dt, ends, starts, m, j < m, jnp.maximum(m - 1, 0))
 
 
-def _run_end(r: Requests, aux: Aux, s: EngineState, f: type, skipped, unit: int, run: _Run,
-             in_use, output, seat_passes, gen_new, blocks) -> EngineState:
+def _run_end(p: EngineParams, r: Requests, aux: Aux, s: EngineState, f: type, skipped,
+             unit: int, run: _Run, in_use, output, seat_passes, gen_new, blocks) -> EngineState:
     """The state after ``run``, in which each seat decoded ``seat_passes`` of its passes,
     reaching ``gen_new`` of its ``output`` tokens and holding ``blocks``."""
     n = r.arrival.shape[0]
@@ -81,7 +81,7 @@ def _run_end(r: Requests, aux: Aux, s: EngineState, f: type, skipped, unit: int,
     hist = s.itl_hist.at[itl_bin(run.dt)].add(passes_run)
     passes_done = (done_seat[:, None] & (seat_passes[:, None] - 1 == jnp.arange(
         took.shape[0], dtype=jnp.int32))).sum(axis=0, dtype=jnp.int32)
-    spawn = f.spawned_run(r, s, passes_done, ends)
+    spawn = f.spawned_run(p, r, s, passes_done, ends)
     tail_last = f.arrived(r, aux, spawn, run.starts[last])
     return s._replace(
         t=t_end, tail=f.arrived(r, aux, spawn, t_end), spawn=spawn,
@@ -154,7 +154,7 @@ def decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: in
     run = _run_length(p, r, aux, s, f, skipped, ok, next_arrival, fits, n_run, context,
                       finishes, unit)
     seat_passes = (alive & run.took).sum(axis=1, dtype=jnp.int32)
-    return _run_end(r, aux, s, f, skipped, unit, run, in_use, output, seat_passes,
+    return _run_end(p, r, aux, s, f, skipped, unit, run, in_use, output, seat_passes,
                     gen_new=jnp.where(seat_passes > 0, gen_after[:, run.last], gen),
                     blocks=jnp.where(seat_passes > 0, held[:, run.last], s.seat_blocks))
 
@@ -198,7 +198,7 @@ def plain_run(p: EngineParams, r: Requests, aux: Aux, lookahead: int, unit: int,
     run = _run_length(p, r, aux, s, f, skipped, ok, next_arrival, fits, n_run, context,
                       (rem == j + 1).any(axis=0), unit)
     seat_passes = jnp.minimum(rem[:, 0], run.m)
-    return _run_end(r, aux, s, f, skipped, unit, run, in_use, output, seat_passes,
+    return _run_end(p, r, aux, s, f, skipped, unit, run, in_use, output, seat_passes,
                     gen_new=gen + seat_passes,
                     blocks=jnp.where(seat_passes > 0, held(seat_passes[:, None] - 1)[:, 0],
                                      s.seat_blocks))

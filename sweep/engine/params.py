@@ -21,7 +21,9 @@ from sweep.study.fields import ENGINE_LEVERS, MAX_DRAFT_TOKENS
 
 
 class SummaryParams(NamedTuple):
-    """What a simulation's metrics read besides the engine's output; the engine reads none."""
+    """What a simulation's metrics read besides the engine's output; of them the engine reads
+    only ``request_overhead_s``, a closed loop's clients' time between a finish and their next
+    request (``arrivals.gap``)."""
 
     block_bytes: np.ndarray  # float64: bytes per KV block (for peak KV memory)
     gpus: np.ndarray  # float64

@@ -112,7 +112,7 @@ def advance(st: Step, live, halt, tail, g: Growth, ad: Admission, ps: Pass, tk: 
     of the state after the pass: its seats, and the counts it adds to. In a closed loop the
     pass's finishes send the next requests."""
     s = st.s
-    spawn = st.f.spawned(st.r, s, c.done, ps.t_end)
+    spawn = st.f.spawned(st.p, st.r, s, c.done, ps.t_end)
     return s._replace(
         t=jnp.where(live, ps.t_end, s.t),
         head=s.head + ad.count,

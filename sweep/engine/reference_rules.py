@@ -273,12 +273,26 @@ def tokens(tw: Twin, ps: Pass, t_end: float) -> None:
 
 def completion(tw: Twin, t_end: float) -> None:
     """8. Completion: a seat whose ``g`` reaches ``o`` finishes and frees its seat and blocks.
-    In a closed loop its client sends the next request ``think`` seconds later."""
+    In a closed loop the next request reaches the engine ``gap`` later: the client's think time
+    and the request's overhead outside the passes."""
     for seat_index in [j for j, s in tw.occupied.items() if s.g >= s.o]:
         s = tw.occupied.pop(seat_index)
         tw.finish[s.req] = t_end
         heapq.heappush(tw.free_seats, seat_index)
-        nxt = tw.clients + tw.finished
-        if tw.clients > 0 and nxt < len(tw.arrival):
-            tw.arrival[nxt] = t_end + tw.think
+        if tw.clients > 0:
+            send(tw, t_end + tw.gap)
         tw.finished += 1
+
+
+def send(tw: Twin, t: float) -> None:
+    """A closed loop's finish (the ``tw.finished``-th) sends the next request at ``t``; with a
+    warm-up of W requests, the finishes of the warm-up send only its own, and its last one
+    sends the first ``clients`` measured requests together."""
+    j, c, w = tw.finished, tw.clients, tw.warmup
+    if w > 0 and j < w:
+        sends = range(j + c, j + c + 1) if j + c < w else range(w, w + c) if j == w - 1 else ()
+    else:
+        sends = range(j + c, j + c + 1)
+    for i in sends:
+        if i < tw.real:
+            tw.arrival[i] = t

@@ -51,9 +51,12 @@ class Twin:
     prefix_blocks: int  # pb = ceil(P / block_tokens)
     max_steps: int | None
     # A closed loop (docs/model.md "Closed loop"): request ``clients + j`` arrives at the j-th
-    # finish plus ``think`` (until then its arrival is +inf); 0 clients: arrivals as given.
+    # finish plus ``gap``, the think time and the request overhead (until then its arrival is
+    # +inf); 0 clients: arrivals as given.
     clients: int = 0
-    think: float = 0.0
+    gap: float = 0.0
+    real: int = 0  # requests to send (those after are padding)
+    warmup: int = 0  # the first requests, after which the measured ones start together
     # The state.
     t: float = 0.0
     head: int = 0  # requests ever admitted
@@ -124,14 +127,18 @@ def load(params: EngineParams, req: Requests, max_steps: int | None) -> Twin:
               if bool(params.prefix_cache) else [-1] * n)
     P = int(np.asarray(req.prefix_tokens))
     clients = int(np.asarray(req.clients))
-    if clients > 0:
-        arrival = np.where(np.arange(n) < clients, arrival, np.inf)
+    real = int(np.isfinite(arrival).sum())
+    if clients > 0:  # sent at once: the first clients (the warm-up's, if it is shorter)
+        w = int(np.asarray(req.warmup))
+        arrival = np.where(np.arange(n) < (min(clients, w) if w > 0 else clients), arrival,
+                           np.inf)
     return Twin(
         arrival=arrival.tolist(), prompt=prompt.tolist(), output=output.tolist(), prefix=prefix,
         prefix_tokens=P, end_time=float(np.asarray(req.end_time)),
         seed=np.uint32(np.asarray(req.seed)), design=scalars(params),
         prefix_blocks=ceil_div(P, int(params.block_tokens)), max_steps=max_steps,
-        clients=clients, think=float(np.asarray(req.think)))
+        clients=clients, real=real, warmup=int(np.asarray(req.warmup)),
+        gap=float(np.asarray(req.think) + np.asarray(params.summary.request_overhead_s)))
 
 
 @dataclass

@@ -1,0 +1,155 @@
+"""Closed-loop load: the engine and the twin agree request by request, Little's law holds, and
+warm-up requests count in no metric. One engine call (one compiled shape) serves every test."""
+import math
+
+import numpy as np
+import pytest
+
+from sweep.engine.reference import simulate_reference, summarize_reference
+from sweep.execution.batch import stack
+from sweep.engine.params import engine_params
+from sweep.study.design import Design
+from sweep.study.workload import Lengths, Workload, sample_n
+from tests.helpers import run_batch
+from tests.test_twin_agreement import CONTEXT, DISTS, K_MAX, OUTS, SEATS, _random_design
+
+N_REQ = 240
+N_RANDOM = 40
+#: Little's law cases: (clients, think time s) x seeds, on one design.
+LITTLE = [(c, z) for c in (2, 5) for z in (0.0, 0.05)]
+LITTLE_SEEDS = 4
+LITTLE_WARMUP = 20
+
+
+def _random_closed(rng: np.random.Generator, i: int):
+    """A random design on a random closed loop: clients below and above the seats, think time
+    or none, a warm-up or none."""
+    d, p, small = _random_design(rng, i)
+    n = int(rng.integers(30, N_REQ + 1))
+    wl = Workload(arrival="closed", concurrency=int(rng.choice([1, 3, 8, 20])),
+                  think_time_s=float(rng.choice([0.0, 0.0, 0.01, 0.2])),
+                  warmup_requests=int(rng.choice([0, 5])), num_requests=n, duration_s=None,
+                  prompt_tokens=DISTS[int(rng.integers(len(DISTS)))],
+                  output_tokens=Lengths("uniform", 0, 20, 80) if small else
+                  OUTS[int(rng.integers(4))])
+    return d, p, sample_n(wl, int(rng.integers(0, 2**31)), CONTEXT, N_REQ)
+
+
+def _little(clients: int, think: float, seed: int):
+    d = Design(model="Llama-3-8B", max_batch=8, max_seq_len=CONTEXT)
+    wl = Workload(arrival="closed", concurrency=clients, think_time_s=think,
+                  warmup_requests=LITTLE_WARMUP, num_requests=N_REQ - LITTLE_WARMUP,
+                  duration_s=None, prompt_tokens=Lengths("uniform", 0, 50, 300),
+                  output_tokens=Lengths("uniform", 0, 5, 60))
+    return d, engine_params(d), sample_n(wl, seed, CONTEXT, N_REQ)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    rng = np.random.default_rng(20261202)
+    cases = [_random_closed(rng, i) for i in range(N_RANDOM)]
+    cases += [_little(c, z, s) for c, z in LITTLE for s in range(LITTLE_SEEDS)]
+    designs, params, reqs = zip(*cases)
+    out, mets = run_batch(stack(params), stack(reqs), SEATS, K_MAX)
+    return designs, params, reqs, out, mets
+
+
+def test_closed_loop_agrees_with_the_twin_request_by_request(runs):
+    designs, params, reqs, out, mets = runs
+    queued = 0
+    for b in range(len(designs)):
+        ref = simulate_reference(params[b], reqs[b])
+        msg = f"case {b}: {designs[b]}"
+        for eng, twin in [(out.arrival[b], ref.arrival), (out.first[b], ref.first_token),
+                          (out.finish[b], ref.finish)]:
+            eng, twin = np.asarray(eng), np.asarray(twin)
+            assert np.array_equal(~np.isfinite(eng), ~np.isfinite(twin)), msg
+            ok = np.isfinite(twin)
+            np.testing.assert_allclose(eng[ok], twin[ok], rtol=1e-9, atol=0, err_msg=msg)
+        np.testing.assert_array_equal(np.asarray(out.generated[b]), ref.generated, err_msg=msg)
+        for name in ("tokens", "preemptions", "max_queue", "peak_blocks", "passes"):
+            assert int(getattr(out, name)[b]) == int(getattr(ref, name)), (name, msg)
+        twin = summarize_reference(ref, reqs[b], params[b])
+        for key in ("mean_ttft_s", "p90_ttft_s", "mean_tpot_ms", "mean_e2e_s", "tokens_per_s",
+                    "cost_per_mtok", "completed", "goodput_rps", "mean_in_system"):
+            assert mets[key][b] == pytest.approx(twin[key], rel=1e-9, nan_ok=True), (key, msg)
+        queued += int(ref.max_queue) > 0
+    assert queued >= 10  # clients beyond the seats wait in the queue
+    assert (mets["preemptions"][:N_RANDOM] > 0).sum() >= 3
+    assert not mets["truncated"].any()
+
+
+def _sends(clients: int, warmup: int, finishes, gap: float, n: int) -> np.ndarray:
+    """When n requests are sent, client by client: the first clients at 0; each finish sends the
+    next request a gap later, except that the measured requests start together once the whole
+    warm-up has returned."""
+    times = [0.0] * (min(clients, warmup) if warmup else clients)
+    for j, f in enumerate(finishes):
+        if warmup and j < warmup:
+            times += ([f + gap] if j + clients < warmup else
+                      [f + gap] * clients if j == warmup - 1 else [])
+        else:
+            times.append(f + gap)
+    return np.array(times[:n])
+
+
+def test_every_request_is_sent_at_a_finish_plus_the_gap(runs):
+    """A request is sent when a client's last one returns plus its think time and the request
+    overhead outside the passes; the measured requests start together after the warm-up; all
+    of them are served."""
+    _, params, reqs, out, mets = runs
+    for b, r in enumerate(reqs):
+        c, w = int(r.clients), int(r.warmup)
+        gap = float(r.think) + float(params[b].summary.request_overhead_s)
+        n = int(np.isfinite(np.asarray(r.arrival)).sum())
+        finish = np.sort(np.asarray(out.finish[b])[:n])
+        np.testing.assert_array_equal(np.asarray(out.arrival[b])[:n],
+                                      _sends(c, w, finish, gap, n))
+        assert mets["completed"][b] == n - w
+        assert mets["requests"][b] == n - w
+
+
+def test_littles_law_within_the_monte_carlo_interval(runs):
+    """Clients = throughput x (mean E2E + think time), while every client is active: from the
+    first measured request's arrival to the last request's, throughput is the requests finished
+    in that window per second, and E2E theirs, the request overhead outside the passes
+    included."""
+    _, params, reqs, out, _ = runs
+    for k, (clients, think) in enumerate(LITTLE):
+        ratios = []
+        for s in range(LITTLE_SEEDS):
+            b = N_RANDOM + k * LITTLE_SEEDS + s
+            arrival, finish = np.asarray(out.arrival[b]), np.asarray(out.finish[b])
+            lo, hi = arrival[LITTLE_WARMUP], arrival.max()
+            inside = (finish > lo) & (finish <= hi)
+            x = inside.sum() / (hi - lo)
+            w = (np.mean(finish[inside] - arrival[inside]) + think
+                 + float(params[b].summary.request_overhead_s))
+            ratios.append(x * w / clients)
+        mean, se = np.mean(ratios), np.std(ratios, ddof=1) / math.sqrt(LITTLE_SEEDS)
+        # A window's edges cut a cycle of each client: within one cycle per client in all.
+        edge = clients / (N_REQ - LITTLE_WARMUP)
+        assert abs(mean - 1) <= 3 * se + edge, (clients, think, ratios)
+        assert abs(mean - 1) < 0.05, (clients, think, ratios)
+
+
+def test_warmup_requests_count_in_no_metric(runs):
+    """Every metric reads the measured requests alone: recomputed by hand from the per-request
+    results after the warm-up, and the rates over the window from the first measured arrival."""
+    _, params, reqs, out, mets = runs
+    for k in range(len(LITTLE)):
+        b = N_RANDOM + k * LITTLE_SEEDS
+        w = LITTLE_WARMUP
+        arrival, first = np.asarray(out.arrival[b]), np.asarray(out.first[b])
+        finish, gen = np.asarray(out.finish[b]), np.asarray(out.generated[b])
+        outside = float(params[b].summary.request_overhead_s)
+        out_tok = np.asarray(reqs[b].output)
+        tpot = (finish[w:] - first[w:]) / np.maximum(out_tok[w:] - 1, 1) * 1e3
+        lag = float(params[b].summary.request_lag_passes) * np.mean(tpot[out_tok[w:] > 1]) * 1e-3
+        assert mets["mean_ttft_s"][b] == pytest.approx(
+            np.mean(first[w:] - arrival[w:]) + outside + lag, rel=1e-9)
+        assert mets["mean_tpot_ms"][b] == pytest.approx(np.mean(tpot[out_tok[w:] > 1]), rel=1e-9)
+        span = float(out.t_stop[b]) - arrival[w]
+        assert mets["tokens_per_s"][b] == pytest.approx(gen[w:].sum() / span, rel=1e-9)
+        # The warm-up's first requests, all sent at once, waited longer than the rest.
+        assert np.mean(first[:w] - arrival[:w]) != pytest.approx(np.mean(first[w:] - arrival[w:]))
