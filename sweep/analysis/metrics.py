@@ -100,4 +100,5 @@ def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
         "prefill_tokens_saved": out.prefix_hits.astype(jnp.int64) * r.prefix_tokens,
         "slo_attainment": attained / n_real,
         "goodput_rps": attained / span,
+        "requests_per_s": completed / span,
     }

@@ -479,11 +479,8 @@ def render_capacity(cap: pd.DataFrame, fleet: pd.DataFrame | None, meta: dict,
     lines.append(f"{len(carrying)} designs carry load within the brief; by cost at capacity:"
                  if len(carrying) else "No design carries any load within the brief.")
     for _, row in carrying.head(shown).iterrows():
-        high = row["max_rate_high"]
-        bracket = (f"{row['max_rate_low']:.4g}..{high:.4g}" if math.isfinite(high)
-                   else f">= {row['max_rate_low']:.4g}, censored")
-        lines += _wrap(f"design {int(row['design'])}: {row['max_rate']:.4g} requests/s "
-                       f"({bracket}), {_money(row['cost_per_mtok_at_max'])} per million tokens "
+        lines += _wrap(f"design {int(row['design'])}: {_load_text(row)}, "
+                       f"{_money(row['cost_per_mtok_at_max'])} per million tokens "
                        f"at capacity, {_money(row['usd_per_hour'])}/hour; bound by "
                        f"{row['binding']} | {_levers_text(row, levers)}")
     if len(carrying) > shown:
@@ -495,3 +492,17 @@ def render_capacity(cap: pd.DataFrame, fleet: pd.DataFrame | None, meta: dict,
             lines += _wrap(f"{len(group)} bound by {binding}, e.g. design "
                            f"{int(group['design'].iloc[0])}: {group['why'].iloc[0]}")
     return "\n".join(lines + transferred_lines(cap))
+
+
+def _load_text(row) -> str:
+    """A design's capacity: requests/s and its bracket, or a closed loop's clients and the
+    requests/s they drive."""
+    if "max_concurrency" in row.index:
+        high = row["max_concurrency_high"]
+        more = f"{high:.0f} do not" if math.isfinite(high) else "more not searched, censored"
+        return (f"{int(row['max_concurrency'])} clients ({more}), "
+                f"{row['max_rate']:.4g} requests/s")
+    high = row["max_rate_high"]
+    bracket = (f"{row['max_rate_low']:.4g}..{high:.4g}" if math.isfinite(high)
+               else f">= {row['max_rate_low']:.4g}, censored")
+    return f"{row['max_rate']:.4g} requests/s ({bracket})"

@@ -99,4 +99,5 @@ def summarize_reference(res: RefResult, req: Requests, params: EngineParams) -> 
         "prefill_tokens_saved": res.prefix_hits * int(np.asarray(req.prefix_tokens)),
         "slo_attainment": attained / n if n else math.nan,
         "goodput_rps": _safe_div(float(attained), span),
+        "requests_per_s": _safe_div(float(np.count_nonzero(done)), span),
     }

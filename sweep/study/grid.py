@@ -30,10 +30,18 @@ class Point:
     workload: Workload  # validated
     columns: dict  # every column of COLUMNS, in that order
 
-    def at_rate(self, rate: float) -> "Point":
-        """The same point at another arrival rate (a capacity search's probe)."""
-        return Point(self.design, dataclasses.replace(self.workload, arrival_rate=rate),
-                     {**self.columns, "arrival_rate": rate})
+    @property
+    def closed(self) -> bool:
+        """A closed loop: its load is its clients, not a rate."""
+        return self.workload.arrival == "closed"
+
+    def at_load(self, load: float) -> "Point":
+        """The same point at another load (a capacity search's probe): an arrival rate, or a
+        closed loop's clients."""
+        key = "concurrency" if self.closed else "arrival_rate"
+        value = int(load) if self.closed else load
+        return Point(self.design, dataclasses.replace(self.workload, **{key: value}),
+                     {**self.columns, key: value})
 
 
 def parse_excludes(r: Reader, raw) -> list[dict]:

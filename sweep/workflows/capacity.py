@@ -1,8 +1,8 @@
 """Capacity: the most load each design carries within the brief, and the cheapest fleet for a
 target load (docs/capacity.md).
 
-A design's capacity is the largest arrival rate at which at least ``confidence`` of its seeds
-meet the brief's load-limited limits: the queue must not grow, and every metric limit that more
+A design's capacity is the largest arrival rate (for a closed loop: the most clients) at which
+at least ``confidence`` of its seeds meet the brief's load-limited limits: the queue must not grow, and every metric limit that more
 load can only break (latencies, memory, per-request attainment) must hold. Limits that more
 load helps (cost per token, throughput, goodput, utilisation) are checked at capacity, where
 the design is at its best on them; a design that misses them there misses them at every rate.
@@ -38,11 +38,12 @@ from sweep.study.config import Limit, Point, Study
 from sweep.study.metric_names import METRICS
 
 #: Metrics that more load improves: checked at capacity, not during the search.
-IMPROVES_WITH_LOAD = ("cost_per_mtok", "tokens_per_s", "goodput_rps", "utilization")
+IMPROVES_WITH_LOAD = ("cost_per_mtok", "tokens_per_s", "goodput_rps", "utilization",
+                      "requests_per_s")
 #: Of those, the ones read from runs at capacity itself: a brief that limits them has every
 #: seed run there. Cost and throughput at capacity are its rate times the tokens a request
 #: generates, which a seed's runs share at every rate (the same length draws).
-AT_CAPACITY_RUNS = ("goodput_rps", "utilization")
+AT_CAPACITY_RUNS = ("goodput_rps", "utilization", "requests_per_s")
 #: Default search range, as multiples of a design's roofline rate (``roofline_rate``).
 RATE_MIN_FRACTION = 1 / 8
 RATE_MAX_FACTOR = 2.0
@@ -61,6 +62,8 @@ FIRST_SEEDS = 4  # seeds a confirmation tries first: failures there may decide a
 FIRST_TRY_SEATS = 128
 MAX_ROUNDS = 40
 QUEUEING = "queueing"
+#: The columns a search varies: an open workload's rate, a closed loop's clients.
+LOADS = ("arrival_rate", "concurrency")
 
 
 class CapacityError(ValueError):
@@ -94,6 +97,12 @@ def check(study: Study, target_rate: float | None) -> None:
     if any(p.workload.trace is not None for p in study.points):
         raise CapacityError("workload.trace: a trace sets its own arrivals; allowed: poisson, "
                             "constant or gamma arrivals for a capacity search")
+    if len({p.closed for p in study.points}) > 1:
+        raise CapacityError("workload.arrival: a capacity search varies one kind of load; "
+                            "allowed: closed loops only, or open arrivals only")
+    if target_rate is not None and any(p.closed for p in study.points):
+        raise CapacityError("--target-rate: a closed loop's clients drive one server, not a "
+                            "fleet; allowed: poisson, constant or gamma arrivals for a fleet")
     if target_rate is not None and not (math.isfinite(target_rate) and target_rate > 0):
         raise CapacityError(f"--target-rate: {target_rate!r} is out of range; allowed: a "
                             "positive number of requests/s")
@@ -136,10 +145,11 @@ def load_limits(study: Study) -> list[Limit]:
 
 
 def designs(study: Study) -> list[Point]:
-    """One point per design: every grid axis except ``arrival_rate`` (its first value kept)."""
+    """One point per design: every grid axis except the load, ``arrival_rate`` or
+    ``concurrency`` (its first value kept)."""
     seen, out = set(), []
     for p in study.points:
-        key = tuple((k, repr(v)) for k, v in p.columns.items() if k != "arrival_rate")
+        key = tuple((k, repr(v)) for k, v in p.columns.items() if k not in LOADS)
         if key not in seen:
             seen.add(key)
             out.append(p)
@@ -150,6 +160,14 @@ def _mean_tokens(lengths) -> float:
     if lengths.dist == "uniform":
         return (lengths.low + lengths.high) / 2
     return float(lengths.mean)
+
+
+def roofline_clients(point: Point) -> float:
+    """Clients a closed loop's design serves at once at most (its seats, or the sequences its
+    KV cache holds): beyond them requests only queue."""
+    d, wl = point.design, point.workload
+    tokens = _mean_tokens(wl.prompt_tokens) + _mean_tokens(wl.output_tokens)
+    return float(max(1, min(d.seats, d.kv_tokens() // max(1, int(tokens)))))
 
 
 def roofline_rate(point: Point) -> float:
@@ -194,11 +212,12 @@ class Runner:
         self.study, self.run, self.on_round = study, run, on_round
         self.nominal = 0  # simulations every batch's call shapes are planned for
         self.slots = 0  # request slots of the batches so far
-        self.columns = ["design", "fleet", "arrival_rate", "seed", *METRICS]
+        self.load = "concurrency" if study.points[0].closed else "arrival_rate"
+        self.columns = ["design", "fleet", self.load, "seed", *METRICS]
         self.rows: dict = {}
         if saved is not None:
             for rec in saved.to_dict("records"):
-                self.rows[(rec["design"], rec["fleet"], rec["arrival_rate"], rec["seed"])] = rec
+                self.rows[(rec["design"], rec["fleet"], rec[self.load], rec["seed"])] = rec
 
     def __call__(self, jobs: list[tuple[int, int, Point, float]], seeds: list[int],
                  wanted: Callable[[int, float, int], bool] | None = None) -> None:
@@ -210,8 +229,9 @@ class Runner:
         todo = [(i, f, p, r) for i, f, p, r in jobs if any(needs(i, f, r, s) for s in seeds)]
         if not todo:
             return
-        sub = dataclasses.replace(self.study, points=[p.at_rate(r) for _, _, p, r in todo],
-                                  seeds=list(seeds), brief=[], axes=["arrival_rate"])
+        sub = dataclasses.replace(self.study, points=[p.at_load(r) for _, _, p, r in todo],
+                                  seeds=list(seeds), brief=[],
+                                  axes=[self.load])
         # A rate some seeds already ran (or need not run) runs only on the others.
         done = {(k, s) for k, (i, f, _, r) in enumerate(todo) for s in seeds
                 if not needs(i, f, r, s)}
@@ -221,7 +241,7 @@ class Runner:
         new = []
         for rec in runs.to_dict("records"):
             i, f, _, r = todo[rec["design"]]
-            rec = {**rec, "design": i, "fleet": f, "arrival_rate": r}
+            rec = {**rec, "design": i, "fleet": f, self.load: r}
             rec = {k: rec[k] for k in self.columns}
             self.rows[(i, f, r, rec["seed"])] = rec
             new.append(rec)
@@ -264,8 +284,8 @@ def brackets(study: Study) -> list[Search]:
         if missed_lever(study, p) is not None:
             out.append(Search(p, math.nan, math.nan, done=True))
             continue
-        guide = roofline_rate(p)
-        lo = cap["rate_min"] or guide * RATE_MIN_FRACTION
+        guide = roofline_clients(p) if p.closed else roofline_rate(p)
+        lo = cap["rate_min"] or (1.0 if p.closed else guide * RATE_MIN_FRACTION)
         hi = cap["rate_max"] or guide * RATE_MAX_FACTOR
         if lo >= hi:  # a given rate_max below the guide's rate_min (or the reverse)
             lo, hi = (hi / 16, hi) if cap["rate_max"] else (lo, lo * 16)
@@ -320,6 +340,18 @@ class Rounds:
         fails = any(not ok for r, ok in ran.items() if r < rate)
         return passes if passes != fails else None
 
+    def snap(self, i: int, rates) -> list[float]:
+        """A closed loop's loads as whole clients within its range (others as they are), each
+        once, in order."""
+        s = self.found[i]
+        if not s.point.closed:
+            return sorted(set(rates))
+        return sorted({float(min(max(round(r), s.rate_min), s.rate_max)) for r in rates})
+
+    def narrow(self, i: int, lo: float, hi: float, ratio: float) -> bool:
+        """Whether a bracket is within ``ratio`` (a closed loop's: or one client wide)."""
+        return hi / lo <= ratio or (self.found[i].point.closed and hi - lo <= 1)
+
     def passes(self, i: int, rate: float, seeds: list[int]) -> bool:
         return sum(bool(self.verdict(i, rate, s)) for s in seeds) >= \
             self.conf * len(seeds) - 1e-9
@@ -330,7 +362,7 @@ class Rounds:
         are the costliest, and capacity lies below the roofline), above it only where every
         rate up to it passes, then the bracket cut until it is within ``SCREEN_TOLERANCES``."""
         first = self.seeds[:1]
-        cands = {i: [s.rate_min] for i, s in enumerate(self.found) if not s.done}
+        cands = {i: self.snap(i, [s.rate_min]) for i, s in enumerate(self.found) if not s.done}
         tried: dict[int, list[float]] = {i: [] for i in cands}
         for _ in range(MAX_ROUNDS):
             if not cands:
@@ -348,11 +380,13 @@ class Rounds:
                     continue
                 if not math.isfinite(hi) and lo < s.rate_max:  # nothing failed yet: go up
                     top = s.guide if lo < s.guide else s.rate_max
-                    nxt[i] = [float(r) for r in np.geomspace(lo, top, SCREEN_POINTS)[1:]]
-                elif math.isfinite(hi) and hi / lo > (1 + self.tol) ** SCREEN_TOLERANCES:
+                    nxt[i] = self.snap(i, np.geomspace(lo, top, SCREEN_POINTS)[1:])
+                elif math.isfinite(hi) and not self.narrow(i, lo, hi,
+                                                           (1 + self.tol) ** SCREEN_TOLERANCES):
                     step = (1 + self.tol) ** SCREEN_TOLERANCES - 1
-                    nxt[i] = _geometric(lo, hi, _parts(lo, hi, step, SCREEN_SPLITS))
-            cands = nxt
+                    nxt[i] = self.snap(i, _geometric(lo, hi, _parts(lo, hi, step, SCREEN_SPLITS)))
+            cands = {i: new for i, rs in nxt.items() if (new := [r for r in rs
+                                                                 if r not in tried[i]])}
         return self
 
     def decided(self, i: int, rate: float) -> bool | None:
@@ -374,6 +408,7 @@ class Rounds:
             todo[i] = {lo if lo > 0 else s.rate_min, hi if math.isfinite(hi) else s.rate_max}
             if lo > 0:
                 todo[i] |= {max(s.rate_min, lo / (1 + self.tol) ** j) for j in STEPS}
+            todo[i] = set(self.snap(i, todo[i]))
         for _ in range(MAX_ROUNDS):
             if not todo:
                 break
@@ -407,10 +442,15 @@ class Rounds:
             return waiting
         # The seeds overturn the screen's end: step away from it by growing steps.
         if s.low == 0 and s.high > s.rate_min:
-            return {max(s.rate_min, s.high / (1 + tol) ** j) for j in STEPS}
-        if not math.isfinite(s.high) and s.low < s.rate_max:
-            return {min(s.rate_max, s.low * (1 + tol) ** j) for j in STEPS}
-        if s.low > 0 and math.isfinite(s.high) and s.high / s.low > 1 + tol:
-            return set(_geometric(s.low, s.high, _parts(s.low, s.high, tol, CONFIRM_SPLITS)))
-        s.done = True
-        return set()
+            nxt = {max(s.rate_min, s.high / (1 + tol) ** j) for j in STEPS}
+        elif not math.isfinite(s.high) and s.low < s.rate_max:
+            nxt = {min(s.rate_max, s.low * (1 + tol) ** j) for j in STEPS}
+        elif s.low > 0 and math.isfinite(s.high) and not self.narrow(i, s.low, s.high, 1 + tol):
+            nxt = set(_geometric(s.low, s.high, _parts(s.low, s.high, tol, CONFIRM_SPLITS)))
+        else:
+            nxt = set()
+        nxt = set(self.snap(i, nxt))
+        if s.point.closed:  # whole clients: a bracket one wide has nothing new to try
+            nxt -= s.tried
+        s.done = not nxt
+        return nxt

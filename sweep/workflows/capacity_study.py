@@ -76,7 +76,7 @@ def capacity(config, out=None, *, seeds: int | None = None, target_rate: float |
         tables["fleet"] = capacity_tables.fleets(study, table, found, runner, target, limits)
     seconds = time.perf_counter() - t0
     meta = {"kind": "capacity", "name": study.name, "config_path": study.path,
-            "config_text": study.text, "axes": [a for a in study.axes if a != "arrival_rate"],
+            "config_text": study.text, "axes": [a for a in study.axes if a not in search.LOADS],
             "seeds": study.seeds,
             "brief": [{"key": lim.key, "min": lim.min, "max": lim.max} for lim in study.brief],
             "slo": study.slo, "capacity": study.capacity, "target_rate": target,

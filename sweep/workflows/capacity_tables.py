@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 
 from sweep.study.config import Limit, Point, Study
-from sweep.workflows.capacity import (AT_CAPACITY_RUNS, IMPROVES_WITH_LOAD, QUEUEING, Runner,
-                                     Search, failures, missed_lever)
+from sweep.workflows.capacity import (AT_CAPACITY_RUNS, IMPROVES_WITH_LOAD, LOADS, QUEUEING,
+                                     Runner, Search, failures, missed_lever)
 
 
 def _mean(rows: list[dict], key: str) -> float:
@@ -69,10 +69,16 @@ def table(study: Study, runner: Runner, found: list[Search], limits: list[Limit]
     for i, s in enumerate(found):
         d = s.point.design
         usd_per_hour = d.usd_per_hour
-        rec = {k: v for k, v in s.point.columns.items() if k != "arrival_rate"}
+        closed = s.point.closed
+        unit = "clients" if closed else "requests/s"
+        rec = {k: v for k, v in s.point.columns.items() if k not in LOADS}
         rec.update(design=i, max_rate=s.low, max_rate_low=s.low, max_rate_high=s.high,
                    censored=False, binding="", why="", tokens_per_s_at_max=math.nan,
                    cost_per_mtok_at_max=math.nan, usd_per_hour=usd_per_hour)
+        if closed:  # the load is clients; the rate, the requests/s they drive there
+            rec.update(max_concurrency=int(s.low) if math.isfinite(s.low) else 0,
+                       max_concurrency_high=s.high, max_rate=0.0, max_rate_low=math.nan,
+                       max_rate_high=math.nan)
         if math.isnan(s.rate_min):  # a lever limit
             lim = missed_lever(study, s.point)
             rec.update(max_rate=0.0, max_rate_low=0.0, max_rate_high=0.0, binding=lim.key,
@@ -80,9 +86,14 @@ def table(study: Study, runner: Runner, found: list[Search], limits: list[Limit]
             recs.append(rec)
             continue
         rec.update(rate_min=s.rate_min, rate_max=s.rate_max)
-        if s.low > 0:
+        if s.low > 0 and closed:
+            rows = _nearest_rows(runner, i, s.low, seeds)
+            rec["max_rate"] = _mean(rows, "requests_per_s")
+            tps = _mean(rows, "tokens_per_s")
+        elif s.low > 0:
             # Sustained: requests/s x the tokens each generates.
             tps = s.low * _tokens_per_request(_nearest_rows(runner, i, s.low, seeds))
+        if s.low > 0:
             cost = usd_per_hour / (tps * 3600.0) * 1e6 if tps > 0 else math.inf
             rec.update(tokens_per_s_at_max=tps, cost_per_mtok_at_max=cost)
             values = {"cost_per_mtok": cost, "tokens_per_s": tps}
@@ -91,8 +102,10 @@ def table(study: Study, runner: Runner, found: list[Search], limits: list[Limit]
             missed = [lim for lim in at_max if not lim.ok(values[lim.key])]
             if missed:
                 lim = missed[0]
+                if closed:
+                    rec["max_concurrency"] = 0
                 rec.update(max_rate=0.0, binding=lim.key.replace("cost_per_mtok", "cost"),
-                           why=f"at its load limit of {s.low:.3g} requests/s: "
+                           why=f"at its load limit of {s.low:.3g} {unit}: "
                                f"{lim.key} = {values[lim.key]:.4g}, missing "
                                f"{_limit_text(lim)}")
                 recs.append(rec)
@@ -101,11 +114,11 @@ def table(study: Study, runner: Runner, found: list[Search], limits: list[Limit]
             rec["binding"] = _binding(_failed_above(runner, i, s.low, seeds, limits), limits)
             if s.low == 0:
                 rec.update(max_rate_high=s.high,
-                           why=f"misses {rec['binding']} at {s.high:.3g} requests/s, the lowest "
-                               "rate searched ([capacity] rate_min)")
+                           why=f"misses {rec['binding']} at {s.high:.3g} {unit}, the lowest "
+                               "load searched ([capacity] rate_min)")
         else:
             rec.update(censored=True, binding="none",
-                       why=f"meets the brief at {s.rate_max:.3g} requests/s, the highest rate "
+                       why=f"meets the brief at {s.rate_max:.3g} {unit}, the highest load "
                            "searched: raise [capacity] rate_max")
         recs.append(rec)
     return pd.DataFrame(recs)
