@@ -1,15 +1,19 @@
-"""Closed-loop load: the engine and the twin agree request by request, Little's law holds, and
-warm-up requests count in no metric. One engine call (one compiled shape) serves every test."""
+"""Closed-loop load: the engine and the twin agree request by request, Little's law holds,
+warm-up requests count in no metric (one engine call, one compiled shape, for these), and a
+capacity search brackets the most clients within a brief."""
 import math
 
 import numpy as np
 import pytest
 
+from sweep.engine.params import engine_params
 from sweep.engine.reference import simulate_reference, summarize_reference
 from sweep.execution.batch import stack
-from sweep.engine.params import engine_params
+from sweep.execution.runner import simulate_rows
+from sweep.study.config import parse_study
 from sweep.study.design import Design
 from sweep.study.workload import Lengths, Workload, sample_n
+from sweep.workflows import capacity, capacity_tables
 from tests.helpers import run_batch
 from tests.test_twin_agreement import CONTEXT, DISTS, K_MAX, OUTS, SEATS, _random_design
 
@@ -153,3 +157,48 @@ def test_warmup_requests_count_in_no_metric(runs):
         assert mets["tokens_per_s"][b] == pytest.approx(gen[w:].sum() / span, rel=1e-9)
         # The warm-up's first requests, all sent at once, waited longer than the rest.
         assert np.mean(first[:w] - arrival[:w]) != pytest.approx(np.mean(first[w:] - arrival[w:]))
+
+
+CLOSED_CAPACITY = """name = "closed-capacity"
+[hardware]
+gpu = "H100-SXM"
+[model]
+name = "Llama-3.2-1B"
+[workload]
+arrival = "closed"
+concurrency = 1
+num_requests = 48
+warmup_requests = 8
+prompt_tokens = { dist = "uniform", low = 200, high = 400 }
+output_tokens = { dist = "uniform", low = 20, high = 40 }
+[levers]
+max_batch = 16
+[run]
+seeds = 2
+[brief]
+p90_ttft_s = { max = 0.05 }
+[capacity]
+confidence = 1.0
+"""
+
+
+def test_capacity_of_a_closed_loop_brackets_the_most_clients_within_the_brief():
+    """The search's own runs: every seed meets the brief at ``max_concurrency`` and some seed
+    misses it one client more; the rate reported is the requests/s those clients drive."""
+    study = parse_study(CLOSED_CAPACITY)
+    limits = capacity.load_limits(study)
+    runner = capacity.Runner(study, lambda sub, skip, planned: simulate_rows(
+        sub, skip, planned=planned))
+    found = capacity.search(study, runner, limits)
+    row = capacity_tables.table(study, runner, found, limits).iloc[0]
+    best, over = int(row["max_concurrency"]), row["max_concurrency_high"]
+    assert best > 1 and over == best + 1
+    runs = runner.table()
+    assert set(runs.columns[:4]) == {"design", "fleet", "concurrency", "seed"}
+    at = runs[runs["concurrency"] == best]
+    assert len(at) == 2 and (at["p90_ttft_s"] <= 0.05).all()
+    above = runs[runs["concurrency"] == over]
+    assert len(above) and (above["p90_ttft_s"] > 0.05).any()
+    assert row["max_rate"] == pytest.approx(at["requests_per_s"].mean())
+    with pytest.raises(capacity.CapacityError, match="--target-rate"):
+        capacity.check(study, 10.0)
