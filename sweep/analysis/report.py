@@ -1,11 +1,8 @@
 """The verdict of a sweep against a brief, and a plain-text report of it.
 
-A brief is a list of limits (``sweep.study.config.Limit``: ``key``, ``min``, ``max``), each on a
-metric (``p95_ttft_s``, ``cost_per_mtok``, ...) or on a lever column (``weight_bits`` with min 8:
-a quality floor). The report follows the story of the "Serve a Model" document: which designs pass,
-cheapest first; what the starting server misses; and the failing designs grouped by what they
-miss, in words ("fails on queueing", "fails on time per token", "over the cost ceiling",
-"below the quality floor").
+A brief is a list of limits (``sweep.study.config.Limit``) on metrics or lever columns. The
+report follows the "Serve a Model" story: the passing designs, cheapest first; what the starting
+server misses; the failing designs grouped by what they miss, in words ("fails on queueing").
 
 **When a design passes.** A design *meets the brief* when every limit is met by its **mean**
 metric over seeds (lever columns are compared as they are); a NaN mean misses its limit. The
@@ -14,8 +11,7 @@ alongside, not folded in: a design can meet the brief on its means with ``p_pass
 the reader should see that. Truncated simulations (``truncated`` mean > 0) are kept in every
 list but flagged there and warned about: their metrics are not to be trusted.
 
-Note: ``passes`` in ``sweep.study.metric_names.METRICS`` is the engine's pass count, not a
-verdict; this module never reads a ``passes`` column and calls its verdict ``meets_brief``.
+``passes`` (``METRICS``) is the engine's pass count; the verdict is ``meets_brief``.
 """
 from __future__ import annotations
 
@@ -450,14 +446,13 @@ def render_capacity(cap: pd.DataFrame, fleet: pd.DataFrame | None, meta: dict,
     levers = [c for c in meta.get("axes", []) if c in cap.columns]
     conf = meta["capacity"]["confidence"]
     lines = [f"Capacity of {len(cap)} designs, {len(meta['seeds'])} seeds each: a design carries "
-             f"a rate when at least {conf:.0%} of its seeds meet the brief there."]
+             f"a load when at least {conf:.0%} of its seeds meet the brief there."]
     brief = [Limit(**lim) for lim in meta["brief"]]
     slo = meta.get("slo") or {}
     lines += _wrap("Brief: " + ", ".join([limit_text(lim) for lim in brief]
                                          + [f"{k} <= {v:g} per request" for k, v in slo.items()]),
                    indent="", more="  ")
-    carrying = cap[cap["max_rate"] > 0].sort_values(["cost_per_mtok_at_max", "design"],
-                                                    kind="stable")
+    carrying = cap[cap["max_rate"] > 0].sort_values(["cost_per_mtok_at_max", "design"])
     target = meta.get("target_rate")
     if target is not None:
         good = fleet[fleet["confirmed"]] if fleet is not None and len(fleet) else fleet
@@ -495,14 +490,11 @@ def render_capacity(cap: pd.DataFrame, fleet: pd.DataFrame | None, meta: dict,
 
 
 def _load_text(row) -> str:
-    """A design's capacity: requests/s and its bracket, or a closed loop's clients and the
-    requests/s they drive."""
+    """A design's capacity: requests/s and their bracket, or a closed loop's clients."""
     if "max_concurrency" in row.index:
         high = row["max_concurrency_high"]
-        more = f"{high:.0f} do not" if math.isfinite(high) else "more not searched, censored"
-        return (f"{int(row['max_concurrency'])} clients ({more}), "
-                f"{row['max_rate']:.4g} requests/s")
-    high = row["max_rate_high"]
-    bracket = (f"{row['max_rate_low']:.4g}..{high:.4g}" if math.isfinite(high)
-               else f">= {row['max_rate_low']:.4g}, censored")
+        more = f"{high:.0f} do not" if math.isfinite(high) else "censored"
+        return f"{int(row['max_concurrency'])} clients ({more}), {row['max_rate']:.4g} requests/s"
+    high, low = row["max_rate_high"], row["max_rate_low"]
+    bracket = f"{low:.4g}..{high:.4g}" if math.isfinite(high) else f">= {low:.4g}, censored"
     return f"{row['max_rate']:.4g} requests/s ({bracket})"

@@ -201,7 +201,7 @@ FIELDS: tuple[Field, ...] = (
     _wl("arrival", "str", "poisson", choices=ARRIVALS,
         help="how requests arrive: `constant` evenly spaced, `gamma` bursty, `closed` from "
              "`concurrency` clients, each sending its next request when its last one returns",
-        short="arrival process (gamma: bursty; closed loop)"),
+        short="arrival process"),
     _wl("arrival_rate", default=16.0, unit="requests/s", when=_open,
         range=Range(0.0, _INF, lo_open=True, says="a positive number of requests/s"),
         help="mean arrival rate", short="mean rate"),
