@@ -47,7 +47,9 @@ def test_columns_are_pinned():
     assert COLUMNS[len(PINNED_COLUMNS):] == ["params_b", "active_params_b",
                                              "kv_bytes_per_token", "weight_gib_per_gpu",
                                              "kv_tokens", "expert_parallel", "data_parallel",
-                                             "prefill_gpu", "decode_gpu", "concurrency",
+                                             "prefill_gpu", "decode_gpu",
+                                             "dequant_bandwidth_efficiency",
+                                             "dequant_compute_efficiency", "concurrency",
                                              "warmup_requests", "think_time_s"]
     assert len(set(COLUMNS)) == len(COLUMNS)
     assert set(TEXT_COLUMNS) == {"gpu", "model", "arrival", "prompt_tokens_dist",

@@ -363,6 +363,36 @@ def test_a_checkpoint_computes_in_its_own_precision_where_the_gpu_can(model, gpu
     assert get_model(model).activation_bits(get_gpu(gpu), 16) == 16  # the lever wins
 
 
+def test_weight_only_kernels_read_and_multiply_the_converted_weights_slower():
+    """gpt-oss's MXFP4 experts at 16-bit compute: their bytes count 1 / the GPU's
+    dequant_bandwidth_efficiency and their FLOPs 1 / dequant_compute_efficiency; its 16-bit
+    weights, a W8A8 checkpoint's and a dense model's are read and multiplied as they are."""
+    from sweep.physics.catalog import get_model
+    from sweep.physics.hardware import get_gpu
+    from sweep.physics.timing import timing_params
+    oss, h200 = get_model("gpt-oss-120b"), get_gpu("H200")
+    assert h200.dequant_bandwidth_efficiency < 1 and h200.dequant_compute_efficiency < 1
+
+    def t(model, bits, read=None, mult=None):
+        return timing_params(model, h200, weight_bits=None, activation_bits=bits,
+                             dequant_bandwidth_efficiency=read, dequant_compute_efficiency=mult)
+
+    plain, half = t(oss, 16, 1.0, 1.0), t(oss, 16, 0.5, 0.25)
+    assert half.expert_bytes == pytest.approx(2 * plain.expert_bytes)
+    assert half.weight_bytes - plain.weight_bytes == pytest.approx(plain.expert_bytes)
+    routed = 2.0 * oss.expert_params * oss.experts_per_token / oss.experts
+    assert half.flops_per_token == pytest.approx(plain.flops_per_token + 3 * routed)
+    dense = get_model("Llama-3.1-8B")  # 4-bit weight-only GEMMs: no runs, plain efficiencies
+    assert timing_params(dense, h200, weight_bits=4, activation_bits=16) == timing_params(
+        dense, h200, weight_bits=4, activation_bits=16, dequant_bandwidth_efficiency=1.0,
+        dequant_compute_efficiency=1.0)
+    assert t(oss, 16) == t(oss, 16, h200.dequant_bandwidth_efficiency,
+                           h200.dequant_compute_efficiency)  # unset: the GPU's
+    fp8 = get_model("DeepSeek-V3")  # W8A8 on Hopper: nothing to dequantise
+    assert t(fp8, 8) == t(fp8, 8, 0.1, 0.1)
+    assert t(fp8, 16) != t(fp8, 16, 0.1, 0.1)  # on 16-bit compute its experts dequantise
+
+
 def test_nvfp4_computes_in_4_bits_on_blackwell_only(tmp_path):
     from sweep.physics.hardware import get_gpu
     shutil.copy(CONFIGS / "nvidia--Llama-3.1-70B-Instruct-FP8_config.json",

@@ -199,7 +199,8 @@ def test_request_overhead_and_lag_add_to_ttft_and_latency_only():
 
 def test_every_roofline_gpu_takes_the_engines_terms_and_a_fitted_gpus_factors():
     own = ("compute_efficiency", "bandwidth_efficiency", "kv_bandwidth_efficiency",
-           "decode_attention_efficiency")
+           "decode_attention_efficiency", "dequant_bandwidth_efficiency",
+           "dequant_compute_efficiency")
     host = ("overhead_ms", "seq_overhead_us", "request_overhead_ms", "request_lag_passes",
             "allreduce_bandwidth_efficiency")
     for name, g in GPU_CATALOG.items():
@@ -213,24 +214,32 @@ def test_every_roofline_gpu_takes_the_engines_terms_and_a_fitted_gpus_factors():
         assert all(getattr(g, k) == getattr(GPU_CATALOG[source], k) for k in own), name
         if GPU_CATALOG[source].generation != g.generation:  # across generations, a wider error
             assert g.model_error.speed_sd > GPU_CATALOG[source].model_error.speed_sd
-    # Its own generation first (H200: Hopper), else the nearest peak bandwidth.
-    assert get_gpu("H200").calibration == "transferred:H100-SXM"
-    assert get_gpu("B200").calibration == "transferred:H100-SXM"
+    # Its own generation first (B300: Blackwell), else the nearest peak bandwidth.
+    assert get_gpu("B300").calibration == "transferred:B200"
+    assert get_gpu("MI300X").calibration == "transferred:H200"
+    # A factor a fitted GPU's runs do not identify comes from one whose runs do, by that rule.
+    assert FITS["H200"].bandwidth_efficiency is None
+    assert FITS["H100-SXM"].dequant_bandwidth_efficiency is None
+    h100, h200 = get_gpu("H100-SXM"), get_gpu("H200")
+    for k in ("compute_efficiency", "bandwidth_efficiency", "kv_bandwidth_efficiency"):
+        assert getattr(h200, k) == getattr(FITS["H100-SXM"], k)
+    for k in ("dequant_bandwidth_efficiency", "dequant_compute_efficiency"):
+        assert getattr(h100, k) == getattr(FITS["H200"], k)
+        assert getattr(get_gpu("A100-80GB"), k) == getattr(FITS["H200"], k)
     assert get_gpu("L40S").kv_bandwidth_efficiency == pytest.approx(
         FITS["L40S"].bandwidth_efficiency * FITS["A100-80GB"].kv_bandwidth_efficiency
         / FITS["A100-80GB"].bandwidth_efficiency)  # the A100's ratio: its runs do not identify it
     nvlink, pcie = get_gpu("H100-SXM").allreduce_latency_us, get_gpu("L40S").allreduce_latency_us
     assert nvlink == VLLM.nvlink_allreduce_us and pcie > nvlink
     t = Design().timing()
-    h100 = get_gpu("H100-SXM")
     assert t.flops_per_s == pytest.approx(h100.compute_efficiency * h100.tflops_16bit * 1e12)
     assert t.overhead_s == pytest.approx(h100.overhead_ms * 1e-3)
 
 
 def test_the_calibration_column_says_whose_factors_a_row_ran_with():
     cols = [p.columns["calibration"] for p in parse_study(BASE.format(
-        hw="", levers="").replace('gpu = "H100-SXM"', 'gpu = ["H100-SXM", "H200"]')).points]
-    assert cols == ["fitted", "transferred:H100-SXM"]
+        hw="", levers="").replace('gpu = "H100-SXM"', 'gpu = ["H100-SXM", "B300"]')).points]
+    assert cols == ["fitted", "transferred:B200"]
     stated = parse_study(BASE.format(hw="bandwidth_efficiency = 0.7", levers="")).points[0]
     assert stated.columns["calibration"] == "stated"
     host = parse_study(BASE.format(hw="overhead_ms = 2.0", levers="")).points[0]

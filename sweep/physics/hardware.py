@@ -75,6 +75,10 @@ class GPU:
     request_lag_passes: float = 0.0
     # Share of interconnect_gbs that an all-reduce of a pass's activations reaches.
     allreduce_bandwidth_efficiency: float = 1.0
+    # Shares of its weight-read and compute efficiencies kept on the weights a weight-only
+    # kernel dequantises (weights narrower than the compute); 1 in the brief (no such kernels).
+    dequant_bandwidth_efficiency: float = 1.0
+    dequant_compute_efficiency: float = 1.0
     generation: str = ""  # the architecture, for transferring another GPU's fitted factors
     # Where the factors above come from: "fitted" on this GPU's runs, or "transferred:<GPU>".
     calibration: str = "fitted"
@@ -153,13 +157,17 @@ class ServingEngine:
 
 @dataclass(frozen=True)
 class GpuFit:
-    """A GPU's own factors, fitted on real serving runs of it, and its model error."""
+    """A GPU's own factors, fitted on real serving runs of it, and its model error. A factor
+    its runs do not identify is None: it comes from the fitted GPU that ``transfer_source``
+    names among those that identify it (``_factor``)."""
 
-    compute_efficiency: float
-    bandwidth_efficiency: float
-    kv_bandwidth_efficiency: float | None  # None: not identified by the GPU's runs
+    compute_efficiency: float | None
+    bandwidth_efficiency: float | None
+    kv_bandwidth_efficiency: float | None
     decode_attention_efficiency: float
     error: ModelError
+    dequant_bandwidth_efficiency: float | None = None
+    dequant_compute_efficiency: float | None = None
     source: str = field(default="", compare=False)
 
 
@@ -169,13 +177,18 @@ VLLM = ServingEngine("vLLM 0.15", overhead_ms=1.00, seq_overhead_us=0.0,
                      nvlink_allreduce_us=4.23, allreduce_bandwidth_efficiency=0.422,
                      source="validation/fit.py on validation/fit/ (H100, A100 and L40S runs)")
 
-#: The GPUs with real runs: their factors, fitted by validation/fit.py on their fit cases, and
-#: their model error, from their held-out cases (docs/validation.md). Compute efficiency is not
-#: identified by these runs (their prefills are short: prompts are cached) and stays at 0.9, as
-#: no real kernel sustains its dense datasheet peak; decode attention is not identified either
-#: once KV reads have their own efficiency, and stays inside the roofline (0). The L40S's one
-#: load does not identify its KV-read efficiency: it takes the A100's ratio of KV-read to
-#: weight-read efficiency (``_served``).
+#: The GPUs with real runs: their factors, fitted on their fit cases, and their model error,
+#: from their held-out cases (docs/validation.md). H100, A100 and L40S: validation/fit.py on
+#: open-loop runs, whose prefills are short (prompts are cached) and do not identify compute
+#: efficiency: the A100's and L40S's stay at 0.9 (no real kernel sustains its datasheet peak),
+#: the H100 takes the H200's; decode attention is not identified once KV reads have their own
+#: efficiency, and stays inside the roofline (0); the L40S's one load does not identify its
+#: KV-read efficiency: it keeps the A100's ratio of it to weight reads. H200 and B200:
+#: validation/fit_closed.py on closed-loop runs of gpt-oss-120b, which fit the weight-only
+#: kernels' shares (its MXFP4 experts) and take the H100's plain efficiencies (``_factor``).
+#: Their model error: the speed's, the log RMS of their held-out mean TPOTs (gpt-oss-120b, the
+#: runs the KV cache did not overload); the lag's, their held-out mean TTFTs' beyond it over the
+#: lag's typical share of those TTFTs (0.15).
 FITS = {
     "H100-SXM": GpuFit(0.9, 0.800, 0.841, 0.0, ModelError(0.048, 0.248),
                        source="vLLM 0.15.1 runs at TP 1, 2 and 4 (vllm-h100, blis-vllm)"),
@@ -183,6 +196,12 @@ FITS = {
                         source="vLLM 0.15 runs at TP 1 and 2 (blis-vllm)"),
     "L40S": GpuFit(0.9, 0.880, None, 0.0, ModelError(0.061, 2.47),
                    source="a vLLM 0.15 run at TP 1 (blis-vllm)"),
+    "H200": GpuFit(None, None, None, 0.0, ModelError(0.149, 0.8),
+                   dequant_bandwidth_efficiency=0.62, dequant_compute_efficiency=0.15,
+                   source="closed-loop vLLM runs of gpt-oss-120b at TP 1-8 (aic-silicon)"),
+    "B200": GpuFit(None, None, None, 0.0, ModelError(0.206, 2.1),
+                   dequant_bandwidth_efficiency=0.82, dequant_compute_efficiency=0.21,
+                   source="closed-loop vLLM runs of gpt-oss-120b at TP 1-8 (aic-silicon)"),
 }
 
 
@@ -250,29 +269,49 @@ _DATASHEETS = (
 )
 
 
+def _factor(gpu: GPU, fitted: dict[str, GPU], key: str) -> float:
+    """A fitted factor of ``gpu``: its own fit's, else (None: its runs do not identify it) that
+    of the fitted GPU ``transfer_source`` names among those whose runs do. A KV-read efficiency
+    a GPU's runs do not identify beside its own weight-read one keeps that GPU's ratio of the
+    two (the L40S: the A100's)."""
+    own = getattr(FITS[gpu.name], key) if gpu.name in FITS else None
+    if own is not None:
+        return own
+    if key == "kv_bandwidth_efficiency" and gpu.name in FITS \
+            and FITS[gpu.name].bandwidth_efficiency is not None:
+        other = {n: g for n, g in fitted.items() if n != gpu.name
+                 and FITS[n].kv_bandwidth_efficiency is not None}
+        ref = FITS[transfer_source(gpu, other)]
+        return (FITS[gpu.name].bandwidth_efficiency * ref.kv_bandwidth_efficiency
+                / ref.bandwidth_efficiency)
+    able = {n: g for n, g in fitted.items() if getattr(FITS[n], key) is not None}
+    if not able:
+        return getattr(gpu, key)
+    return _factor(fitted[transfer_source(gpu, able)], fitted, key)
+
+
+_FACTORS = ("compute_efficiency", "bandwidth_efficiency", "kv_bandwidth_efficiency",
+            "dequant_bandwidth_efficiency", "dequant_compute_efficiency")
+
+
 def _served(gpu: GPU, sheets: dict[str, GPU]) -> GPU:
     """A roofline entry with the serving engine's host terms and the factors of the fitted GPU
-    ``transfer_source`` names. Across generations its model error widens by how far the
-    fitted GPUs' bandwidth efficiencies differ among themselves (their log's sd). A fitted GPU
-    whose runs do not identify its KV-read efficiency takes, by the same rule among the other
-    fitted GPUs, one's ratio of KV-read to weight-read efficiency."""
+    ``transfer_source`` names (each factor that GPU's runs do not identify by ``_factor``).
+    Across generations its model error widens by how far the fitted GPUs' bandwidth
+    efficiencies differ among themselves (their log's sd)."""
     if gpu.timing != "roofline":
         return gpu
     fitted = {n: sheets[n] for n in FITS}
     donor = transfer_source(gpu, fitted)
     fit = FITS[donor]
-    kv = fit.kv_bandwidth_efficiency
-    if kv is None:
-        other = FITS[transfer_source(gpu, {n: g for n, g in fitted.items() if n != donor})]
-        kv = fit.bandwidth_efficiency * other.kv_bandwidth_efficiency / other.bandwidth_efficiency
     error = fit.error
     if fitted[donor].generation != gpu.generation:
-        spread = float(np.std([math.log(f.bandwidth_efficiency) for f in FITS.values()]))
+        spread = float(np.std([math.log(_factor(g, fitted, "bandwidth_efficiency"))
+                               for g in fitted.values()]))
         error = ModelError(math.hypot(error.speed_sd, spread), error.lag_sd,
                            source=f"{donor}'s, widened across generations")
     return dataclasses.replace(
-        gpu, compute_efficiency=fit.compute_efficiency,
-        bandwidth_efficiency=fit.bandwidth_efficiency, kv_bandwidth_efficiency=kv,
+        gpu, **{k: _factor(fitted[donor], fitted, k) for k in _FACTORS},
         decode_attention_efficiency=fit.decode_attention_efficiency,
         overhead_ms=VLLM.overhead_ms, seq_overhead_us=VLLM.seq_overhead_us,
         request_overhead_ms=VLLM.request_overhead_ms,

@@ -81,13 +81,17 @@ def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int | N
                   allreduce_latency_us: float | None = None,
                   allreduce_bandwidth_efficiency: float | None = None, draft_tokens: int = 0,
                   draft_cost: float = 0.1, expert_parallel: bool = False,
-                  data_parallel: int = 1) -> TimingParams:
+                  data_parallel: int = 1, dequant_bandwidth_efficiency: float | None = None,
+                  dequant_compute_efficiency: float | None = None) -> TimingParams:
     """A design's constants; a factor left at None is the GPU's default, and the KV cache's
     bandwidth efficiency keeps the GPU's ratio to the weights' (``kv_efficiency``). Decode
     attention has its own term only where
     ``decode_attention_efficiency`` (or the GPU's default) is above 0. A design passes every
     lever named here (``Design.timing``): a new timing factor is a keyword of this function."""
     tp = gpus  # the tensor-parallel degree
+    activation = model.activation_bits(gpu, activation_bits)
+    read, mult = _dequant_slowdown(model, gpu, weight_bits, activation,
+                                   dequant_bandwidth_efficiency, dequant_compute_efficiency)
     if compute_efficiency is None:
         compute_efficiency = gpu.compute_efficiency
     if bandwidth_efficiency is None:
@@ -107,19 +111,20 @@ def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int | N
     link = gpu.interconnect_gbs * 1e9 * allreduce_bandwidth_efficiency
     per_byte = 1.0 / link if tp > 1 and link > 0 else 0.0
     lin = gpu.linear
+    experts = model.expert_bytes(weight_bits)
+    routed = model.expert_params * model.experts_per_token / model.experts  # per token
     return TimingParams(
         flops_per_token=(2.0 * model.active_params + model.window_flops_per_token
-                         + model.state_flops_per_token),
+                         + model.state_flops_per_token + 2.0 * routed * (mult - 1)),
         attn_flops_per_pair=model.attn_flops_per_pair,
         decode_attn_ratio=(model.decode_attn_flops_per_pair / model.attn_flops_per_pair
                            if model.attn_flops_per_pair > 0 else 1.0),
-        weight_bytes=model.weight_bytes(weight_bits),
-        expert_bytes=model.expert_bytes(weight_bits),
+        weight_bytes=model.weight_bytes(weight_bits) + experts * (read - 1),
+        expert_bytes=experts * read,
         expert_skip=1.0 - model.experts_per_token / model.experts,
         kv_bytes_per_token=model.held_kv_bytes_per_token(kv_bits, tp),
         seq_bytes=model.held_seq_bytes(kv_bits, tp) + model.state_bytes,  # state read, written
-        flops_per_s=(compute_efficiency * gpu.tflops(model.activation_bits(gpu, activation_bits))
-                     * 1e12 * tp),
+        flops_per_s=compute_efficiency * gpu.tflops(activation) * 1e12 * tp,
         decode_attn_s_per_flop=attn_s_per_flop,
         bytes_per_s=bandwidth_efficiency * gpu.bandwidth_tbs * 1e12 * tp,
         kv_bytes_per_s=kv_bandwidth_efficiency * gpu.bandwidth_tbs * 1e12 * tp,
@@ -139,19 +144,36 @@ def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int | N
         draft_tokens=float(draft_tokens),
         draft_cost=float(draft_cost),
         **_expert_parallel(model, gpu, tp, data_parallel if expert_parallel else 0, alpha_us,
-                           link),
+                           link, mult),
     )
 
 
+def _dequant_slowdown(model: Model, gpu: GPU, weight_bits: int | None, activation_bits: int,
+                      bandwidth: float | None, compute: float | None) -> tuple[float, float]:
+    """How many times slower a pass reads and multiplies the routed experts' weights when they
+    are narrower than the compute: a weight-only MoE kernel (vLLM's Marlin MXFP4 experts on
+    Hopper, its FP4 ones on Blackwell) dequantises them on the fly, keeping
+    ``dequant_bandwidth_efficiency`` of the GPU's weight-read efficiency and
+    ``dequant_compute_efficiency`` of its compute efficiency. (1, 1) where weights and compute
+    agree, and for a dense model (no runs identify dense weight-only kernels)."""
+    nominal = model.native_nominal_bits if weight_bits is None else weight_bits
+    if nominal >= activation_bits:
+        return 1.0, 1.0
+    read = gpu.dequant_bandwidth_efficiency if bandwidth is None else bandwidth
+    mult = gpu.dequant_compute_efficiency if compute is None else compute
+    return 1.0 / read, 1.0 / mult
+
+
 def _expert_parallel(model: Model, gpu: GPU, tp: int, dp: int, alpha_us: float,
-                     link: float) -> dict:
+                     link: float, slow: float = 1.0) -> dict:
     """The constants of expert parallelism over ``tp x dp`` GPUs (``dp`` 0: none). Under top-k
     routing of E experts, G GPUs each hold m = E / G of them, and one token puts a
     hypergeometric count of its k experts on a GPU: mean k / G, variance k (m/E)(1 - m/E)
     (E - k) / (E - 1). Over T tokens a GPU's load is near normal, and the busiest of G is
     ``z`` standard deviations above the mean, z the expected maximum of G standard normals
     (Blom's approximation). Across ranks each token's k activations go to their experts and
-    back: per GPU and expert layer, two phases of ``(T / G) k hidden x 2 bytes (G - 1) / G``."""
+    back: per GPU and expert layer, two phases of ``(T / G) k hidden x 2 bytes (G - 1) / G``.
+    ``slow``: a weight-only kernel's dequantising slowdown of the experts' FLOPs."""
     if dp == 0:
         return dict(ep=0.0, dp=1.0, tp=float(tp), ep_gpus=1.0, expert_k=1.0,
                     expert_pair_flops=0.0, ep_load_z=0.0, ep_load_var=0.0, ep_load_cap=1.0,
@@ -164,7 +186,7 @@ def _expert_parallel(model: Model, gpu: GPU, tp: int, dp: int, alpha_us: float,
     cross = dp > 1  # within one rank the tokens are on every GPU: its all-reduces combine
     return dict(
         ep=1.0, dp=float(dp), tp=float(tp), ep_gpus=float(g), expert_k=float(k),
-        expert_pair_flops=2.0 * model.expert_params / e, ep_load_z=z, ep_load_var=var,
+        expert_pair_flops=2.0 * model.expert_params / e * slow, ep_load_z=z, ep_load_var=var,
         ep_load_cap=float(min(k, m)),
         a2a_latency_s=2.0 * model.moe_layers * alpha_us * 1e-6 if cross else 0.0,
         a2a_s_per_token=(2.0 * model.moe_layers * k * model.hidden * 2.0 * (g - 1) / g / g

@@ -8,8 +8,8 @@ iteration simulates every case at the current factors and at one step of each fa
 on, as one vectorised sweep per case (the product's own use). The time a request spends outside
 the passes (``request_overhead_ms + request_lag_passes x mean TPOT``, which changes no pass) is
 solved at every evaluation by non-negative least squares on the TTFT metrics. The objective is the
-squared relative error of the measured mean and median end-to-end latency, plus half weight on
-TTFT's.
+squared relative error of the measured mean and median end-to-end latency (mean TPOT for a
+case that measured neither: a closed-loop benchmark's), plus half weight on TTFT's.
 
 A factor is shared by every case, or belongs to some GPUs (``Param.gpus``) and is fitted on
 their cases only: ``validation/fit.py`` fits the serving engine's host terms on every GPU's runs
@@ -28,6 +28,7 @@ import pandas as pd
 #: factors do not set (jitter, the real lengths' spread), and is left to the model error.
 E2E = ("mean_e2e_s", "p50_e2e_s")
 TTFT = ("mean_ttft_s", "p50_ttft_s")
+TPOT = ("mean_tpot_ms",)  # no time outside the passes: every token is equally late
 TTFT_WEIGHT = 0.5
 #: Factors a simulation depends on: (lowest, highest, finite-difference step). A step moves a
 #: run's latencies by 1-2%: beyond the discreteness of its passes (smaller steps make a noisy
@@ -80,9 +81,11 @@ class ServingFit:
 
 
 def measured_metrics(case) -> tuple[list[str], list[str]]:
-    """The end-to-end and TTFT metrics a case measured."""
+    """The end-to-end (or, where a case measured none, mean TPOT: a closed-loop benchmark's)
+    and TTFT metrics a case measured."""
     m = case.study.measured
-    return [k for k in E2E if k in m], [k for k in TTFT if k in m]
+    e2e = [k for k in E2E if k in m] or [k for k in TPOT if k in m]
+    return e2e, [k for k in TTFT if k in m]
 
 
 def _settings_study(case, settings: list[dict], duration: float | None, seeds):
@@ -146,7 +149,8 @@ def residuals(rows: list[pd.Series], cases, x: np.ndarray) -> tuple[np.ndarray, 
     for row, case in zip(rows, cases):
         extra = x[0] + x[1] * row["mean_tpot_ms"] * 1e-3
         e_keys, t_keys = measured_metrics(case)
-        e2e += [(row[m] + extra) / case.study.measured[m] - 1 for m in e_keys]
+        e2e += [(row[m] + (0.0 if m in TPOT else extra)) / case.study.measured[m] - 1
+                for m in e_keys]
         ttft += [(row[m] + extra) / case.study.measured[m] - 1 for m in t_keys]
     return np.array(e2e), np.array(ttft)
 

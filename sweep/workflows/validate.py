@@ -50,8 +50,10 @@ failures: the exit status is 0 whenever the comparison ran. ``--out`` (default
   marker per case and numeric metric (colour: the metric; shape: the group), with the line
   y = x and bands of +-10% and +-25%.
 
-``validation/`` in the repository holds cases built from measured vLLM runs
-(``validation/make_cases.py``): ``sweep validate validation``.
+``validation/`` in the repository holds cases built from measured vLLM runs: open-loop ones
+(``validation/make_cases.py``: ``sweep validate validation/fit validation/holdout``) and
+closed-loop ones (``validation/make_closed_cases.py``: ``sweep validate
+validation/closed-loop``).
 """
 from __future__ import annotations
 
