@@ -81,7 +81,8 @@ def test_uncertain_factors_keep_their_draw_streams():
     """A factor's draws follow its stream: renumbering one would change every seeded result."""
     assert {f.key: f.draw for f in UNCERTAIN} == {
         "compute_efficiency": 0, "bandwidth_efficiency": 1, "overhead_ms": 2, "acceptance": 3,
-        "kv_bandwidth_efficiency": 4, "request_lag_passes": 5}
+        "kv_bandwidth_efficiency": 4, "request_lag_passes": 5, "dequant_bandwidth_efficiency": 6,
+        "dequant_compute_efficiency": 7}
     for key, (section, lo, hi, lo_open) in FACTORS.items():
         r = KEYS[section][key].range
         assert (r.lo, r.hi, r.lo_open) == (lo, hi, lo_open)

@@ -52,6 +52,7 @@ def test_the_factors_left_to_the_gpu_spread_together_and_stated_ones_not():
     h100 = get_gpu("H100-SXM")
     d = model_error.distributions(Design())  # in the [hardware] distribution syntax
     assert set(d) == {"compute_efficiency", "bandwidth_efficiency", "kv_bandwidth_efficiency",
+                      "dequant_bandwidth_efficiency", "dequant_compute_efficiency",
                       "request_lag_passes"}  # decode attention is inside the roofline (0)
     assert d["bandwidth_efficiency"].mean == h100.bandwidth_efficiency
     assert d["bandwidth_efficiency"].sd == pytest.approx(
@@ -66,7 +67,8 @@ def test_the_factors_left_to_the_gpu_spread_together_and_stated_ones_not():
     assert slow["request_lag_passes"] > central["request_lag_passes"] > fast["request_lag_passes"]
     # A stated factor is the config's own: the weights' (and with them the KV cache's) stay.
     assert set(model_error.distributions(Design(bandwidth_efficiency=0.7))) == {
-        "compute_efficiency", "request_lag_passes"}
+        "compute_efficiency", "dequant_bandwidth_efficiency", "dequant_compute_efficiency",
+        "request_lag_passes"}
     assert model_error.spreads(Design(gpu="Apple-M3-Max", model="Llama-3.2-1B")) == {}
 
 

@@ -326,14 +326,14 @@ FIELDS: tuple[Field, ...] = (
            values="a GPU",
            help="the decode pool's GPU, with `decode_gpus`; unset: `gpu`",
            short="the decode pool's GPU"),
-    _hw("dequant_bandwidth_efficiency", range=_SHARE, gpu_default=True, fitted="gpu",
+    _hw("dequant_bandwidth_efficiency", range=_SHARE, draw=6, gpu_default=True, fitted="gpu",
         help="share of `bandwidth_efficiency` a weight-only MoE kernel keeps reading the routed "
              "experts it dequantises (experts narrower than `activation_bits`: MXFP4 or int4 at "
              "16-bit compute) ([model.md](model.md))",
-        short="weight-only experts' share, reads"),
-    _hw("dequant_compute_efficiency", range=_SHARE, gpu_default=True, fitted="gpu",
+        short="weight-only experts, reads"),
+    _hw("dequant_compute_efficiency", range=_SHARE, draw=7, gpu_default=True, fitted="gpu",
         help="share of `compute_efficiency` a weight-only MoE kernel keeps multiplying the "
-             "routed experts it dequantises", short="weight-only experts' share, products"),
+             "routed experts it dequantises", short="weight-only experts, products"),
     _wl("concurrency", "int", range=Range(1, MAX_REQUESTS), unit="clients", when=_closed,
         shown="-", help="`closed` only: clients, all starting at time 0; the run ends when every "
                         "request is done",
