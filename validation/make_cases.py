@@ -29,6 +29,8 @@ import statistics
 import sys
 from pathlib import Path
 
+import case_files
+
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "vllm-h100"
 FIT = "general"  # the workload the defaults are fitted on; the others are held out
@@ -470,8 +472,7 @@ def cases(data: Path = DATA, out: Path = HERE) -> dict[Path, str]:
 
 def generated(out: Path = HERE) -> list[Path]:
     """The case files on disk that this script wrote."""
-    return sorted(p for g in GROUPS for p in (out / g).glob("*.toml")
-                  if p.read_text().startswith(HEADER))
+    return case_files.generated(out, GROUPS, HEADER)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -489,21 +490,10 @@ def main(argv: list[str] | None = None) -> int:
     want = {}
     for data in args.data or (DATA, BLIS):
         want.update(cases(data.resolve(), out))
-    stale = [p for p in generated(out) if p not in want]
-    differ = [p for p, text in want.items() if not p.is_file() or p.read_text() != text]
+    code, differ, stale = case_files.sync(want, generated(out), out, "validation/make_cases.py",
+                                          args.check)
     if args.check:
-        for p in differ + stale:
-            print(f"{p.relative_to(out)}: {'stale' if p in stale else 'out of date'}; rerun "
-                  "validation/make_cases.py", file=sys.stderr)
-        if not differ and not stale:
-            print(f"{len(want)} cases up to date")
-        return 1 if differ or stale else 0
-    for p in stale:
-        p.unlink()
-    for p, text in want.items():
-        p.parent.mkdir(parents=True, exist_ok=True)
-        if not p.is_file() or p.read_text() != text:
-            p.write_text(text)
+        return code
     print(f"{len(want)} cases ({len(differ)} written, {len(stale)} removed) in "
           f"{', '.join(sorted({p.parent.name + '/' for p in want}))}")
     return 0

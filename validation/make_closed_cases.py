@@ -46,6 +46,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import case_files
+
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "aic-silicon"
 CSV = DATA / "silicon_vllm_fit.csv"
@@ -366,8 +368,7 @@ def summary(found: dict[Path, str], skipped: dict, rows: list[dict]) -> list[str
 
 def generated(out: Path = OUT) -> list[Path]:
     """The case files on disk that this script wrote."""
-    return sorted(p for g in GROUPS for p in (out / g).glob("*.toml")
-                  if p.read_text().startswith(HEADER))
+    return case_files.generated(out, GROUPS, HEADER)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -380,21 +381,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     out = args.out.resolve()
     want, skipped, rows = cases(CSV, out)
-    stale = [p for p in generated(out) if p not in want]
-    differ = [p for p, text in want.items() if not p.is_file() or p.read_text() != text]
+    code, differ, stale = case_files.sync(want, generated(out), out,
+                                          "validation/make_closed_cases.py", args.check)
     if args.check:
-        for p in differ + stale:
-            print(f"{p.relative_to(out)}: {'stale' if p in stale else 'out of date'}; rerun "
-                  "validation/make_closed_cases.py", file=sys.stderr)
-        if not differ and not stale:
-            print(f"{len(want)} cases up to date")
-        return 1 if differ or stale else 0
-    for p in stale:
-        p.unlink()
-    for p, text in want.items():
-        p.parent.mkdir(parents=True, exist_ok=True)
-        if not p.is_file() or p.read_text() != text:
-            p.write_text(text)
+        return code
     print(f"{len(want)} cases ({len(differ)} written, {len(stale)} removed)")
     print("\n".join(summary(want, skipped, rows)))
     return 0

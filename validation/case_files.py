@@ -1,0 +1,35 @@
+"""The case files a script writes: which are its own on disk, and writing or checking them, for
+``make_cases.py`` and ``make_closed_cases.py``. Standard library only."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def generated(out: Path, groups, header: str) -> list[Path]:
+    """The case files under ``out``'s ``groups`` folders that begin with ``header``."""
+    return sorted(p for g in groups for p in (out / g).glob("*.toml")
+                  if p.read_text().startswith(header))
+
+
+def sync(want: dict[Path, str], on_disk: list[Path], out: Path, script: str,
+         check: bool) -> tuple[int, list[Path], list[Path]]:
+    """Write ``want`` (path -> text) and remove the script's other files (``on_disk``), or,
+    with ``check``, write nothing and say which differ. Returns (exit status, the files that
+    differed, the stale ones)."""
+    stale = [p for p in on_disk if p not in want]
+    differ = [p for p, text in want.items() if not p.is_file() or p.read_text() != text]
+    if check:
+        for p in differ + stale:
+            print(f"{p.relative_to(out)}: {'stale' if p in stale else 'out of date'}; rerun "
+                  f"{script}", file=sys.stderr)
+        if not differ and not stale:
+            print(f"{len(want)} cases up to date")
+        return (1 if differ or stale else 0), differ, stale
+    for p in stale:
+        p.unlink()
+    for p, text in want.items():
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if not p.is_file() or p.read_text() != text:
+            p.write_text(text)
+    return 0, differ, stale
