@@ -37,8 +37,10 @@ class Tally:
                      len(self.points), time.perf_counter() - self.t0)
 
 
-def default_progress(stream=sys.stderr) -> Progress:
-    """A one-line bar on a terminal; plain log lines (at most ~20) otherwise."""
+def default_progress(stream=None) -> Progress:
+    """A one-line bar on a terminal; plain log lines (at most ~20) otherwise; on ``stream``,
+    by default the standard error of the moment (not of import time)."""
+    stream = sys.stderr if stream is None else stream
     tty = stream.isatty()
     last = [-1]
 
