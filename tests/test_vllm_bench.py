@@ -18,6 +18,14 @@ EXAMPLE = REPO / "configs" / "vllm_bench"
 SOURCE = REPO / "validation" / "holdout" / "llama-2-7b-tp1-codegen-stage0.toml"
 
 
+@pytest.fixture(autouse=True)
+def _own_executables(tmp_path_factory, monkeypatch):
+    """The CLI keeps compiled executables on disk; these tests keep theirs apart. Loading one
+    that an earlier test of the same process wrote has aborted inside XLA's deserializer on a
+    2-core CPU (under investigation), so they compile their own."""
+    monkeypatch.setenv("SERVESWEEP_CACHE", str(tmp_path_factory.mktemp("executables")))
+
+
 def test_the_example_measures_what_its_real_run_measured():
     got, real = load_study(EXAMPLE / "case.toml").measured, load_study(SOURCE).measured
     assert set(got) == set(real) and all(got[k] == pytest.approx(real[k], rel=1e-12) for k in got)
