@@ -60,3 +60,19 @@ def swept(tmp_path_factory):
 def small_run(swept, small_study):
     """(config file, results folder) of the small study's sweep, with per-request rows."""
     return swept(small_study, "--per-request", "--quiet")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Each test file's compiled programs are released after it: every XLA CPU executable holds
+    memory mappings, and a process with the whole suite's at once ran into the kernel's limit
+    on them (compiles and loads then crash)."""
+    yield
+    import gc
+
+    import jax
+
+    from sweep.runtime import executables
+    executables._loaded.clear()
+    jax.clear_caches()
+    gc.collect()
