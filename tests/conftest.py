@@ -64,9 +64,10 @@ def small_run(swept, small_study):
 
 @pytest.fixture(autouse=True, scope="module")
 def _release_compiled_programs():
-    """Each test file's compiled programs are released after it: every XLA CPU executable holds
-    memory mappings, and a process with the whole suite's at once ran into the kernel's limit
-    on them (compiles and loads then crash)."""
+    """Each test file's compiled programs are released after it. A process that held the whole
+    suite's at once crashed inside XLA's CPU compiler (or its executable loader) late in the
+    run, on a 2-core machine; released file by file, the suite runs through. Every CPU
+    executable holds memory mappings, which the kernel limits per process."""
     yield
     import gc
 

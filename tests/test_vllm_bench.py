@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -18,14 +16,6 @@ from sweep.study.config import load_study
 REPO = Path(__file__).parents[1]
 EXAMPLE = REPO / "configs" / "vllm_bench"
 SOURCE = REPO / "validation" / "holdout" / "llama-2-7b-tp1-codegen-stage0.toml"
-
-
-@pytest.fixture(autouse=True)
-def _own_executables(tmp_path_factory, monkeypatch):
-    """The CLI keeps compiled executables on disk; these tests keep theirs apart. Loading one
-    that an earlier test of the same process wrote has aborted inside XLA's deserializer on a
-    2-core CPU (under investigation), so they compile their own."""
-    monkeypatch.setenv("SERVESWEEP_CACHE", str(tmp_path_factory.mktemp("executables")))
 
 
 def test_the_example_measures_what_its_real_run_measured():
@@ -51,12 +41,7 @@ def _copy(tmp_path: Path, bench: dict | None = None, extra: str = "") -> Path:
 def test_a_vllm_benchmark_file_validates_end_to_end(tmp_path):
     case = _copy(tmp_path)
     out = tmp_path / "out"
-    # In a process of its own: compiled after the whole suite's other programs, this one has
-    # crashed XLA's CPU compiler on a 2-core machine, and passes in a fresh process.
-    done = subprocess.run([sys.executable, "-c", "import sys; from sweep.cli import main; "
-                           "sys.exit(main(sys.argv[1:]))", "validate", str(case.parent),
-                           "--out", str(out), "--quiet"], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
+    assert main(["validate", str(case.parent), "--out", str(out), "--quiet"]) == 0
     table = pd.read_parquet(out / "validation.parquet").set_index("metric")
     bench = json.loads((EXAMPLE / "bench.json").read_text())
     assert table.loc["mean_ttft_s", "measured"] == pytest.approx(bench["mean_ttft_ms"] / 1000)

@@ -2,8 +2,18 @@
 ``make_cases.py`` and ``make_closed_cases.py``. Standard library only."""
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
+
+
+def parser(doc: str) -> argparse.ArgumentParser:
+    """A case script's command line, with its ``--check``."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--check", action="store_true",
+                    help="write nothing; exit 1 if the cases on disk differ from what would be "
+                         "written")
+    return ap
 
 
 def generated(out: Path, groups, header: str) -> list[Path]:

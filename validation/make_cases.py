@@ -20,7 +20,6 @@ fitted. Standard library only: the two YAML files are read with a parser for the
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
@@ -476,10 +475,7 @@ def generated(out: Path = HERE) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true",
-                    help="write nothing; exit 1 if the cases on disk differ from what would be "
-                         "written")
+    ap = case_files.parser(__doc__)
     ap.add_argument("--data", type=Path, action="append",
                     help="a folder of runs in either layout (repeatable; default: the shipped "
                          "vllm-h100 and blis-vllm folders)")

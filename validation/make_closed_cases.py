@@ -39,7 +39,6 @@ Standard library only.
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import os
 import sys
@@ -372,10 +371,7 @@ def generated(out: Path = OUT) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true",
-                    help="write nothing; exit 1 if the cases on disk differ from what would be "
-                         "written")
+    ap = case_files.parser(__doc__)
     ap.add_argument("--out", type=Path, default=OUT,
                     help="where fit/ and holdout/ are written (default: validation/closed-loop)")
     args = ap.parse_args(argv)

@@ -64,9 +64,8 @@ def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
     def waiting(tau):
         return (real & (arrival <= tau) & (got_first > tau)).sum()
 
-    first_real = jnp.where(warm, r.warmup, 0)
-    q_mid = waiting(arrival[first_real + half])
-    q_last = waiting(arrival[jnp.maximum(first_real + n_real - 1, 0)])
+    q_mid = waiting(arrival[r.warmup + half])
+    q_last = waiting(arrival[jnp.maximum(r.warmup + n_real - 1, 0)])
     unstable = (n_real > 0) & (q_last > q_mid + 0.05 * (n_real - 1 - half) + 1)
     safe_t = jnp.where(t_stop > 0, t_stop, jnp.nan)
     span = jnp.where(t_stop - t0 > 0, t_stop - t0, jnp.nan)
