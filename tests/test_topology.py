@@ -10,13 +10,14 @@ from sweep.analysis.metrics import summarize
 from sweep.engine import ITL_LOG_WIDTH, simulate_batch
 from sweep.engine import topology
 from sweep.engine.params import engine_params
-from sweep.engine.reference import (simulate_disaggregated_reference, simulate_replicas_reference,
-                                    summarize_reference)
+from sweep.engine.reference import (simulate_disaggregated_reference, simulate_mixed_reference,
+                                    simulate_replicas_reference, summarize_reference)
 from sweep.execution.batch import stack
 from sweep.physics.hardware import get_gpu
 from sweep.physics.numerics import float64
 from sweep.study.config import ConfigError, parse_study
 from sweep.study.design import Design
+from sweep.study.fleet import MixedFleet
 from sweep.study.workload import Lengths, Workload, sample_n
 from tests.test_twin_agreement import CONTEXT, K_MAX, N_DESIGNS, N_REQ, SEATS, _random_design
 
@@ -89,16 +90,47 @@ def _cases(kind: str, seed: int):
     return out
 
 
+def _mixed_cases(seed: int):
+    """Random mixed fleets: two or three random designs (any GPU, model and levers, one context
+    limit), a replica or two each, random capacity weights; some servers' KV caches shrunken."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(N_CASES):
+        members, weights = [], []
+        for j in range(2 + int(i % 3 == 0)):
+            d = _random_design(rng, 3 * i + j, experts=False)[0]
+            if i % 2 == 1 and j == 0:  # a full paged cache under a burst: preemptions
+                d = d.replace(batching="continuous", kv_cache="paged", max_batch=SEATS)
+            members.append(d.replace(replicas=int(rng.integers(1, 3)) if j < 2 else 1))
+            weights.append(float(rng.uniform(0.2, 5.0)))
+        fleet = MixedFleet(tuple(members), tuple(weights))
+        p = topology.plan(fleet)
+        servers = []
+        for x in p.first:
+            if i % 2 == 1 or rng.random() < 0.3:  # a small cache
+                one = math.ceil(CONTEXT / int(x.block_tokens)) + int(x.seq_blocks)
+                x = x._replace(total_blocks=np.int32(rng.integers(one, one + 8)))
+            servers.append(x)
+        wl = _workload(rng, i % 2 == 1)
+        out.append((fleet, p._replace(first=servers), sample_n(wl, int(rng.integers(2**31)),
+                                                                CONTEXT, N_REQ)))
+    return out
+
+
 def _twin(d, p, r):
+    if p.weights is not None:
+        return simulate_mixed_reference(p.first, p.weights, r)
     if p.decode is None:
         return simulate_replicas_reference(p.first[0], r, len(p.first), p.router)
     return simulate_disaggregated_reference(p.first[0], p.decode, r, p.kv_bytes_per_token,
                                             p.link_bytes_per_s)
 
 
-@pytest.mark.parametrize("kind", ["replicas", "lor", "disaggregated"])
+@pytest.mark.parametrize("kind", ["replicas", "lor", "disaggregated", "mixed"])
 def test_engine_and_twin_agree_per_request(kind):
-    cases = _cases(kind, {"replicas": 20261201, "disaggregated": 20261202, "lor": 20261204}[kind])
+    seed = {"replicas": 20261201, "disaggregated": 20261202, "lor": 20261204,
+            "mixed": 20261205}[kind]
+    cases = _mixed_cases(seed) if kind == "mixed" else _cases(kind, seed)
     designs, plans, reqs = zip(*cases)
     width = sum(len(p.first) for p in plans)
     out = topology.run(list(plans), stack(reqs), _call, width)
@@ -108,6 +140,8 @@ def test_engine_and_twin_agree_per_request(kind):
         ref = _twin(d, p, r)
         if kind == "lor" and len(p.first) > 1:
             moved += _check_least_outstanding(r, ref, len(p.first))
+        if kind == "mixed":
+            _check_shares(r, ref, p.weights)
         for name, eng, twin in [("first", out.first[b], ref.first_token),
                                 ("finish", out.finish[b], ref.finish)]:
             assert np.array_equal(np.isnan(eng), np.isnan(twin)), (name, msg)
@@ -130,12 +164,25 @@ def test_engine_and_twin_agree_per_request(kind):
             else:
                 assert v == pytest.approx(float(value), rel=1e-9, abs=1e-12), (key, msg)
     assert preempted >= 1
-    if kind != "disaggregated":
+    if kind == "mixed":
+        assert len({str(g) for d in designs for g in (m.gpu for m in d.members)}) >= 4
+        assert any(len({m.model for m in d.members}) > 1 for d in designs)
+    elif kind != "disaggregated":
         assert {len(p.first) for p in plans} >= {1, 2, 3}
         assert (moved > 0) == (kind == "lor")
     else:
         assert {d.kv_link_gbps for d in designs} >= {1.0, 400.0}
         assert sum(d.prefill_gpu not in (None, d.decode_gpu) for d in designs) >= 3
+
+
+def _check_shares(r, ref, weights) -> None:
+    """Every server's count of the requests so far stays within one of its capacity share."""
+    w = np.asarray(weights) / np.sum(weights)
+    n = int(np.sum(np.isfinite(np.asarray(r.arrival))))
+    counts = np.zeros(w.size)
+    for k in range(n):
+        counts[ref.replica[k]] += 1
+        assert np.all(np.abs(counts - (k + 1) * w) < 1.0), (k, counts, w)
 
 
 def _check_least_outstanding(r, ref, n_rep) -> int:
@@ -258,3 +305,17 @@ def test_pools_on_different_gpus_cost_each_its_own_price():
     assert p.first[0].timing.flops_per_s != p.decode.timing.flops_per_s  # each its own GPU
     with pytest.raises(ValueError, match="levers.prefill_gpu"):
         Design(model="Llama-3-8B", prefill_gpu="B200").validate()
+
+
+def test_a_mix_of_one_design_at_equal_weights_is_its_replicas():
+    """Capacity weights that are equal are round robin: two members of one design, weighted
+    alike, are the design's three replicas, bit for bit."""
+    d = Design(model="Llama-3.2-1B", max_batch=4, max_seq_len=CONTEXT)
+    fleet = MixedFleet((d.replace(replicas=2), d), (3.5, 3.5))
+    r = sample_n(Workload(arrival_rate=500.0, num_requests=N_REQ, duration_s=None), 3,
+                 CONTEXT, N_REQ)
+    a = topology.run([topology.plan(fleet)], stack([r]), _call, 3)
+    b = topology.run([topology.plan(d.replace(replicas=3))], stack([r]), _call, 3)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+    assert float(topology.plan(fleet).system.summary.gpus) == 3.0

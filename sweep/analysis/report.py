@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from sweep.study.config import Limit
 from sweep.study.metric_names import METRICS
 
 #: Suffixes of the per-metric statistics in an aggregate.
@@ -276,13 +275,13 @@ def _keep(text: str) -> str:
     return text.replace(" ", _NBSP)
 
 
-def _wrap(text: str, indent: str = "  ", more: str = "      ") -> list[str]:
+def wrap(text: str, indent: str = "  ", more: str = "      ") -> list[str]:
     lines = textwrap.wrap(text, width=WIDTH, initial_indent=indent, subsequent_indent=more,
                           break_long_words=True, break_on_hyphens=False) or [indent.rstrip()]
     return [line.replace(_NBSP, " ") for line in lines]
 
 
-def _levers_text(row, levers) -> str:
+def levers_text(row, levers) -> str:
     return " ".join(f"{c}={_num(row[c])}" for c in levers) if levers else "(no varying lever)"
 
 
@@ -295,8 +294,8 @@ def _design_lines(row, metrics, levers) -> list[str]:
         parts.append(_keep("[queue growing]"))
     if _mean(row, "truncated", 0.0) > 0:
         parts.append(_keep("[TRUNCATED: untrusted]"))
-    text = " ".join(parts) + " | " + _levers_text(row, levers)
-    return _wrap(text, "  ", "      ")
+    text = " ".join(parts) + " | " + levers_text(row, levers)
+    return wrap(text, "  ", "      ")
 
 
 def _metric_list(brief, agg) -> list[str]:
@@ -345,7 +344,7 @@ def _brief_lines(v: Verdict, brief, agg: pd.DataFrame) -> list[str]:
              "share of seeds that met every limit.", "", f"Brief ({len(brief)} limits):"]
     for lim in brief:
         kind = "metric" if is_metric(lim.key) else "lever"
-        lines += _wrap(f"{limit_text(lim)}  [{kind}]", "  ", "    ")
+        lines += wrap(f"{limit_text(lim)}  [{kind}]", "  ", "    ")
     if not brief:
         lines.append("  (no limits)")
     return lines + [""]
@@ -354,7 +353,7 @@ def _brief_lines(v: Verdict, brief, agg: pd.DataFrame) -> list[str]:
 def _baseline_lines(v: Verdict, brief, levers, metrics) -> list[str]:
     """The starting design: its levers, its metrics against the brief, and what it misses."""
     b = v.baseline
-    lines = _wrap(f"Starting design {_num(b['design'])}: {_levers_text(b, levers)}", "", "    ")
+    lines = wrap(f"Starting design {_num(b['design'])}: {levers_text(b, levers)}", "", "    ")
     shown = list(dict.fromkeys([lim.key for lim in brief if is_metric(lim.key)] + metrics
                                + ["tokens_per_s", "unstable", "truncated"]
                                + [lim.key for lim in brief]))
@@ -368,13 +367,13 @@ def _baseline_lines(v: Verdict, brief, levers, metrics) -> list[str]:
         for lim in brief:
             if lim.key == key:
                 status += f"  {'MISSES' if base_side(lim) else 'meets'} {limit_text(lim)}"
-        lines += _wrap(f"{key} = {_num(b[key])}{_ci(b, key) if is_metric(key) else ''}{status}",
+        lines += wrap(f"{key} = {_num(b[key])}{_ci(b, key) if is_metric(key) else ''}{status}",
                        "  ", "    ")
     if v.baseline_misses:
         growing = "(queue still growing)" if _unstable(b) else ""
         words = "; ".join(miss_label(lim, base_side(lim), growing)
                           for lim in v.baseline_misses)
-        lines += _wrap(f"It {words}.", "  ", "    ")
+        lines += wrap(f"It {words}.", "  ", "    ")
     else:
         lines.append("  It meets the brief.")
     return lines + [""]
@@ -401,7 +400,7 @@ def _family_lines(v: Verdict, agg: pd.DataFrame, levers, metrics) -> list[str]:
     by_id = agg.set_index("design", drop=False)
     for f in v.families:
         word = "design" if f.count == 1 else "designs"
-        lines += _wrap(f"{f.label}: {f.count} {word} (misses "
+        lines += wrap(f"{f.label}: {f.count} {word} (misses "
                        f"{', '.join(_keep(limit_text(lim)) for lim in f.limits)})", "- ", "    ")
         for d in f.designs[:EXAMPLES]:
             lines += _design_lines(by_id.loc[d], metrics, levers)
@@ -409,7 +408,7 @@ def _family_lines(v: Verdict, agg: pd.DataFrame, levers, metrics) -> list[str]:
         if rest:
             listed = ", ".join(str(d) for d in rest[:MORE_IDS]) + (", ..." if len(rest) > MORE_IDS
                                                                     else "")
-            lines += _wrap(f"... and {len(rest)} more: {listed}", "  ", "      ")
+            lines += wrap(f"... and {len(rest)} more: {listed}", "  ", "      ")
     return lines
 
 
@@ -418,7 +417,7 @@ def _truncated_lines(v: Verdict) -> list[str]:
         return []
     tids = [str(int(d)) for d in v.truncated["design"]]
     ids = ", ".join(tids[:MORE_IDS]) + (", ..." if len(tids) > MORE_IDS else "")
-    return [""] + _wrap(f"WARNING: truncated simulations (step bound hit before the end) in "
+    return [""] + wrap(f"WARNING: truncated simulations (step bound hit before the end) in "
                         f"{len(v.truncated)} design(s); do not trust their metrics: {ids}",
                         "", "    ")
 
@@ -427,74 +426,7 @@ def transferred_lines(table: pd.DataFrame) -> list[str]:
     """A note for the GPUs whose factors were transferred from another's real runs."""
     moved = sorted({(str(g), str(c).removeprefix("transferred:")) for g, c in zip(
         table.get("gpu", ()), table.get("calibration", ())) if str(c).startswith("transferred:")})
-    return [""] + _wrap("Note: no real runs of " + ", ".join(g for g, _ in moved) + " were "
+    return [""] + wrap("Note: no real runs of " + ", ".join(g for g, _ in moved) + " were "
                         "fitted: " + "; ".join(f"{g} runs with the {src}'s factors"
                                                for g, src in moved)
                         + " (the calibration column; docs/model.md).", "", "  ") if moved else []
-
-
-# --- capacity -------------------------------------------------------------------------------------
-
-def _money(x: float) -> str:
-    return f"${x:,.2f}" if x >= 1 else f"${x:.3g}"
-
-
-def render_capacity(cap: pd.DataFrame, fleet: pd.DataFrame | None, meta: dict,
-                    shown: int = 10) -> str:
-    """A capacity search in plain words: the cheapest confirmed fleet for the target, or the
-    designs by their cost at capacity; then what stops the designs that carry nothing."""
-    levers = [c for c in meta.get("axes", []) if c in cap.columns]
-    conf = meta["capacity"]["confidence"]
-    lines = [f"Capacity of {len(cap)} designs, {len(meta['seeds'])} seeds each: a design carries "
-             f"a load when at least {conf:.0%} of its seeds meet the brief there."]
-    brief = [Limit(**lim) for lim in meta["brief"]]
-    slo = meta.get("slo") or {}
-    lines += _wrap("Brief: " + ", ".join([limit_text(lim) for lim in brief]
-                                         + [f"{k} <= {v:g} per request" for k, v in slo.items()]),
-                   indent="", more="  ")
-    carrying = cap[cap["max_rate"] > 0].sort_values(["cost_per_mtok_at_max", "design"])
-    target = meta.get("target_rate")
-    if target is not None:
-        good = fleet[fleet["confirmed"]] if fleet is not None and len(fleet) else fleet
-        if good is None or not len(good):
-            lines.append(f"No fleet was confirmed to serve {target:g} requests/s within the brief"
-                         + (" (no design carries any load within it)." if not len(carrying)
-                            else ": the cheapest candidates missed it when simulated whole."))
-        else:
-            for k, (_, row) in enumerate(good.head(3).iterrows()):
-                text = (f"{int(row['replicas'])} x ({_levers_text(row, levers)}), "
-                        f"{_money(row['fleet_usd_per_hour'])}/hour, "
-                        f"{_money(row['cost_per_mtok'])} per million tokens")
-                lines += _wrap(f"To serve {target:g} requests/s within the brief: {text}."
-                               if k == 0 else f"next: {text}", indent="" if k == 0 else "  ")
-        if fleet is not None and len(fleet):
-            for _, row in fleet[~fleet["confirmed"]].iterrows():
-                lines += _wrap(f"not confirmed: {int(row['replicas'])} x "
-                               f"({_levers_text(row, levers)}): {row['note']}")
-    lines.append(f"{len(carrying)} designs carry load within the brief; by cost at capacity:"
-                 if len(carrying) else "No design carries any load within the brief.")
-    for _, row in carrying.head(shown).iterrows():
-        lines += _wrap(f"design {int(row['design'])}: {_load_text(row)}, "
-                       f"{_money(row['cost_per_mtok_at_max'])} per million tokens "
-                       f"at capacity, {_money(row['usd_per_hour'])}/hour; bound by "
-                       f"{row['binding']} | {_levers_text(row, levers)}")
-    if len(carrying) > shown:
-        lines.append(f"  ... and {len(carrying) - shown} more (capacity.parquet)")
-    none = cap[cap["max_rate"] <= 0]
-    if len(none):
-        lines.append(f"{len(none)} designs carry nothing within the brief:")
-        for binding, group in none.groupby("binding", sort=True):
-            lines += _wrap(f"{len(group)} bound by {binding}, e.g. design "
-                           f"{int(group['design'].iloc[0])}: {group['why'].iloc[0]}")
-    return "\n".join(lines + transferred_lines(cap))
-
-
-def _load_text(row) -> str:
-    """A design's capacity: requests/s and their bracket, or a closed loop's clients."""
-    if "max_concurrency" in row.index:
-        high = row["max_concurrency_high"]
-        more = f"{high:.0f} do not" if math.isfinite(high) else "censored"
-        return f"{int(row['max_concurrency'])} clients ({more}), {row['max_rate']:.4g} requests/s"
-    high, low = row["max_rate_high"], row["max_rate_low"]
-    bracket = f"{low:.4g}..{high:.4g}" if math.isfinite(high) else f">= {low:.4g}, censored"
-    return f"{row['max_rate']:.4g} requests/s ({bracket})"

@@ -185,6 +185,18 @@ def load_capacity(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame | None, 
     return cap, fleet, meta
 
 
+def load_mixed(path: str | Path) -> pd.DataFrame | None:
+    """A capacity search's mixed fleets (None where it sized none), checked as ``load_capacity``
+    checks its tables."""
+    folder = Path(path)
+    folder = folder.parent if folder.suffix == ".parquet" else folder
+    if not (folder / "mixed_fleet.parquet").exists():
+        return None
+    mixed = _read(folder / "mixed_fleet.parquet")[0]
+    _check_columns(folder / "mixed_fleet.parquet", mixed, MIXED_COLUMNS)
+    return mixed
+
+
 def start_parts(out_dir: str | Path, manifest: dict, grid: pd.DataFrame) -> None:
     """Create ``out_dir/parts`` with the manifest and the grid of a fresh sweep."""
     parts = Path(out_dir) / PARTS
@@ -339,6 +351,9 @@ CAPACITY_COLUMNS = {"design": "int", "max_rate": "num", "max_rate_low": "num",
                     "binding": "any", "why": "any"}
 FLEET_COLUMNS = {"design": "int", "replicas": "int", "fleet_usd_per_hour": "num",
                  "cost_per_mtok": "num", "confirmed": "bool", "note": "any"}
+MIXED_COLUMNS = {"mix": "int", "design": "int", "replicas": "int", "share": "num",
+                 "fleet_usd_per_hour": "num", "cost_per_mtok": "num", "confirmed": "bool",
+                 "note": "any"}
 _KINDS = {"int": pd.api.types.is_integer_dtype, "bool": pd.api.types.is_bool_dtype,
           "num": lambda d: pd.api.types.is_numeric_dtype(d) and not pd.api.types.is_bool_dtype(d),
           "any": lambda d: True}

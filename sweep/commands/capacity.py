@@ -6,7 +6,7 @@ from sweep.commands.common import reporting, use_executable_cache
 
 
 def cmd_capacity(args) -> int:
-    from sweep.analysis.report import render_capacity
+    from sweep.analysis.capacity_report import render_capacity
     from sweep.workflows.capacity_study import capacity
 
     use_executable_cache()
@@ -18,5 +18,5 @@ def cmd_capacity(args) -> int:
     else:
         print(f"{len(res.capacity)} designs x {len(res.meta['seeds'])} seeds: {res.simulations} "
               f"simulations in {res.seconds:.1f} s on {res.meta['device']} -> {res.folder}")
-    print(render_capacity(res.capacity, res.fleet, res.meta))
+    print(render_capacity(res.capacity, res.fleet, res.meta, mixed=res.mixed))
     return 0

@@ -54,12 +54,13 @@ def _capacity_frontier(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from sweep.analysis.report import render, render_capacity, verdict
-    from sweep.analysis.results import load_capacity, load_results
+    from sweep.analysis.capacity_report import render_capacity
+    from sweep.analysis.report import render, verdict
+    from sweep.analysis.results import load_capacity, load_mixed, load_results
 
     if (Path(args.results) / "capacity.parquet").exists():
         cap, fleet, meta = checked(load_capacity, args.results)
-        print(render_capacity(cap, fleet, meta))
+        print(render_capacity(cap, fleet, meta, mixed=checked(load_mixed, args.results)))
         return 0
     res = checked(load_results, args.results)
     print(render(verdict(res.designs, res.brief), res.brief, res.axes))

@@ -24,8 +24,8 @@ from sweep.engine.reference_rules import (Pass, admission, budget, completion, c
 from sweep.engine.reference_state import RefResult, columns, load, result
 from sweep.study.workload import Requests
 
-__all__ = ["RefResult", "simulate_disaggregated_reference", "simulate_reference",
-           "simulate_replicas_reference", "summarize_reference"]
+__all__ = ["RefResult", "simulate_disaggregated_reference", "simulate_mixed_reference",
+           "simulate_reference", "simulate_replicas_reference", "summarize_reference"]
 
 
 def simulate_reference(params: EngineParams, req: Requests,
@@ -65,31 +65,67 @@ def simulate_replicas_reference(params: EngineParams, req: Requests, replicas: i
     replica with the fewest requests sent there and unfinished at its arrival (ties: the
     lowest), found as the fixed point of choosing again from the finish times the choices so
     far lead to (rounds: see ``topology.run``). One replica is the plain server."""
-    arrival, prompt, output, n = columns(req)
+    arrival, _, _, n = columns(req)
     chosen = [i % replicas for i in range(n)]
     for _ in range(n + 1):
-        parts = []
-        for j in range(replicas):
-            idx = [i for i in range(n) if chosen[i] == j]
-            sub = Requests(arrival[idx], prompt[idx], output[idx], req.end_time, req.seed,
-                           np.asarray(req.prefix).reshape(-1)[idx], req.prefix_tokens)
-            parts.append((idx, simulate_reference(params, sub)))
+        parts, finish = _serve([params] * replicas, req, chosen)
         if replicas == 1:
             return parts[0][1]
-        first, finish = np.full(n, np.nan), np.full(n, np.nan)
-        generated = np.zeros(n, dtype=np.int64)
-        for idx, res in parts:
-            first[idx], finish[idx], generated[idx] = res.first_token, res.finish, res.generated
         again = chosen if router == "round_robin" else _least_outstanding(arrival, finish, chosen,
                                                                           replicas)
         if again == chosen:
             break
         chosen = again
-    gaps = np.concatenate([res.itl_gaps for _, res in parts])
-    merged = _merged(arrival, [res for _, res in parts], first, finish, generated, gaps)
+    merged = _merged_servers(req, parts)
     merged.truncated |= again != chosen
     merged.replica = np.asarray(chosen, dtype=np.int64)
     return merged
+
+
+def simulate_mixed_reference(servers: list[EngineParams], weights, req: Requests) -> RefResult:
+    """A mixed fleet (docs/model.md "Mixed fleets"): server j runs ``servers[j]``; request i,
+    in arrival order, goes to the server furthest below its share of the requests so far, this
+    one included: the largest ``(i + 1) weights[j] - sum(weights) sent_j``, ties to the lowest."""
+    n = columns(req)[3]
+    w = [float(x) for x in weights]
+    total = float(np.sum(w))
+    sent = [0] * len(servers)
+    chosen = []
+    for i in range(n):
+        deficit = [(i + 1) * w[k] - total * sent[k] for k in range(len(servers))]
+        j = deficit.index(max(deficit))
+        chosen.append(j)
+        sent[j] += 1
+    merged = _merged_servers(req, _serve(servers, req, chosen)[0])
+    merged.replica = np.asarray(chosen, dtype=np.int64)
+    return merged
+
+
+def _serve(servers: list[EngineParams], req: Requests, chosen: list):
+    """Each server's requests (``chosen[i]``: request i's server) simulated on its own: the
+    (request indices, result) of each, and the finish times in request order."""
+    arrival, prompt, output, n = columns(req)
+    parts = []
+    for j, params in enumerate(servers):
+        idx = [i for i in range(n) if chosen[i] == j]
+        sub = Requests(arrival[idx], prompt[idx], output[idx], req.end_time, req.seed,
+                       np.asarray(req.prefix).reshape(-1)[idx], req.prefix_tokens)
+        parts.append((idx, simulate_reference(params, sub)))
+    finish = np.full(n, np.nan)
+    for idx, res in parts:
+        finish[idx] = res.finish
+    return parts, finish
+
+
+def _merged_servers(req: Requests, parts: list) -> RefResult:
+    """Several servers' results (``_serve``) in request order, as one."""
+    arrival, _, _, n = columns(req)
+    first, finish = np.full(n, np.nan), np.full(n, np.nan)
+    generated = np.zeros(n, dtype=np.int64)
+    for idx, res in parts:
+        first[idx], finish[idx], generated[idx] = res.first_token, res.finish, res.generated
+    gaps = np.concatenate([res.itl_gaps for _, res in parts])
+    return _merged(arrival, [res for _, res in parts], first, finish, generated, gaps)
 
 
 def _least_outstanding(arrival, finish, chosen: list, replicas: int) -> list:

@@ -20,6 +20,7 @@ import numpy as np
 from sweep.engine import ITL_BINS, ITL_LO_S, ITL_LOG_WIDTH, EngineOutput
 from sweep.engine.params import EngineParams, engine_params
 from sweep.study.design import Design
+from sweep.study.fleet import MixedFleet
 from sweep.study.workload import Requests
 
 
@@ -33,6 +34,7 @@ class Plan(NamedTuple):
     kv_bytes_per_token: float  # KV bytes a transfer moves per prompt token
     link_bytes_per_s: float  # kv_link_gbps x 1e9 / 8 (bits to bytes)
     router: str = "round_robin"
+    weights: tuple | None = None  # a mixed fleet's: each server's share of the load (``shares``)
 
 
 def _whole(params, design: Design):
@@ -45,9 +47,11 @@ def _whole(params, design: Design):
     return params._replace(summary=summary)
 
 
-def plan(design: Design) -> Plan:
+def plan(design: Design | MixedFleet) -> Plan:
     """The servers of ``design`` (validated)."""
     design.validate()
+    if isinstance(design, MixedFleet):
+        return _mixed(design)
     if design.disaggregated:
         pre = engine_params(design.prefill_pool())
         dec = engine_params(design.decode_pool())._replace(
@@ -59,6 +63,26 @@ def plan(design: Design) -> Plan:
     one = engine_params(design.pool(design.gpus))
     return Plan([one] * design.replicas, None, _whole(one, design),
                 [design.server_gpus] * design.replicas, 0.0, math.inf, design.router)
+
+
+def _mixed(fleet: MixedFleet) -> Plan:
+    """A mixed fleet's servers, member by member. Its metrics read one set of summary arrays:
+    every GPU at their mean price, and of the members' per-request overheads and KV block sizes
+    the largest (so that a mix never looks better than its slowest member's requests)."""
+    servers, weights, gpus = [], [], []
+    for m, w in zip(fleet.members, fleet.weights):
+        one = engine_params(m.pool(m.gpus))
+        servers += [one] * m.replicas
+        weights += [float(w)] * m.replicas
+        gpus += [m.server_gpus] * m.replicas
+    summaries = [s.summary for s in servers]
+    summary = servers[0].summary._replace(
+        gpus=np.float64(fleet.total_gpus),
+        price_per_gpu_s=np.float64(fleet.usd_per_hour / fleet.total_gpus / 3600.0),
+        **{k: np.float64(max(float(getattr(s, k)) for s in summaries))
+           for k in ("block_bytes", "request_overhead_s", "request_lag_passes")})
+    return Plan(servers, None, servers[0]._replace(summary=summary), gpus, 0.0, math.inf,
+                "capacity", tuple(weights))
 
 
 def plain(p: Plan) -> bool:
@@ -74,6 +98,30 @@ def nothing(n: int) -> Requests:
 def round_robin(n: int, replicas: int) -> np.ndarray:
     """The round-robin router's choice for each request: i mod N."""
     return np.arange(n) % replicas
+
+
+def by_capacity(n: int, weights) -> np.ndarray:
+    """The capacity-weighted router's choice for each request, in arrival order: the server
+    furthest below its share of the requests so far, this one included (request i: the
+    largest ``(i + 1) w_j - W sent_j``, W the weights' sum; ties: the lowest), as nginx's smooth
+    weighted round robin. Every server's count stays within one request of its share; equal
+    weights are round robin."""
+    w = np.asarray(weights, np.float64)
+    total = float(np.sum(w))
+    sent = np.zeros(w.size)
+    chosen = np.empty(n, np.int64)
+    for i in range(n):
+        chosen[i] = int(np.argmax((i + 1) * w - total * sent))
+        sent[chosen[i]] += 1.0
+    return chosen
+
+
+def route(p: Plan, n: int) -> np.ndarray:
+    """The first choices of ``p``'s router for ``n`` requests (least outstanding starts from
+    round robin, ``run``)."""
+    if p.weights is not None:
+        return by_capacity(n, p.weights)
+    return round_robin(n, len(p.first))
 
 
 def least_outstanding(r: Requests, finish, chosen, replicas: int) -> np.ndarray:
@@ -232,7 +280,7 @@ def run(plans: list, reqs: Requests, call: Callable, width: int,
         return call(first, reqs) if real is None else call(first, reqs, real)
     rows = [_pick(reqs, k) for k in range(m)]
     n = rows[0].arrival.shape[0]
-    chosen = [round_robin(n, len(p.first)) for p in plans]
+    chosen = [route(p, n) for p in plans]
 
     def first_call(ks) -> dict:
         params, subs, owner = [], [], {}

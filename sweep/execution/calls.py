@@ -36,6 +36,7 @@ from sweep.execution.progress import Progress, Tally
 from sweep.physics.numerics import float64
 from sweep.study import model_error
 from sweep.study.config import Study
+from sweep.study.fleet import each, members
 from sweep.study.uncertainty import draws
 from sweep.study.workload import sample_batch, workload_params
 
@@ -223,18 +224,22 @@ def _uncertain_params(study: Study, params: list, drawn: dict) -> Callable:
     """A simulation's plan: its design's, with the seed's draws of the uncertain factors and of
     the model's error when there are any (the same draw for every design: common random
     numbers)."""
-    erring = study.model_error and any(model_error.spreads(p.design)
-                                       for p in study.points)
+    erring = study.model_error and any(model_error.spreads(d) for p in study.points
+                                       for d in members(p.design))
     if not study.uncertain and not erring:
         return lambda s: params[s.point]
     cache: dict = {}
 
+    def drawn_design(design, seed: int):
+        design = design.replace(**drawn[seed])
+        if erring:
+            design = design.replace(**model_error.factors_at(design,
+                                                             model_error.seed_quantile(seed)))
+        return design
+
     def sim_params(s: Sim):
         if (s.point, s.seed) not in cache:
-            design = study.points[s.point].design.replace(**drawn[s.seed])
-            if erring:
-                design = design.replace(**model_error.factors_at(
-                    design, model_error.seed_quantile(s.seed)))
+            design = each(study.points[s.point].design, lambda d: drawn_design(d, s.seed))
             cache[(s.point, s.seed)] = with_slo(topology.plan(design), study.slo)
         return cache[(s.point, s.seed)]
 

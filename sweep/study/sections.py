@@ -29,8 +29,8 @@ DEFAULT_MAX_REQUESTS = 1_000_000
 REQUEST_LIMITS = ("request_ttft_s", "request_tpot_ms")
 #: ``[capacity]``: what ``sweep capacity`` searches (docs/capacity.md); defaults.
 CAPACITY_DEFAULTS = {"confidence": 0.9, "tolerance": 0.02, "rate_min": None, "rate_max": None,
-                     "target_rate": None, "fleets": 3}
-#: ``[capacity]`` keys other than fleets: what a value must be (an open lower bound of 0).
+                     "target_rate": None, "fleets": 3, "mixed_fleets": False}
+#: ``[capacity]`` numbers other than fleets: what a value must be (an open lower bound of 0).
 _CAPACITY_RANGES = {"confidence": (1.0, "0 < confidence <= 1"),
                     "tolerance": (1.0, "0 < tolerance < 1")}
 
@@ -183,6 +183,8 @@ def parse_capacity(r: Reader, doc) -> dict:
             v = r.integer(parts, v)
             if not 1 <= v <= 100:
                 raise r.err(parts, f"{show(v)} is out of range; allowed: 1 to 100")
+        elif key == "mixed_fleets":
+            v = r.boolean(parts, v)
         else:
             v = r.number(parts, v)
             hi, allowed = _CAPACITY_RANGES.get(key, (math.inf, "a positive number of requests/s"))

@@ -27,6 +27,7 @@ class CapacityOutcome:
     kept: bool = False  # a finished search of the same config, kept as it was
     simulations: int = 0  # run by this search, in all its rounds
     seconds: float = 0.0
+    mixed: pd.DataFrame | None = None  # the cheapest mixed fleets ([capacity] mixed_fleets)
 
 
 def capacity(config, out=None, *, seeds: int | None = None, target_rate: float | None = None,
@@ -39,11 +40,11 @@ def capacity(config, out=None, *, seeds: int | None = None, target_rate: float |
     complete. A refusal is a one-line ``UsageError`` raised before anything is written."""
     import jax
 
-    from sweep.analysis.results import (CAPACITY_PARTS, replace_folder, write_capacity_part,
-                                        write_results)
+    from sweep.analysis.results import (CAPACITY_PARTS, load_mixed, replace_folder,
+                                        write_capacity_part, write_results)
     from sweep.execution.runner import device_description, simulate_rows
     from sweep.study.config import load_study
-    from sweep.workflows import capacity as search, capacity_tables
+    from sweep.workflows import capacity as search, capacity_tables, mixed_fleets
 
     t0 = time.perf_counter()
     study = checked(load_study, config, seeds=seeds)
@@ -54,7 +55,7 @@ def capacity(config, out=None, *, seeds: int | None = None, target_rate: float |
     identity = {"config_text": study.text, "seeds": study.seeds, "target_rate": target}
     work, saved = _capacity_out(out, resume, force, identity)
     if work is None:  # a finished search of the same config: kept, as read
-        return CapacityOutcome(*saved, out, kept=True)
+        return CapacityOutcome(*saved, out, kept=True, mixed=load_mixed(out))
     limits = search.load_limits(study)
     rounds = [0 if saved is None else int(saved["round"].max()) + 1 if len(saved) else 0]
 
@@ -71,9 +72,13 @@ def capacity(config, out=None, *, seeds: int | None = None, target_rate: float |
         columns="round"), on_round=on_round)
     found = search.search(study, runner, limits)
     table = capacity_tables.table(study, runner, found, limits)
-    tables = {"capacity": table, "search": runner.table()}
+    tables = {"capacity": table}
     if target is not None:
         tables["fleet"] = capacity_tables.fleets(study, table, found, runner, target, limits)
+        if study.capacity["mixed_fleets"]:
+            tables["mixed_fleet"] = mixed_fleets.mixed_fleets(study, table, found, runner,
+                                                              target, limits)
+    tables["search"] = runner.table()
     seconds = time.perf_counter() - t0
     meta = {"kind": "capacity", "name": study.name, "config_path": study.path,
             "config_text": study.text, "axes": [a for a in study.axes if a not in search.LOADS],
@@ -87,7 +92,8 @@ def capacity(config, out=None, *, seeds: int | None = None, target_rate: float |
     if work != out:
         replace_folder(work, out)
     return CapacityOutcome(table, tables.get("fleet"), meta, out,
-                           simulations=len(tables["search"]), seconds=seconds)
+                           simulations=len(tables["search"]), seconds=seconds,
+                           mixed=tables.get("mixed_fleet"))
 
 
 def _capacity_out(out: Path, resume: bool, force: bool, identity: dict):

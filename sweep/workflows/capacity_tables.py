@@ -13,7 +13,7 @@ from sweep.workflows.capacity import (AT_CAPACITY_RUNS, IMPROVES_WITH_LOAD, LOAD
                                      Runner, Search, failures, missed_lever)
 
 
-def _mean(rows: list[dict], key: str) -> float:
+def mean_over(rows: list[dict], key: str) -> float:
     return float(np.mean([float(r[key]) for r in rows]))
 
 
@@ -29,7 +29,7 @@ def _nearest_rows(runner: Runner, i: int, rate: float, seeds: list[int]) -> list
     return out
 
 
-def _tokens_per_request(rows: list[dict]) -> float:
+def tokens_per_request(rows: list[dict]) -> float:
     """Tokens a request generates, on average over the runs."""
     return float(np.mean([float(r["tokens_per_s"]) * float(r["sim_time_s"])
                           / max(float(r["requests"]), 1.0) for r in rows]))
@@ -88,16 +88,16 @@ def table(study: Study, runner: Runner, found: list[Search], limits: list[Limit]
         rec.update(rate_min=s.rate_min, rate_max=s.rate_max)
         if s.low > 0 and closed:
             rows = _nearest_rows(runner, i, s.low, seeds)
-            rec["max_rate"] = _mean(rows, "requests_per_s")
-            tps = _mean(rows, "tokens_per_s")
+            rec["max_rate"] = mean_over(rows, "requests_per_s")
+            tps = mean_over(rows, "tokens_per_s")
         elif s.low > 0:
             # Sustained: requests/s x the tokens each generates.
-            tps = s.low * _tokens_per_request(_nearest_rows(runner, i, s.low, seeds))
+            tps = s.low * tokens_per_request(_nearest_rows(runner, i, s.low, seeds))
         if s.low > 0:
             cost = usd_per_hour / (tps * 3600.0) * 1e6 if tps > 0 else math.inf
             rec.update(tokens_per_s_at_max=tps, cost_per_mtok_at_max=cost)
             values = {"cost_per_mtok": cost, "tokens_per_s": tps}
-            values.update({k: _mean(runner.rows_done(i, s.low, seeds), k)
+            values.update({k: mean_over(runner.rows_done(i, s.low, seeds), k)
                            for k in AT_CAPACITY_RUNS if any(lim.key == k for lim in at_max)})
             missed = [lim for lim in at_max if not lim.ok(values[lim.key])]
             if missed:
@@ -171,12 +171,12 @@ def fleets(study: Study, cap: pd.DataFrame, found: list[Search], runner: Runner,
             rows = runner.rows_at(design, float(target), seeds, fleet=n)
             share = np.mean([not failures(r, limits) for r in rows])
             usd = n * float(cap.loc[cap["design"] == design, "usd_per_hour"].iloc[0])
-            cost = usd / (target * _tokens_per_request(rows) * 3600.0) * 1e6
+            cost = usd / (target * tokens_per_request(rows) * 3600.0) * 1e6
             confirmed = bool(share >= study.capacity["confidence"] - 1e-9
                              and all(lim.ok(cost) for lim in cost_lim))
             rec = dict(design=design, replicas=n, confirmed=confirmed, p_pass=float(share),
                        fleet_usd_per_hour=usd, cost_per_mtok=cost,
-                       p95_ttft_s=_mean(rows, "p95_ttft_s"),
+                       p95_ttft_s=mean_over(rows, "p95_ttft_s"),
                        note="" if confirmed else "misses the brief at the target" + (
                            "; one more replica tried" if extra == 0 else ""))
             recs.append(rec)
