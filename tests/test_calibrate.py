@@ -250,3 +250,31 @@ def test_sweep_calibrate_on_cases_needs_ttft_and_latency(tmp_path, capsys):
                     + "[measured]\np50_e2e_s = 1.0\n")
     assert main(["calibrate", str(case), "--out", str(tmp_path / "p.toml")]) == 2
     assert "measured: lacks mean_e2e_s" in capsys.readouterr().err
+
+
+CLOSED = SERVING_CASE.replace('arrival = "constant"\narrival_rate = 40.0\nnum_requests = 40',
+                              'arrival = "closed"\nconcurrency = 4\nwarmup_requests = 4\n'
+                              'num_requests = 24')
+
+
+def test_a_closed_loop_benchmark_calibrates_on_mean_ttft_and_tpot(tmp_path):
+    """A closed-loop benchmark measures mean TTFT and mean TPOT, no end-to-end latency: the
+    fit reads TPOT in its place and recovers the factors that made the measurements."""
+    from sweep.execution.runner import run_study
+    from sweep.workflows.serving_fit import Param, fit_serving
+    from sweep.workflows.validate import load_cases
+
+    hw = "\n".join(f"{k} = {v!r}" for k, v in TRUE.items())
+    for model in ("Llama-3.2-1B", "Llama-3-8B"):
+        runs = run_study(parse_study(CLOSED.format(name=model, hardware=hw, model=model))).runs
+        measured = "\n".join(f"{m} = {float(runs[m].mean())!r}"
+                             for m in ("mean_ttft_s", "mean_tpot_ms"))
+        (tmp_path / f"{model}.toml").write_text(
+            CLOSED.format(name=model, hardware="", model=model) + "[measured]\n" + measured)
+    cases = load_cases([tmp_path])
+    params = [Param("bandwidth_efficiency"), Param("overhead_ms")]
+    f = fit_serving(cases, params, {params[0]: 0.85, params[1]: 1.0})
+    assert f.cases == 2
+    assert f.values[params[0]] == pytest.approx(TRUE["bandwidth_efficiency"], rel=0.03)
+    assert f.values[params[1]] == pytest.approx(TRUE["overhead_ms"], rel=0.15)
+    assert f.rms_e2e_error < 0.01
