@@ -182,20 +182,22 @@ TRUE = dict(compute_efficiency=0.9, bandwidth_efficiency=0.7,
 
 @pytest.fixture(scope="module")
 def serving_cases(tmp_path_factory):
-    """Two cases (two model sizes: two decode speeds) measured by the simulation under TRUE."""
+    folder = tmp_path_factory.mktemp("serving")
+    _measure(folder, SERVING_CASE, ("mean_e2e_s", "p50_e2e_s", "mean_ttft_s", "p50_ttft_s"))
+    return folder
+
+
+def _measure(folder, template: str, metrics) -> None:
+    """Two cases (two model sizes: two decode speeds) of ``template`` into ``folder``, their
+    ``metrics`` measured by the simulation under TRUE."""
     from sweep.execution.runner import run_study
 
     hw = "\n".join(f"{k} = {v!r}" for k, v in TRUE.items())
-    folder = tmp_path_factory.mktemp("serving")
     for model in ("Llama-3.2-1B", "Llama-3-8B"):
-        text = SERVING_CASE.format(name=model, hardware=hw, model=model)
-        runs = run_study(parse_study(text)).runs
-        measured = "\n".join(f"{m} = {float(runs[m].mean())!r}" for m in (
-            "mean_e2e_s", "p50_e2e_s", "mean_ttft_s", "p50_ttft_s"))
+        runs = run_study(parse_study(template.format(name=model, hardware=hw, model=model))).runs
+        measured = "\n".join(f"{m} = {float(runs[m].mean())!r}" for m in metrics)
         (folder / f"{model}.toml").write_text(
-            SERVING_CASE.format(name=model, hardware="", model=model) + "[measured]\n"
-            + measured)
-    return folder
+            template.format(name=model, hardware="", model=model) + "[measured]\n" + measured)
 
 
 @pytest.fixture(scope="module")
@@ -260,17 +262,10 @@ CLOSED = SERVING_CASE.replace('arrival = "constant"\narrival_rate = 40.0\nnum_re
 def test_a_closed_loop_benchmark_calibrates_on_mean_ttft_and_tpot(tmp_path):
     """A closed-loop benchmark measures mean TTFT and mean TPOT, no end-to-end latency: the
     fit reads TPOT in its place and recovers the factors that made the measurements."""
-    from sweep.execution.runner import run_study
     from sweep.workflows.serving_fit import Param, fit_serving
     from sweep.workflows.validate import load_cases
 
-    hw = "\n".join(f"{k} = {v!r}" for k, v in TRUE.items())
-    for model in ("Llama-3.2-1B", "Llama-3-8B"):
-        runs = run_study(parse_study(CLOSED.format(name=model, hardware=hw, model=model))).runs
-        measured = "\n".join(f"{m} = {float(runs[m].mean())!r}"
-                             for m in ("mean_ttft_s", "mean_tpot_ms"))
-        (tmp_path / f"{model}.toml").write_text(
-            CLOSED.format(name=model, hardware="", model=model) + "[measured]\n" + measured)
+    _measure(tmp_path, CLOSED, ("mean_ttft_s", "mean_tpot_ms"))
     cases = load_cases([tmp_path])
     params = [Param("bandwidth_efficiency"), Param("overhead_ms")]
     f = fit_serving(cases, params, {params[0]: 0.85, params[1]: 1.0})
