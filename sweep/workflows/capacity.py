@@ -103,10 +103,10 @@ def check(study: Study, target_rate: float | None) -> None:
     if target_rate is not None and any(p.closed for p in study.points):
         raise CapacityError("--target-rate: a closed loop's clients drive one server, not a "
                             "fleet; allowed: poisson, constant or gamma arrivals for a fleet")
-    if study.capacity["mixed_fleets"] and target_rate is None and not any(
-            p.closed for p in study.points):
+    if study.capacity["mixed_fleets"] and target_rate is None:
         raise CapacityError("capacity.mixed_fleets: mixes designs into fleets for a target "
-                            "load; allowed: with [capacity] target_rate or --target-rate")
+                            "load; allowed: with [capacity] target_rate or --target-rate, of "
+                            "open arrivals")
     if target_rate is not None and not (math.isfinite(target_rate) and target_rate > 0):
         raise CapacityError(f"--target-rate: {target_rate!r} is out of range; allowed: a "
                             "positive number of requests/s")
