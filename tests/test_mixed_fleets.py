@@ -90,3 +90,27 @@ def test_bad_mixed_fleet_input_is_one_line_and_writes_nothing(tmp_path, capsys, 
     err = capsys.readouterr().err.strip()
     assert key in err and "\n" not in err, err
     assert not out.exists()
+
+
+def test_the_report_names_each_fleets_design_with_its_own_replicas():
+    """A fleet of 3 copies of a 2-replica design reads "3 x (replicas=2 ...)", and a mix's
+    designs are named the same way, with their shares."""
+    from sweep.analysis.capacity_report import render_capacity
+
+    cap = pd.DataFrame(dict(design=[0, 1], gpu=["H100-SXM", "L40S"], replicas=[2, 1],
+                            max_rate=[150.0, 33.0], max_rate_low=[150.0, 33.0],
+                            max_rate_high=[153.0, 34.0], usd_per_hour=[4.0, 1.0],
+                            cost_per_mtok_at_max=[0.2, 0.17], binding=["queueing"] * 2,
+                            why=["", ""], calibration=["fitted"] * 2))
+    fleet = pd.DataFrame(dict(design=[0], replicas=[3], confirmed=[True],
+                              fleet_usd_per_hour=[12.0], cost_per_mtok=[0.2], note=[""]))
+    mixed = pd.DataFrame(dict(mix=[0, 0], design=[0, 1], replicas=[2, 3], share=[0.75, 0.25],
+                              confirmed=[True] * 2, p_pass=[1.0] * 2,
+                              fleet_usd_per_hour=[11.0] * 2, cost_per_mtok=[0.18] * 2,
+                              p95_ttft_s=[0.02] * 2, note=[""] * 2))
+    meta = dict(axes=["gpu", "replicas"], capacity={"confidence": 0.9}, seeds=[0, 1],
+                brief=[{"key": "p95_ttft_s", "min": None, "max": 0.3}], target_rate=400.0)
+    text = " ".join(render_capacity(cap, fleet, meta, mixed=mixed).split())
+    assert "3 x (gpu=H100-SXM replicas=2), $12.00/hour" in text
+    assert ("Mixed fleet: 2 x (gpu=H100-SXM replicas=2, 75% of the load) + 3 x (gpu=L40S "
+            "replicas=1, 25% of the load), $11.00/hour ($1.00/hour less than one design's)") in text

@@ -29,6 +29,11 @@ def render_capacity(cap: pd.DataFrame, fleet: pd.DataFrame | None, meta: dict,
                    indent="", more="  ")
     carrying = cap[cap["max_rate"] > 0].sort_values(["cost_per_mtok_at_max", "design"])
     target = meta.get("target_rate")
+    by_design = cap.set_index("design")
+
+    def design_text(row) -> str:  # a fleet's design, its own replicas lever included
+        return levers_text(by_design.loc[int(row["design"])], levers)
+
     if target is not None:
         good = fleet[fleet["confirmed"]] if fleet is not None and len(fleet) else fleet
         if good is None or not len(good):
@@ -37,7 +42,7 @@ def render_capacity(cap: pd.DataFrame, fleet: pd.DataFrame | None, meta: dict,
                             else ": the cheapest candidates missed it when simulated whole."))
         else:
             for k, (_, row) in enumerate(good.head(3).iterrows()):
-                text = (f"{int(row['replicas'])} x ({levers_text(row, levers)}), "
+                text = (f"{int(row['replicas'])} x ({design_text(row)}), "
                         f"{_money(row['fleet_usd_per_hour'])}/hour, "
                         f"{_money(row['cost_per_mtok'])} per million tokens")
                 lines += wrap(f"To serve {target:g} requests/s within the brief: {text}."
@@ -45,9 +50,9 @@ def render_capacity(cap: pd.DataFrame, fleet: pd.DataFrame | None, meta: dict,
         if fleet is not None and len(fleet):
             for _, row in fleet[~fleet["confirmed"]].iterrows():
                 lines += wrap(f"not confirmed: {int(row['replicas'])} x "
-                               f"({levers_text(row, levers)}): {row['note']}")
+                               f"({design_text(row)}): {row['note']}")
         if mixed is not None:
-            lines += _mixed_lines(mixed, cap, levers, good)
+            lines += _mixed_lines(mixed, design_text, good)
     lines.append(f"{len(carrying)} designs carry load within the brief; by cost at capacity:"
                  if len(carrying) else "No design carries any load within the brief.")
     for _, row in carrying.head(shown).iterrows():
@@ -66,7 +71,7 @@ def render_capacity(cap: pd.DataFrame, fleet: pd.DataFrame | None, meta: dict,
     return "\n".join(lines + transferred_lines(cap))
 
 
-def _mixed_lines(mixed: pd.DataFrame, cap: pd.DataFrame, levers, good) -> list[str]:
+def _mixed_lines(mixed: pd.DataFrame, design_text, good) -> list[str]:
     """The cheapest confirmed mix of designs, against the cheapest confirmed single-design
     fleet; or why there is none."""
     ok = mixed[mixed["confirmed"]]
@@ -75,9 +80,8 @@ def _mixed_lines(mixed: pd.DataFrame, cap: pd.DataFrame, levers, good) -> list[s
                                         if len(mixed) else "no mix of designs is cheaper than "
                                         "the cheapest fleet of one design."), indent="")
     mix = ok[ok["mix"] == ok["mix"].iloc[0]]
-    by_design = cap.set_index("design")
-    parts = [f"{int(r.replicas)} x ({levers_text(by_design.loc[int(r.design)], levers)}, "
-             f"{r.share:.0%} of the load)" for r in mix.itertuples()]
+    parts = [f"{int(r['replicas'])} x ({design_text(r)}, {r['share']:.0%} of the load)"
+             for _, r in mix.iterrows()]
     usd = float(mix["fleet_usd_per_hour"].iloc[0])
     than = ""
     if good is not None and len(good):
