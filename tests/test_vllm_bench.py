@@ -54,7 +54,7 @@ def test_a_vllm_benchmark_file_validates_end_to_end(tmp_path):
     (lambda d: d.pop("mean_tpot_ms"), "mean_tpot_ms is missing"),
     (lambda d: d.update(mean_ttft_ms="fast"), "mean_ttft_ms is 'fast'"),
     (lambda d: d.update(p99_e2el_ms=None), "p99_e2el_ms is None"),
-    (lambda d: d.update(max_concurrency=64), "closed loop"),
+    (lambda d: d.update(max_concurrency=64), "closed loop, which an open-loop case cannot"),
     (lambda d: d.update(request_rate=float("inf")), "every request at once"),
     (lambda d: d.update(request_rate=4.0), "workload.arrival_rate = 5"),
     (lambda d: d.clear() or d.update(x=1), "request_rate is missing"),
@@ -74,3 +74,43 @@ def test_a_metric_stated_beside_the_file_must_agree(tmp_path, capsys):
     case = _copy(tmp_path, extra="mean_tpot_ms = 9.0\n")
     assert main(["validate", str(case), "--out", str(tmp_path / "out"), "--quiet"]) == 2
     assert "measured.mean_tpot_ms: 9 here, 7.25726 in vllm_bench" in capsys.readouterr().err
+
+
+CLOSED = EXAMPLE / "closed"
+CLOSED_SOURCE = (REPO / "validation" / "closed-loop" / "holdout"
+                 / "aic-h200-gpt-oss-120b-v0.18.0-tp2-1024x1024-c16.toml")
+
+
+def test_the_closed_loop_example_measures_what_its_shared_row_measured():
+    """A closed loop's file (max_concurrency = the case's clients, request_rate inf) gives the
+    measured values of the shared row it was written from."""
+    got, real = load_study(CLOSED / "case.toml").measured, load_study(CLOSED_SOURCE).measured
+    assert set(got) == set(real) and all(got[k] == pytest.approx(real[k], rel=1e-12) for k in got)
+    assert load_study(CLOSED / "case.toml").points[0].workload.concurrency == 16
+
+
+OPEN_CASE = {'arrival = "closed"': 'arrival = "poisson"\narrival_rate = 2.0',
+             "concurrency = 16\n": "", "warmup_requests = 32\n": ""}
+
+
+@pytest.mark.parametrize("bench_edit, text_edit, says", [
+    ({"max_concurrency": 8}, {}, "max_concurrency = 8, but workload.concurrency = 16"),
+    ({"request_rate": 4.0}, {}, "clients held to a rate besides"),
+    ({"max_concurrency": None}, {}, "no max_concurrency: an open-loop run"),
+    ({}, OPEN_CASE, 'a case with arrival = "closed" and concurrency = 16 can'),
+])
+def test_a_closed_loop_file_the_case_does_not_replay_is_refused(tmp_path, bench_edit,
+                                                                 text_edit, says):
+    from sweep.study.config import ConfigError
+
+    bench = {**json.loads((CLOSED / "bench.json").read_text()), **bench_edit}
+    text = (CLOSED / "case.toml").read_text().replace(
+        "../../../validation", str(REPO / "validation"))
+    for old, new in text_edit.items():
+        text = text.replace(old, new)
+    (tmp_path / "bench.json").write_text(json.dumps(bench))
+    (tmp_path / "case.toml").write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_study(tmp_path / "case.toml")
+    msg = str(err.value)
+    assert "\n" not in msg and "measured.vllm_bench" in msg and says in msg, msg

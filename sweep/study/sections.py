@@ -236,10 +236,13 @@ def _vllm_bench(r: Reader, rel, doc) -> dict:
     if not isinstance(rel, str) or not rel:
         raise r.err(parts, f"must be a path, got {got(rel)}; allowed: {allowed}")
     wl = doc.get("workload") if isinstance(doc.get("workload"), dict) else {}
-    rate = wl.get("arrival_rate")
+    rate, clients = wl.get("arrival_rate"), wl.get("concurrency")
+    closed = wl.get("arrival") == "closed"
     try:
         values = vllm_bench.read(r.resolve(rel), rate if isinstance(rate, (int, float))
-                                 and not isinstance(rate, bool) else None)
+                                 and not isinstance(rate, bool) else None, closed,
+                                 clients if isinstance(clients, int)
+                                 and not isinstance(clients, bool) else None)
     except vllm_bench.BenchRefused as exc:
         raise r.err(parts, f"{clip(rel)}: {exc.reason}; allowed: {allowed}") from None
     if not values:

@@ -43,10 +43,14 @@ def _number(doc: dict, key: str) -> float:
     return float(v)
 
 
-def read(path: Path, arrival_rate: float | None) -> dict:
-    """Metric -> measured value from the file at ``path``. A run under a fixed concurrency or
-    sent all at once (a closed loop), or at another rate than the case's ``arrival_rate``, is
-    refused: the case would not be the run."""
+def read(path: Path, arrival_rate: float | None, closed: bool = False,
+         concurrency: int | None = None) -> dict:
+    """Metric -> measured value from the file at ``path``, for a case of ``arrival_rate`` (an
+    open loop) or, ``closed``, of ``concurrency`` clients (``arrival = "closed"``). The file
+    must be the same kind of run: ``max_concurrency`` with ``request_rate = inf`` is a closed
+    loop of that many clients; no ``max_concurrency`` and a finite rate, an open loop at that
+    rate. Anything else (every request at once, a closed loop held to a rate besides) no case
+    replays, and is refused."""
     try:
         doc = json.loads(read_text(path, "a vLLM benchmark result (JSON)", MAX_TEXT_BYTES))
     except FileRefused as exc:
@@ -59,17 +63,37 @@ def read(path: Path, arrival_rate: float | None) -> dict:
     if missing:
         raise BenchRefused(f"field {missing[0]} is missing (--save-result writes "
                            f"{', '.join(REQUIRED)})")
-    concurrency, rate = doc.get("max_concurrency"), doc.get("request_rate")
-    if concurrency is not None:
-        raise BenchRefused(f"max_concurrency = {clip(repr(concurrency), 20)}: a closed loop, "
-                           "which an open-loop case cannot replay")
-    if isinstance(rate, str) and rate.lower() == "inf" or rate == math.inf:
+    clients, rate = doc.get("max_concurrency"), doc.get("request_rate")
+    at_once = isinstance(rate, str) and rate.lower() == "inf" or rate == math.inf
+    if clients is not None:
+        _closed(doc, at_once, closed, concurrency)
+    elif closed:
+        raise BenchRefused("no max_concurrency: an open-loop run, which a closed-loop case "
+                           "(arrival = \"closed\") cannot replay")
+    elif at_once:
         raise BenchRefused("request_rate = inf: every request at once, which an open-loop case "
                            "cannot replay")
-    if rate is not None:  # null: a rate the file does not say
+    elif rate is not None:  # null: a rate the file does not say
         rate = _number(doc, "request_rate")
         if arrival_rate is not None and abs(rate - arrival_rate) > 0.01 * arrival_rate:
             raise BenchRefused(f"request_rate = {rate:g}, but workload.arrival_rate = "
                                f"{arrival_rate:g}")
     return {metric: _number(doc, key) / per for key, (metric, per) in FIELDS.items()
             if key in doc}
+
+
+def _closed(doc: dict, at_once: bool, closed: bool, concurrency: int | None) -> None:
+    """Refuse a closed-loop file (``max_concurrency`` set) that the case does not replay (a
+    case's ``concurrency`` of None: not stated, which its own key refuses)."""
+    clients = _number(doc, "max_concurrency")
+    if not closed:
+        raise BenchRefused(f"max_concurrency = {clients:g}: a closed loop, which an open-loop "
+                           f"case cannot replay (a case with arrival = \"closed\" and "
+                           f"concurrency = {clients:g} can)")
+    if not at_once:
+        raise BenchRefused(f"request_rate = {clip(repr(doc['request_rate']), 20)} with "
+                           "max_concurrency: clients held to a rate besides, which no case "
+                           "replays (closed loops send at request_rate = inf)")
+    if concurrency is not None and clients != concurrency:
+        raise BenchRefused(f"max_concurrency = {clients:g}, but workload.concurrency = "
+                           f"{concurrency}")
