@@ -114,3 +114,47 @@ def test_a_closed_loop_file_the_case_does_not_replay_is_refused(tmp_path, bench_
         load_study(tmp_path / "case.toml")
     msg = str(err.value)
     assert "\n" not in msg and "measured.vllm_bench" in msg and says in msg, msg
+
+
+SILICON = REPO / "validation" / "data" / "aic-silicon" / "silicon_vllm_fit.csv"
+
+
+def _silicon_case(tmp_path: Path, edits: dict, csv_text: str | None = None) -> Path:
+    """CLOSED_SOURCE with its measurements taken from its row of the shared silicon sample."""
+    text = CLOSED_SOURCE.read_text()
+    row = text.splitlines()[2].lstrip("# ").strip()  # the row's id, as the case names it
+    text = text[:text.index("[measured]")] + (
+        f'[measured]\nsilicon = {{ csv = "rows.csv", id = "{row}" }}\n')
+    text = text.replace("../../data", str(REPO / "validation" / "data"))
+    for old, new in edits.items():
+        text = text.replace(old, new)
+    (tmp_path / "rows.csv").write_text(csv_text or SILICON.read_text())
+    (tmp_path / "case.toml").write_text(text)
+    return tmp_path / "case.toml"
+
+
+def test_a_row_of_the_shared_silicon_sample_is_a_case_s_measurements(tmp_path):
+    got = load_study(_silicon_case(tmp_path, {})).measured
+    real = load_study(CLOSED_SOURCE).measured  # the same row, written to 6 digits
+    assert set(got) == set(real) and all(got[k] == pytest.approx(real[k], rel=1e-5) for k in got)
+
+
+@pytest.mark.parametrize("edits, csv_edit, says", [
+    ({"concurrency = 16": "concurrency = 8"}, None, "batch_size (clients) = 16, but workload"),
+    ({"gpus = 2\n": "gpus = 4\n"}, None, "tp_size = 2, but levers.gpus = 4"),
+    ({'id = "2026': 'id = "x2026'}, None, "no row with id x2026"),
+    ({'arrival = "closed"': 'arrival = "poisson"\narrival_rate = 2.0'}, None,
+     "which an open-loop case cannot replay"),
+    ({}, lambda t: t.replace("silicon_tpot_ms", "tpot"), "no column silicon_tpot_ms"),
+    ({}, lambda t: t.replace(",7.88445", ",fast"), "column silicon_tpot_ms of row"),
+    ({'id = "': 'ids = "'}, None, "must be a table of csv and id"),
+])
+def test_a_silicon_row_the_case_does_not_replay_is_refused(tmp_path, edits, csv_edit, says):
+    from sweep.study.config import ConfigError
+
+    csv_text = SILICON.read_text()
+    case = _silicon_case(tmp_path, edits, csv_edit(csv_text) if csv_edit else None)
+    with pytest.raises(ConfigError) as err:
+        load_study(case)
+    msg = str(err.value)
+    assert "\n" not in msg and "measured.silicon" in msg and says in msg, msg

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 
 from sweep.errors import clip, got, listed, show
-from sweep.study import vllm_bench
+from sweep.study import silicon, vllm_bench
 from sweep.study.fields import COLUMNS, MAX_REQUESTS, NUMERIC_COLUMNS, TEXT_COLUMNS
 from sweep.study.metric_names import METRICS
 from sweep.study.reader import Reader
@@ -214,19 +214,46 @@ def parse_measured(r: Reader, doc) -> dict:
     out = {}
     for key, v in raw.items():
         parts = ["measured", key]
-        if key == "vllm_bench":
+        if key in FILES:
             continue
         if key not in METRICS:
-            raise r.err(parts, f"not a metric; allowed: {listed(METRICS)} (or vllm_bench)")
+            raise r.err(parts, f"not a metric; allowed: {listed(METRICS)} (or vllm_bench, "
+                               "silicon)")
         out[key] = r.boolean(parts, v) if METRICS[key] == "b" else r.number(parts, v)
-    if "vllm_bench" in raw:
-        bench = _vllm_bench(r, raw["vllm_bench"], doc)
-        clash = sorted(k for k in set(bench) & set(out) if bench[k] != out[k])
+    for key in (k for k in FILES if k in raw):
+        read = FILES[key](r, raw[key], doc)
+        clash = sorted(k for k in set(read) & set(out) if read[k] != out[k])
         if clash:
-            raise r.err(["measured", clash[0]], f"{out[clash[0]]:g} here, {bench[clash[0]]:g} in "
-                                                "vllm_bench; allowed: one value")
-        out = {**bench, **out}
+            raise r.err(["measured", clash[0]], f"{out[clash[0]]:g} here, {read[clash[0]]:g} in "
+                                                f"{key}; allowed: one value")
+        out = {**read, **out}
     return out
+
+
+def _closed_keys(doc) -> tuple[bool, int | None, int | None]:
+    """A case's closed loop, its clients and its GPUs as its raw TOML states them (None: not an
+    integer, which the keys' own checks refuse)."""
+    wl = doc.get("workload") if isinstance(doc.get("workload"), dict) else {}
+    levers = doc.get("levers") if isinstance(doc.get("levers"), dict) else {}
+
+    def whole(v):
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    return wl.get("arrival") == "closed", whole(wl.get("concurrency")), whole(
+        levers.get("gpus", 1))
+
+
+def _silicon(r: Reader, spec, doc) -> dict:
+    """The measured values of a silicon sample's row (``sweep.study.silicon``)."""
+    parts = ["measured", "silicon"]
+    allowed = 'silicon = { csv = "FILE.csv", id = "ROW" }, a row of a silicon sample'
+    if not isinstance(spec, dict) or set(spec) != {"csv", "id"} or not all(
+            isinstance(v, str) and v for v in spec.values()):
+        raise r.err(parts, f"must be a table of csv and id, got {got(spec)}; allowed: {allowed}")
+    try:
+        return silicon.read(r.resolve(spec["csv"]), spec["id"], *_closed_keys(doc))
+    except silicon.RowRefused as exc:
+        raise r.err(parts, f"{clip(spec['csv'])}: {exc.reason}; allowed: {allowed}") from None
 
 
 def _vllm_bench(r: Reader, rel, doc) -> dict:
@@ -236,15 +263,17 @@ def _vllm_bench(r: Reader, rel, doc) -> dict:
     if not isinstance(rel, str) or not rel:
         raise r.err(parts, f"must be a path, got {got(rel)}; allowed: {allowed}")
     wl = doc.get("workload") if isinstance(doc.get("workload"), dict) else {}
-    rate, clients = wl.get("arrival_rate"), wl.get("concurrency")
-    closed = wl.get("arrival") == "closed"
+    rate = wl.get("arrival_rate")
+    closed, clients, _ = _closed_keys(doc)
     try:
         values = vllm_bench.read(r.resolve(rel), rate if isinstance(rate, (int, float))
-                                 and not isinstance(rate, bool) else None, closed,
-                                 clients if isinstance(clients, int)
-                                 and not isinstance(clients, bool) else None)
+                                 and not isinstance(rate, bool) else None, closed, clients)
     except vllm_bench.BenchRefused as exc:
         raise r.err(parts, f"{clip(rel)}: {exc.reason}; allowed: {allowed}") from None
     if not values:
         raise r.err(parts, f"{clip(rel)}: no measured metric in it; allowed: {allowed}")
     return values
+
+
+#: ``[measured]`` keys that take measured values from a file: key -> its reader.
+FILES = {"vllm_bench": _vllm_bench, "silicon": _silicon}
