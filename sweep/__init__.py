@@ -44,7 +44,8 @@ def capacity(config, out=None, seeds: int | None = None, target_rate: float | No
              resume: bool = False, force: bool = False, quiet: bool = True):
     """``sweep capacity`` from Python: each design's capacity within the brief and the cheapest
     fleets for ``target_rate``; returns a ``CapacityOutcome`` (``.capacity``, ``.fleet`` and,
-    with ``[capacity] mixed_fleets``, ``.mixed`` tables, ``.meta``). A bad config raises ``ValueError`` with the CLI's one-line message."""
+    with ``[capacity] mixed_fleets``, ``.mixed`` tables, ``.meta``). A bad config raises
+    ``ValueError`` with the CLI's one-line message."""
     from sweep.execution.progress import default_progress
     from sweep.workflows.capacity_study import capacity as search
 

@@ -9,6 +9,7 @@ import pandas as pd
 from sweep.analysis.report import levers_text, limit_text, transferred_lines, wrap
 from sweep.study.config import Limit
 
+
 def _money(x: float) -> str:
     return f"${x:,.2f}" if x >= 1 else f"${x:.3g}"
 
@@ -25,8 +26,8 @@ def render_capacity(cap: pd.DataFrame, fleet: pd.DataFrame | None, meta: dict,
     brief = [Limit(**lim) for lim in meta["brief"]]
     slo = meta.get("slo") or {}
     lines += wrap("Brief: " + ", ".join([limit_text(lim) for lim in brief]
-                                         + [f"{k} <= {v:g} per request" for k, v in slo.items()]),
-                   indent="", more="  ")
+                                        + [f"{k} <= {v:g} per request" for k, v in slo.items()]),
+                  indent="", more="  ")
     carrying = cap[cap["max_rate"] > 0].sort_values(["cost_per_mtok_at_max", "design"])
     target = meta.get("target_rate")
     by_design = cap.set_index("design")
@@ -46,20 +47,20 @@ def render_capacity(cap: pd.DataFrame, fleet: pd.DataFrame | None, meta: dict,
                         f"{_money(row['fleet_usd_per_hour'])}/hour, "
                         f"{_money(row['cost_per_mtok'])} per million tokens")
                 lines += wrap(f"To serve {target:g} requests/s within the brief: {text}."
-                               if k == 0 else f"next: {text}", indent="" if k == 0 else "  ")
+                              if k == 0 else f"next: {text}", indent="" if k == 0 else "  ")
         if fleet is not None and len(fleet):
             for _, row in fleet[~fleet["confirmed"]].iterrows():
                 lines += wrap(f"not confirmed: {int(row['replicas'])} x "
-                               f"({design_text(row)}): {row['note']}")
+                              f"({design_text(row)}): {row['note']}")
         if mixed is not None:
             lines += _mixed_lines(mixed, design_text, good)
     lines.append(f"{len(carrying)} designs carry load within the brief; by cost at capacity:"
                  if len(carrying) else "No design carries any load within the brief.")
     for _, row in carrying.head(shown).iterrows():
         lines += wrap(f"design {int(row['design'])}: {_load_text(row)}, "
-                       f"{_money(row['cost_per_mtok_at_max'])} per million tokens "
-                       f"at capacity, {_money(row['usd_per_hour'])}/hour; bound by "
-                       f"{row['binding']} | {levers_text(row, levers)}")
+                      f"{_money(row['cost_per_mtok_at_max'])} per million tokens "
+                      f"at capacity, {_money(row['usd_per_hour'])}/hour; bound by "
+                      f"{row['binding']} | {levers_text(row, levers)}")
     if len(carrying) > shown:
         lines.append(f"  ... and {len(carrying) - shown} more (capacity.parquet)")
     none = cap[cap["max_rate"] <= 0]
@@ -67,7 +68,7 @@ def render_capacity(cap: pd.DataFrame, fleet: pd.DataFrame | None, meta: dict,
         lines.append(f"{len(none)} designs carry nothing within the brief:")
         for binding, group in none.groupby("binding", sort=True):
             lines += wrap(f"{len(group)} bound by {binding}, e.g. design "
-                           f"{int(group['design'].iloc[0])}: {group['why'].iloc[0]}")
+                          f"{int(group['design'].iloc[0])}: {group['why'].iloc[0]}")
     return "\n".join(lines + transferred_lines(cap))
 
 

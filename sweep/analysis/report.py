@@ -368,7 +368,7 @@ def _baseline_lines(v: Verdict, brief, levers, metrics) -> list[str]:
             if lim.key == key:
                 status += f"  {'MISSES' if base_side(lim) else 'meets'} {limit_text(lim)}"
         lines += wrap(f"{key} = {_num(b[key])}{_ci(b, key) if is_metric(key) else ''}{status}",
-                       "  ", "    ")
+                      "  ", "    ")
     if v.baseline_misses:
         growing = "(queue still growing)" if _unstable(b) else ""
         words = "; ".join(miss_label(lim, base_side(lim), growing)
@@ -401,7 +401,7 @@ def _family_lines(v: Verdict, agg: pd.DataFrame, levers, metrics) -> list[str]:
     for f in v.families:
         word = "design" if f.count == 1 else "designs"
         lines += wrap(f"{f.label}: {f.count} {word} (misses "
-                       f"{', '.join(_keep(limit_text(lim)) for lim in f.limits)})", "- ", "    ")
+                      f"{', '.join(_keep(limit_text(lim)) for lim in f.limits)})", "- ", "    ")
         for d in f.designs[:EXAMPLES]:
             lines += _design_lines(by_id.loc[d], metrics, levers)
         rest = f.designs[EXAMPLES:]
@@ -418,8 +418,8 @@ def _truncated_lines(v: Verdict) -> list[str]:
     tids = [str(int(d)) for d in v.truncated["design"]]
     ids = ", ".join(tids[:MORE_IDS]) + (", ..." if len(tids) > MORE_IDS else "")
     return [""] + wrap(f"WARNING: truncated simulations (step bound hit before the end) in "
-                        f"{len(v.truncated)} design(s); do not trust their metrics: {ids}",
-                        "", "    ")
+                       f"{len(v.truncated)} design(s); do not trust their metrics: {ids}",
+                       "", "    ")
 
 
 def transferred_lines(table: pd.DataFrame) -> list[str]:
@@ -427,6 +427,6 @@ def transferred_lines(table: pd.DataFrame) -> list[str]:
     moved = sorted({(str(g), str(c).removeprefix("transferred:")) for g, c in zip(
         table.get("gpu", ()), table.get("calibration", ())) if str(c).startswith("transferred:")})
     return [""] + wrap("Note: no real runs of " + ", ".join(g for g, _ in moved) + " were "
-                        "fitted: " + "; ".join(f"{g} runs with the {src}'s factors"
-                                               for g, src in moved)
-                        + " (the calibration column; docs/model.md).", "", "  ") if moved else []
+                       "fitted: " + "; ".join(f"{g} runs with the {src}'s factors"
+                                              for g, src in moved)
+                       + " (the calibration column; docs/model.md).", "", "  ") if moved else []

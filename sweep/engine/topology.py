@@ -34,7 +34,7 @@ class Plan(NamedTuple):
     kv_bytes_per_token: float  # KV bytes a transfer moves per prompt token
     link_bytes_per_s: float  # kv_link_gbps x 1e9 / 8 (bits to bytes)
     router: str = "round_robin"
-    weights: tuple | None = None  # a mixed fleet's: each server's share of the load (``shares``)
+    weights: tuple | None = None  # a mixed fleet's: each server's capacity (``by_capacity``)
 
 
 def _whole(params, design: Design):
@@ -106,13 +106,15 @@ def by_capacity(n: int, weights) -> np.ndarray:
     largest ``(i + 1) w_j - W sent_j``, W the weights' sum; ties: the lowest), as nginx's smooth
     weighted round robin. Every server's count stays within one request of its share; equal
     weights are round robin."""
-    w = np.asarray(weights, np.float64)
+    w = [float(x) for x in weights]
     total = float(np.sum(w))
-    sent = np.zeros(w.size)
+    sent = [0.0] * len(w)
+    servers = range(len(w))
     chosen = np.empty(n, np.int64)
-    for i in range(n):
-        chosen[i] = int(np.argmax((i + 1) * w - total * sent))
-        sent[chosen[i]] += 1.0
+    for i in range(n):  # Python floats: a few servers, where numpy's per-call cost dominates
+        j = max(servers, key=lambda j: ((i + 1) * w[j] - total * sent[j], -j))
+        chosen[i] = j
+        sent[j] += 1.0
     return chosen
 
 

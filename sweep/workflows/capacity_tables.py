@@ -133,6 +133,21 @@ def _limit_text(lim: Limit) -> str:
     return " and ".join(parts)
 
 
+def at_target(study: Study, rows: list[dict], usd: float, target: float, limits: list[Limit],
+              retry: bool) -> dict:
+    """A fleet's verdict from its runs at the target: the share of seeds meeting the brief,
+    its cost per million tokens there, confirmed when both hold, and why not (``retry``: one
+    more replica is to be tried)."""
+    share = float(np.mean([not failures(r, limits) for r in rows]))
+    cost = usd / (target * tokens_per_request(rows) * 3600.0) * 1e6
+    confirmed = bool(share >= study.capacity["confidence"] - 1e-9 and all(
+        lim.ok(cost) for lim in study.brief if lim.key == "cost_per_mtok"))
+    return dict(confirmed=confirmed, p_pass=share, fleet_usd_per_hour=usd, cost_per_mtok=cost,
+                p95_ttft_s=mean_over(rows, "p95_ttft_s"),
+                note="" if confirmed else "misses the brief at the target" + (
+                    "; one more replica tried" if retry else ""))
+
+
 def fleets(study: Study, cap: pd.DataFrame, found: list[Search], runner: Runner,
            target: float, limits: list[Limit]) -> pd.DataFrame:
     """The cheapest fleets for ``target`` requests/s: ``ceil(target / max_rate)`` replicas of a
@@ -145,7 +160,6 @@ def fleets(study: Study, cap: pd.DataFrame, found: list[Search], runner: Runner,
     ok["fleet_usd_per_hour"] = ok["replicas_needed"] * ok["usd_per_hour"]
     ok = ok.sort_values(["fleet_usd_per_hour", "cost_per_mtok_at_max", "design"],
                         kind="stable").head(int(study.capacity["fleets"]))
-    cost_lim = [lim for lim in study.brief if lim.key == "cost_per_mtok"]
     seeds = list(study.seeds)
     recs = []
     tries = [(int(r.design), int(r.replicas_needed)) for r in ok.itertuples()]
@@ -168,19 +182,12 @@ def fleets(study: Study, cap: pd.DataFrame, found: list[Search], runner: Runner,
         runner(jobs, seeds)
         missed = []
         for (design, n) in meta:
-            rows = runner.rows_at(design, float(target), seeds, fleet=n)
-            share = np.mean([not failures(r, limits) for r in rows])
             usd = n * float(cap.loc[cap["design"] == design, "usd_per_hour"].iloc[0])
-            cost = usd / (target * tokens_per_request(rows) * 3600.0) * 1e6
-            confirmed = bool(share >= study.capacity["confidence"] - 1e-9
-                             and all(lim.ok(cost) for lim in cost_lim))
-            rec = dict(design=design, replicas=n, confirmed=confirmed, p_pass=float(share),
-                       fleet_usd_per_hour=usd, cost_per_mtok=cost,
-                       p95_ttft_s=mean_over(rows, "p95_ttft_s"),
-                       note="" if confirmed else "misses the brief at the target" + (
-                           "; one more replica tried" if extra == 0 else ""))
+            rec = dict(design=design, replicas=n, **at_target(
+                study, runner.rows_at(design, float(target), seeds, fleet=n), usd, target,
+                limits, extra == 0))
             recs.append(rec)
-            if not confirmed and extra == 0:
+            if not rec["confirmed"] and extra == 0:
                 missed.append((design, n))
         tries = missed
         if not tries:

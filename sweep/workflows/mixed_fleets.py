@@ -3,16 +3,15 @@ of replica counts over the designs that carry load, each simulated whole behind 
 capacity-weighted router, written as ``mixed_fleet.parquet``."""
 from __future__ import annotations
 
-import heapq
+import bisect
 import math
 
-import numpy as np
 import pandas as pd
 
 from sweep.study.config import Limit, Point, Study
 from sweep.study.fleet import MixedFleet
-from sweep.workflows.capacity import Runner, Search, failures
-from sweep.workflows.capacity_tables import mean_over, tokens_per_request
+from sweep.workflows.capacity import Runner, Search
+from sweep.workflows.capacity_tables import at_target
 
 #: A combination covers the target when its capacities sum to within this share below it, as
 #: a single-design fleet's ``ceil(target / max_rate)`` rounds.
@@ -30,11 +29,8 @@ def cheapest_mixes(options: list[tuple[float, float]], target: float,
     order = sorted(range(len(options)), key=lambda j: (options[j][1] / options[j][0], j))
     ratio = [options[j][1] / options[j][0] for j in order]
     need0 = target * (1.0 - COVER)
-    found: list = []  # a max-heap on cost of the k best so far: (-cost, -replicas, counts)
+    found: list = []  # the k best so far, sorted: (cost, replicas, counts)
     counts = [0] * len(options)
-
-    def kth() -> float:
-        return -found[0][0] if len(found) == k else math.inf
 
     def minimal() -> bool:
         total = sum(n * options[j][0] for j, n in enumerate(counts))
@@ -43,14 +39,11 @@ def cheapest_mixes(options: list[tuple[float, float]], target: float,
     def visit(i: int, need: float, cost: float) -> None:
         if need <= 0.0:
             if minimal():
-                key = (-cost, -sum(counts), tuple(-n for n in counts))
-                item = (key[0], key[1], key[2], tuple(counts))
-                if len(found) < k:
-                    heapq.heappush(found, item)
-                elif item[:3] > found[0][:3]:
-                    heapq.heapreplace(found, item)
+                bisect.insort(found, (cost, sum(counts), tuple(counts)))
+                del found[k:]
             return
-        if i == len(order) or cost + need * ratio[i] > kth() * (1 + 1e-12):
+        kth = found[-1][0] if len(found) == k else math.inf
+        if i == len(order) or cost + need * ratio[i] > kth * (1 + 1e-12):
             return
         j = order[i]
         cap, usd = options[j]
@@ -60,22 +53,21 @@ def cheapest_mixes(options: list[tuple[float, float]], target: float,
         counts[j] = 0
 
     visit(0, need0, 0.0)
-    best = sorted(found, key=lambda it: (-it[0], -it[1], tuple(-x for x in it[2])))
-    return [(-cost, c) for cost, _, _, c in best]
+    return [(cost, c) for cost, _, c in found]
 
 
-def _pools(cap: pd.DataFrame, found: list[Search]) -> dict:
+def _pools(rate: dict, found: list[Search]) -> dict:
     """The designs that carry load and may run as fleets, by what a mix must share (the
     workload, and the context it is clipped to): key -> design indices."""
     pools: dict = {}
-    for row in cap[cap["max_rate"] > 0].itertuples():
-        d = found[int(row.design)].point.design
+    for i in (i for i in rate if rate[i] > 0):
+        d = found[i].point.design
         try:
             d.replace(replicas=d.replicas * 2).validate()
         except ValueError:
             continue  # one server only (prefix caching, chunked prefill, pools)
-        key = (repr(found[int(row.design)].point.workload), d.context_limit)
-        pools.setdefault(key, []).append(int(row.design))
+        key = (repr(found[i].point.workload), d.context_limit)
+        pools.setdefault(key, []).append(i)
     return pools
 
 
@@ -89,18 +81,16 @@ def undominated(ids: list[int], rate: dict, usd: dict) -> list[int]:
     return [j for j in ids if not any(beats(i, j) for i in ids if i != j)]
 
 
-def candidates(study: Study, cap: pd.DataFrame, found: list[Search],
+def candidates(study: Study, found: list[Search], rate: dict, usd: dict,
                target: float) -> list[tuple[float, dict]]:
     """The ``[capacity] fleets`` cheapest mixes of two or more designs (cost, design ->
     count) no dearer than the cheapest single-design fleet, over every pool of designs that
-    may share a fleet."""
+    may share a fleet (``rate``, ``usd``: each design's capacity and dollars per hour)."""
     k = int(study.capacity["fleets"])
-    rate = dict(zip(cap["design"].astype(int), cap["max_rate"].astype(float)))
-    usd = dict(zip(cap["design"].astype(int), cap["usd_per_hour"].astype(float)))
     single = min((math.ceil(target / rate[i] - COVER) * usd[i] for i in rate if rate[i] > 0),
                  default=math.inf)
     out = []
-    for ids in _pools(cap, found).values():
+    for ids in _pools(rate, found).values():
         ids = undominated(ids, rate, usd)
         # Count the single-design ones too: they may be among a pool's cheapest.
         for cost, counts in cheapest_mixes([(rate[i], usd[i]) for i in ids], target,
@@ -112,17 +102,15 @@ def candidates(study: Study, cap: pd.DataFrame, found: list[Search],
     return out[:k]
 
 
-def fleet_of(found: list[Search], cap: pd.DataFrame, mix: dict) -> Point:
+def fleet_of(found: list[Search], rate: dict, mix: dict) -> Point:
     """A mix as one simulation: each design with its count's replicas, weighted by its
     capacity per server."""
-    rate = dict(zip(cap["design"].astype(int), cap["max_rate"].astype(float)))
     members, weights = [], []
     for i, n in sorted(mix.items()):
         d = found[i].point.design
         members.append(d.replace(replicas=d.replicas * n))
         weights.append(rate[i] / d.replicas)
-    first = found[min(mix)].point
-    return Point(MixedFleet(tuple(members), tuple(weights)), first.workload, {})
+    return Point(MixedFleet(tuple(members), tuple(weights)), found[min(mix)].point.workload, {})
 
 
 def mixed_fleets(study: Study, cap: pd.DataFrame, found: list[Search], runner: Runner,
@@ -131,37 +119,27 @@ def mixed_fleets(study: Study, cap: pd.DataFrame, found: list[Search], runner: R
     target on every seed, and one that misses the brief tried once more with one more replica
     of its cheapest design; one row per (mix, design), confirmed mixes first, cheapest
     first. Their runs are the search's rows of design ``-1 - mix``."""
+    rate = dict(zip(cap["design"].astype(int), cap["max_rate"].astype(float)))
     usd = dict(zip(cap["design"].astype(int), cap["usd_per_hour"].astype(float)))
-    cost_lim = [lim for lim in study.brief if lim.key == "cost_per_mtok"]
     seeds = list(study.seeds)
-    tries = [mix for _, mix in candidates(study, cap, found, target)]
+    tries = [mix for _, mix in candidates(study, found, rate, usd, target)]
     recs, mix_id = [], 0
     for extra in (0, 1):
         jobs = []
         for mix in tries:
-            jobs.append((-1 - mix_id, sum(mix.values()), fleet_of(found, cap, mix),
-                         float(target), mix))
+            jobs.append((-1 - mix_id, sum(mix.values()), mix))
             mix_id += 1
-        runner([j[:4] for j in jobs], seeds)
+        runner([(key, n, fleet_of(found, rate, mix), float(target)) for key, n, mix in jobs],
+               seeds)
         missed = []
-        for key, replicas, point, _, mix in jobs:
-            rows = runner.rows_at(key, float(target), seeds, fleet=replicas)
-            share = float(np.mean([not failures(r, limits) for r in rows]))
-            fleet_usd = sum(n * usd[i] for i, n in mix.items())
-            cost = fleet_usd / (target * tokens_per_request(rows) * 3600.0) * 1e6
-            ok = bool(share >= study.capacity["confidence"] - 1e-9
-                      and all(lim.ok(cost) for lim in cost_lim))
-            note = "" if ok else "misses the brief at the target" + (
-                "; one more replica tried" if extra == 0 else "")
-            weights = dict(zip(sorted(mix), point.design.weights))
-            total = sum(weights[i] * n * found[i].point.design.replicas for i, n in mix.items())
-            for i, n in sorted(mix.items()):
-                recs.append(dict(mix=-1 - key, design=i, replicas=n,
-                                 share=weights[i] * n * found[i].point.design.replicas / total,
-                                 confirmed=ok, p_pass=share, fleet_usd_per_hour=fleet_usd,
-                                 cost_per_mtok=cost, p95_ttft_s=mean_over(rows, "p95_ttft_s"),
-                                 note=note))
-            if not ok and extra == 0:
+        for key, replicas, mix in jobs:
+            verdict = at_target(study, runner.rows_at(key, float(target), seeds, fleet=replicas),
+                                sum(n * usd[i] for i, n in mix.items()), target, limits,
+                                extra == 0)
+            carried = sum(n * rate[i] for i, n in mix.items())
+            recs += [dict(mix=-1 - key, design=i, replicas=n, share=n * rate[i] / carried,
+                          **verdict) for i, n in sorted(mix.items())]
+            if not verdict["confirmed"] and extra == 0:
                 cheapest = min(mix, key=lambda i: (usd[i], i))
                 missed.append({**mix, cheapest: mix[cheapest] + 1})
         tries = missed
@@ -169,10 +147,9 @@ def mixed_fleets(study: Study, cap: pd.DataFrame, found: list[Search], runner: R
             break
     out = pd.DataFrame(recs, columns=MIXED_COLUMNS).astype(
         {"mix": "int64", "design": "int64", "replicas": "int64", "confirmed": bool})
-    out["_rank"] = out["fleet_usd_per_hour"]
-    out = out.sort_values(["confirmed", "_rank", "mix", "design"],
+    out = out.sort_values(["confirmed", "fleet_usd_per_hour", "mix", "design"],
                           ascending=[False, True, True, True], kind="stable")
-    return out.drop(columns="_rank").reset_index(drop=True)
+    return out.reset_index(drop=True)
 
 
 #: ``mixed_fleet.parquet``'s columns, one row per (mix, design).
