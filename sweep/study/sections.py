@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from sweep.errors import clip, got, listed, show
+from sweep.files import FileRefused
 from sweep.study import silicon, vllm_bench
 from sweep.study.fields import COLUMNS, MAX_REQUESTS, NUMERIC_COLUMNS, TEXT_COLUMNS
 from sweep.study.metric_names import METRICS
@@ -245,14 +246,13 @@ def _closed_keys(doc) -> tuple[bool, int | None, int | None]:
 
 def _silicon(r: Reader, spec, doc) -> dict:
     """The measured values of a silicon sample's row (``sweep.study.silicon``)."""
-    parts = ["measured", "silicon"]
-    allowed = 'silicon = { csv = "FILE.csv", id = "ROW" }, a row of a silicon sample'
+    parts, allowed = ["measured", "silicon"], silicon.ALLOWED
     if not isinstance(spec, dict) or set(spec) != {"csv", "id"} or not all(
             isinstance(v, str) and v for v in spec.values()):
         raise r.err(parts, f"must be a table of csv and id, got {got(spec)}; allowed: {allowed}")
     try:
         return silicon.read(r.resolve(spec["csv"]), spec["id"], *_closed_keys(doc))
-    except silicon.RowRefused as exc:
+    except FileRefused as exc:
         raise r.err(parts, f"{clip(spec['csv'])}: {exc.reason}; allowed: {allowed}") from None
 
 
