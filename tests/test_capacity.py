@@ -31,6 +31,7 @@ bandwidth_efficiency = 0.8
 overhead_ms = 0.2
 request_overhead_ms = 0.0
 request_lag_passes = 0.0
+prompt_overhead_us = 0.0
 decode_attention_efficiency = 0.0
 """
 

@@ -146,7 +146,10 @@ def test_warmup_requests_count_in_no_metric(runs):
         w = LITTLE_WARMUP
         arrival, first = np.asarray(out.arrival[b]), np.asarray(out.first[b])
         finish, gen = np.asarray(out.finish[b]), np.asarray(out.generated[b])
-        outside = float(params[b].summary.request_overhead_s)
+        # Every request's own prompt tokens (no shared prefix here) cost the prompt overhead.
+        assert not bool(params[b].prefix_cache)
+        outside = float(params[b].summary.request_overhead_s) + float(
+            params[b].summary.prompt_overhead_s) * np.mean(np.asarray(reqs[b].prompt)[w:])
         out_tok = np.asarray(reqs[b].output)
         tpot = (finish[w:] - first[w:]) / np.maximum(out_tok[w:] - 1, 1) * 1e3
         lag = float(params[b].summary.request_lag_passes) * np.mean(tpot[out_tok[w:] > 1]) * 1e-3

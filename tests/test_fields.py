@@ -50,7 +50,8 @@ def test_columns_are_pinned():
                                              "prefill_gpu", "decode_gpu",
                                              "dequant_bandwidth_efficiency",
                                              "dequant_compute_efficiency", "concurrency",
-                                             "warmup_requests", "think_time_s"]
+                                             "warmup_requests", "think_time_s",
+                                             "allreduce_growth", "prompt_overhead_us"]
     assert len(set(COLUMNS)) == len(COLUMNS)
     assert set(TEXT_COLUMNS) == {"gpu", "model", "arrival", "prompt_tokens_dist",
                                  "output_tokens_dist", "batching", "kv_cache", "trace", "router",

@@ -19,7 +19,7 @@ from sweep.study.workload import Lengths, Requests, Workload, sample
 RTOL = 1e-13
 #: The brief's roofline and no time outside the passes: the rules alone, in round numbers.
 BRIEF = dict(compute_efficiency=0.6, bandwidth_efficiency=0.8, overhead_ms=0.2,
-             request_overhead_ms=0.0, request_lag_passes=0.0)
+             request_overhead_ms=0.0, request_lag_passes=0.0, prompt_overhead_us=0.0)
 
 
 def Design(**kw) -> _Design:

@@ -97,7 +97,7 @@ def _run_cases(make_case, seed: int):
 
 @pytest.fixture(scope="module")
 def cases():
-    return _run_cases(_random_case, 20261130)
+    return _run_cases(_random_case, 20261207)
 
 
 def test_cases_cover_every_lever(cases):

@@ -185,7 +185,7 @@ def test_a_budget_smaller_than_a_decode_of_every_seat_is_refused():
 
 def test_request_overhead_and_lag_add_to_ttft_and_latency_only():
     r = requests([0.0, 0.01, 0.02], [100, 200, 300], [20, 30, 40])
-    plain = Design(request_overhead_ms=0.0, request_lag_passes=0.0)
+    plain = Design(request_overhead_ms=0.0, request_lag_passes=0.0, prompt_overhead_us=0.0)
     slow = plain.replace(request_overhead_ms=15.0, request_lag_passes=2.0)
     ref = simulate_reference(engine_params(plain), r)
     a = summarize_reference(ref, r, engine_params(plain))
@@ -197,12 +197,38 @@ def test_request_overhead_and_lag_add_to_ttft_and_latency_only():
         assert b[key] == a[key], key
 
 
+def test_prompt_overhead_adds_per_prompt_token_outside_a_cached_prefix_to_ttft_only():
+    r = requests([0.0, 0.01, 0.02], [100, 200, 300], [20, 30, 40])
+    r = r._replace(prefix=np.array([0, -1, 0], np.int32), prefix_tokens=np.int32(64))
+    base = dict(request_overhead_ms=0.0, request_lag_passes=1.0, prompt_overhead_us=0.0)
+    for cache, own in ((False, [100, 200, 300]), (True, [36, 200, 236])):
+        plain = Design(**base, prefix_cache=cache)
+        slow = plain.replace(prompt_overhead_us=250.0)
+        a, b = (summarize_reference(simulate_reference(engine_params(d), r), r, engine_params(d))
+                for d in (plain, slow))
+        assert b["mean_ttft_s"] == pytest.approx(a["mean_ttft_s"] + 250e-6 * np.mean(own),
+                                                 rel=1e-12)
+        assert b["mean_e2e_s"] == pytest.approx(a["mean_e2e_s"] + 250e-6 * np.mean(own),
+                                                rel=1e-12)
+        for key in ("mean_tpot_ms", "tokens_per_s"):
+            assert b[key] == a[key], key
+
+
+def test_allreduce_growth_sets_how_the_latency_grows_past_two_gpus():
+    for tp in (2, 4, 8):
+        ring = Design(gpus=tp, allreduce_latency_us=10.0, allreduce_growth=1.0).timing()
+        flat = Design(gpus=tp, allreduce_latency_us=10.0, allreduce_growth=0.0).timing()
+        assert ring.allreduce_latency_s == pytest.approx(10e-6 * (tp - 1))
+        assert flat.allreduce_latency_s == pytest.approx(10e-6)
+    assert Design(gpus=1, allreduce_growth=0.0).timing().allreduce_latency_s == 0.0
+
+
 def test_every_roofline_gpu_takes_the_engines_terms_and_a_fitted_gpus_factors():
     own = ("compute_efficiency", "bandwidth_efficiency", "kv_bandwidth_efficiency",
            "decode_attention_efficiency", "dequant_bandwidth_efficiency",
            "dequant_compute_efficiency")
     host = ("overhead_ms", "seq_overhead_us", "request_overhead_ms", "request_lag_passes",
-            "allreduce_bandwidth_efficiency")
+            "prompt_overhead_us", "allreduce_bandwidth_efficiency")
     for name, g in GPU_CATALOG.items():
         if g.timing != "roofline":
             assert g.calibration == "fitted" and g.model_error is None  # the lesson's own fit
@@ -231,6 +257,12 @@ def test_every_roofline_gpu_takes_the_engines_terms_and_a_fitted_gpus_factors():
         / FITS["A100-80GB"].bandwidth_efficiency)  # the A100's ratio: its runs do not identify it
     nvlink, pcie = get_gpu("H100-SXM").allreduce_latency_us, get_gpu("L40S").allreduce_latency_us
     assert nvlink == VLLM.nvlink_allreduce_us and pcie > nvlink
+    # A GPU whose runs identify its all-reduce has its own; B300 takes B200's, by the same rule.
+    for name, source in (("H200", "H200"), ("B200", "B200"), ("B300", "B200")):
+        g = get_gpu(name)
+        assert (g.allreduce_latency_us, g.allreduce_growth) == (
+            FITS[source].allreduce_latency_us, FITS[source].allreduce_growth), name
+    assert h100.allreduce_growth == get_gpu("L40S").allreduce_growth == 1.0
     t = Design().timing()
     assert t.flops_per_s == pytest.approx(h100.compute_efficiency * h100.tflops_16bit * 1e12)
     assert t.overhead_s == pytest.approx(h100.overhead_ms * 1e-3)

@@ -4,18 +4,21 @@ loop").
     python validation/fit_closed.py [--share S] [--iterations N]
 
 The cases of ``validation/closed-loop/fit/`` of gpt-oss-120b (its MXFP4 experts run in
-weight-only kernels on both GPUs) fit, per GPU, the weight-only kernels' two shares:
-``dequant_bandwidth_efficiency`` and ``dequant_compute_efficiency``; everything else is as
-shipped (the serving engine's host terms, the plain efficiencies transferred from the H100's
-fit, so that a model without weight-only kernels runs as it did). The objective is the squared
-log error of the measured mean TPOT and mean TTFT, with the time outside the passes included as
-the product predicts it. A Gauss-Newton search with finite differences runs every case at the
-current factors and one step of each, as one sweep per case; ``--share`` runs that share of
-each case's measured requests (the warm-up in full), for speed. The Llama-3.1-8B-FP8 rows are
+weight-only kernels on both GPUs) fit, per GPU, the weight-only kernels' two shares
+(``dequant_bandwidth_efficiency``, ``dequant_compute_efficiency``) and its NVLink all-reduce
+(``allreduce_latency_us``, ``allreduce_growth``), and for both together the serving engine's
+time per prompt token (``prompt_overhead_us``: no other runs have long prefills). Everything
+else is as shipped (the engine's other host terms, the plain efficiencies transferred from the
+H100's fit, so that a model without weight-only kernels runs as it did). The objective is the
+squared log error of the measured mean TPOT and mean TTFT, with the time outside the passes
+included as the product predicts it. A Gauss-Newton search with finite differences, from the
+shipped values, runs every case at the current factors and one step of each of its own, as one
+sweep per case; ``--share`` runs that share of each case's measured requests (the warm-up in
+full), for speed. The Llama-3.1-8B-FP8 rows are
 not fitted: their measured prefill throughput exceeds the GPU's FP8 peak under the stated
 client (prompts shared or shorter than stated), so they are reported, not trusted.
 
-It prints the factors; ``sweep/physics/hardware.py`` carries them (``FITS``).
+It prints the factors; ``sweep/physics/hardware.py`` carries them (``FITS``, ``VLLM``).
 """
 from __future__ import annotations
 
@@ -27,22 +30,30 @@ from pathlib import Path
 import numpy as np
 
 from sweep.execution.runner import run_study
+from sweep.physics.hardware import FITS, VLLM
 from sweep.workflows.validate import load_cases
 
 HERE = Path(__file__).parent
 GPUS = ("H200", "B200")
-PARAMS = ("dequant_bandwidth_efficiency", "dequant_compute_efficiency")
-STEP = 0.04  # a finite-difference step of each factor (relative)
-BOUNDS = (0.05, 1.0)
+OWN = ("dequant_bandwidth_efficiency", "dequant_compute_efficiency", "allreduce_latency_us",
+       "allreduce_growth")
+SHARED = "prompt_overhead_us"
+#: Each factor's bounds, and the least value its finite-difference step (4%) is taken of.
+BOUNDS = {"dequant_bandwidth_efficiency": (0.05, 1.0, 0.05),
+          "dequant_compute_efficiency": (0.05, 1.0, 0.05),
+          "allreduce_latency_us": (0.0, 100.0, 1.0), "allreduce_growth": (0.0, 2.0, 0.25),
+          SHARED: (0.0, 100.0, 1.0)}
+STEP = 0.04
 METRICS = ("mean_tpot_ms", "mean_ttft_s")
+NAMES = [(g, k) for g in GPUS for k in OWN] + [("*", SHARED)]
 
 
-def cases_of(gpu: str, share: float):
-    """The fitted gpt-oss cases of ``gpu``, their measured requests cut to ``share``."""
+def cases_of(share: float):
+    """The fitted gpt-oss cases, their measured requests cut to ``share``."""
     out = []
     for case in load_cases([HERE / "closed-loop" / "fit"], seeds=1):
         (point,) = case.study.points
-        if point.design.gpu_spec.name != gpu or "llama" in case.name:
+        if point.design.gpu_spec.name not in GPUS or "llama" in case.name:
             continue
         wl = point.workload
         wl = dataclasses.replace(wl, num_requests=max(wl.concurrency,
@@ -52,44 +63,60 @@ def cases_of(gpu: str, share: float):
     return out
 
 
-def simulate(cases, settings: list[dict]) -> np.ndarray:
-    """[case, setting, metric] log(predicted / measured)."""
-    out = np.zeros((len(cases), len(settings), len(METRICS)))
-    for i, case in enumerate(cases):
-        (point,) = case.study.points
-        points = [dataclasses.replace(point, design=point.design.replace(**s),
-                                      columns={**point.columns, **s}) for s in settings]
-        study = dataclasses.replace(case.study, points=points, axes=[], brief=[],
-                                    model_error=False, max_designs=len(points))
-        runs = run_study(study).runs.groupby("design", sort=True)[list(METRICS)].mean()
-        for j, m in enumerate(METRICS):
-            out[i, :, j] = np.log(runs[m].to_numpy() / case.study.measured[m])
-    return out
+def simulate(case, settings: list[dict]) -> np.ndarray:
+    """[setting, metric] log(predicted / measured) of one case."""
+    (point,) = case.study.points
+    points = [dataclasses.replace(point, design=point.design.replace(**s),
+                                  columns={**point.columns, **s}) for s in settings]
+    study = dataclasses.replace(case.study, points=points, axes=[], brief=[],
+                                model_error=False, max_designs=len(points))
+    runs = run_study(study).runs.groupby("design", sort=True)[list(METRICS)].mean()
+    return np.stack([np.log(runs[m].to_numpy() / case.study.measured[m]) for m in METRICS], 1)
 
 
-def fit(gpu: str, share: float, iterations: int) -> dict:
-    cases = cases_of(gpu, share)
-    x = np.array([1.0, 1.0])
+def shipped() -> np.ndarray:
+    return np.array([VLLM.prompt_overhead_us if g == "*" else getattr(FITS[g], k)
+                     for g, k in NAMES])
+
+
+def residuals(cases, x: np.ndarray, steps: np.ndarray):
+    """Every case's log errors at ``x``, and their finite-difference Jacobian."""
+    rows, jac = [], []
+    for case in cases:
+        gpu = case.study.points[0].design.gpu_spec.name
+        mine = [i for i, (g, _) in enumerate(NAMES) if g in (gpu, "*")]
+        base = {NAMES[i][1]: x[i] for i in mine}
+        r = simulate(case, [base] + [{**base, NAMES[i][1]: x[i] + steps[i]} for i in mine])
+        j = np.zeros((len(METRICS), len(NAMES)))
+        for n, i in enumerate(mine):
+            j[:, i] = (r[n + 1] - r[0]) / steps[i]
+        rows.append(r[0])
+        jac.append(j)
+    return np.concatenate(rows), np.concatenate(jac)
+
+
+def fit(share: float, iterations: int) -> dict:
+    """Gauss-Newton from the shipped values; a step that raises the error is halved back
+    toward the best point (the all-reduce's latency and growth trade along a flat valley)."""
+    cases = cases_of(share)
+    x = shipped()
+    lo, hi = (np.array([BOUNDS[k][b] for _, k in NAMES]) for b in (0, 1))
+    best = (math.inf, x)
     for it in range(iterations):
-        settings = [dict(zip(PARAMS, x))]
-        for k in range(len(PARAMS)):
-            y = x.copy()
-            y[k] = x[k] * (1 - STEP)
-            settings.append(dict(zip(PARAMS, y)))
-        r = simulate(cases, settings)
-        r0 = r[:, 0, :].ravel()
-        jac = np.stack([(r[:, k + 1, :].ravel() - r0) / (-STEP * x[k])
-                        for k in range(len(PARAMS))], axis=1)
-        step = np.linalg.lstsq(jac, -r0, rcond=None)[0]
-        print(f"{gpu} it {it}: x = {np.round(x, 4)}, rms log error {math.sqrt(np.mean(r0**2)):.4f}"
-              f" (TPOT median {np.median(np.exp(r[:, 0, 0]) - 1):+.3f}, TTFT median "
-              f"{np.median(np.exp(r[:, 0, 1]) - 1):+.3f}), step {np.round(step, 4)}", flush=True)
-        new = np.clip(x + step, *BOUNDS)
-        if np.max(np.abs(new - x) / x) < 0.01:
-            x = new
+        steps = np.array([STEP * max(v, BOUNDS[k][2]) for v, (_, k) in zip(x, NAMES)])
+        steps = np.where(x + steps > hi, -steps, steps)  # a step stays within the bounds
+        r0, jac = residuals(cases, x, steps)
+        rms = math.sqrt(np.mean(r0**2))
+        print(f"it {it}: x = {np.round(x, 4)}, rms log error {rms:.4f}", flush=True)
+        if rms > best[0]:
+            x = (best[1] + x) / 2
+            continue
+        best = (rms, x)
+        new = np.clip(x + np.linalg.lstsq(jac, -r0, rcond=None)[0], lo, hi)
+        if np.max(np.abs(new - x) / np.maximum(np.abs(x), np.abs(steps) / STEP)) < 0.01:
             break
         x = new
-    return dict(zip(PARAMS, x))
+    return {f"{g}.{k}": float(v) for (g, k), v in zip(NAMES, best[1])}
 
 
 def main() -> None:
@@ -97,9 +124,8 @@ def main() -> None:
     ap.add_argument("--share", type=float, default=1.0)
     ap.add_argument("--iterations", type=int, default=8)
     args = ap.parse_args()
-    for gpu in GPUS:
-        found = fit(gpu, args.share, args.iterations)
-        print(gpu, {k: round(v, 3) for k, v in found.items()}, flush=True)
+    found = fit(args.share, args.iterations)
+    print({k: round(v, 3) for k, v in found.items()}, flush=True)
 
 
 if __name__ == "__main__":

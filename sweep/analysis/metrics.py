@@ -40,9 +40,11 @@ def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
     tpot = jnp.where(tpot_ok, (out.finish - out.first) / jnp.maximum(r.output - 1, 1) * 1e3,
                      jnp.nan)
     mean_tpot_ms = fixed_sum(jnp.where(tpot_ok, tpot, 0.0)) / tpot_ok.sum()
-    # Outside the passes: the request overhead, and the lag of so many mean TPOTs.
-    outside = m.request_overhead_s + m.request_lag_passes * jnp.where(
-        tpot_ok.any(), mean_tpot_ms, 0.0) * 1e-3
+    # Outside the passes: the request overhead, its prompt tokens' (those outside a cached
+    # shared prefix), and the lag of so many mean TPOTs.
+    own = r.prompt - jnp.where(p.prefix_cache & (r.prefix >= 0), r.prefix_tokens, 0)
+    outside = (m.request_overhead_s + m.prompt_overhead_s * own + m.request_lag_passes
+               * jnp.where(tpot_ok.any(), mean_tpot_ms, 0.0) * 1e-3)
     ttft = jnp.where(jnp.isfinite(out.first), out.first, t_stop) - arrival
     ttft = jnp.where(real, jnp.maximum(ttft, 0.0) + outside, jnp.nan)
     e2e = jnp.where(real, jnp.maximum(jnp.where(done, out.finish, t_stop) - arrival, 0.0)

@@ -30,6 +30,7 @@ class SummaryParams(NamedTuple):
     price_per_gpu_s: np.ndarray  # float64, $ per GPU-second
     request_overhead_s: np.ndarray  # float64: added to every request's TTFT and latency
     request_lag_passes: np.ndarray  # float64: so many mean TPOTs added to them too
+    prompt_overhead_s: np.ndarray  # float64: and this per prompt token the request prefills
     # A brief's per-request limits (slo_attainment, goodput_rps); inf: none.
     slo_ttft_s: np.ndarray  # float64
     slo_tpot_s: np.ndarray  # float64
@@ -89,6 +90,7 @@ def engine_params(design: Design) -> EngineParams:
             price_per_gpu_s=np.float64(design.resolved("price_per_gpu_hour") / 3600.0),
             request_overhead_s=np.float64(design.resolved("request_overhead_ms") * 1e-3),
             request_lag_passes=np.float64(design.resolved("request_lag_passes")),
+            prompt_overhead_s=np.float64(design.resolved("prompt_overhead_us") * 1e-6),
             slo_ttft_s=np.float64(np.inf),
             slo_tpot_s=np.float64(np.inf)),
     )

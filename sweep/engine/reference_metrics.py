@@ -63,13 +63,17 @@ def summarize_reference(res: RefResult, req: Requests, params: EngineParams) -> 
                            0.0)
     tpot_ms = tpot_all_ms[long]
     mean_tpot_ms = float(np.mean(tpot_ms)) if tpot_ms.size else math.nan
-    # Outside the passes: the request overhead, and the lag of so many mean TPOTs.
-    outside = float(m.request_overhead_s) + float(m.request_lag_passes) * (
-        mean_tpot_ms * 1e-3 if tpot_ms.size else 0.0)
+    # Outside the passes: the request overhead, its prompt tokens' (those outside a cached
+    # shared prefix), and the lag of so many mean TPOTs.
+    prompt = np.asarray(req.prompt).astype(np.int64).reshape(-1)
+    shared = bool(params.prefix_cache) & (np.asarray(req.prefix).reshape(-1) >= 0)
+    own = prompt - np.where(shared, int(np.asarray(req.prefix_tokens)), 0)
+    outside = (float(m.request_overhead_s) + float(m.prompt_overhead_s) * own
+               + float(m.request_lag_passes) * (mean_tpot_ms * 1e-3 if tpot_ms.size else 0.0))
     first = np.where(np.isfinite(res.first_token), res.first_token, t_stop)
-    ttft = (first - arrival)[real] + outside
+    ttft = (first - arrival + outside)[real]
     end = np.where(np.isfinite(res.finish), res.finish, t_stop)
-    e2e = (end - arrival)[real] + outside
+    e2e = (end - arrival + outside)[real]
     itl_ms = res.itl_gaps * 1e3
     attained = int(np.count_nonzero(
         done[real] & (ttft <= float(m.slo_ttft_s))

@@ -80,7 +80,8 @@ def _mixed(fleet: MixedFleet) -> Plan:
         gpus=np.float64(fleet.total_gpus),
         price_per_gpu_s=np.float64(fleet.usd_per_hour / fleet.total_gpus / 3600.0),
         **{k: np.float64(max(float(getattr(s, k)) for s in summaries))
-           for k in ("block_bytes", "request_overhead_s", "request_lag_passes")})
+           for k in ("block_bytes", "request_overhead_s", "request_lag_passes",
+                     "prompt_overhead_s")})
     return Plan(servers, None, servers[0]._replace(summary=summary), gpus, 0.0, math.inf,
                 "capacity", tuple(weights))
 

@@ -73,8 +73,14 @@ class GPU:
     # schedules the next step while one runs and streams a step's output during the next); each
     # counts the run's mean time per output token. 0 in the brief.
     request_lag_passes: float = 0.0
+    # Host time per prompt token a request's prefill computes (outside a cached shared prefix),
+    # outside the passes: added to its TTFT and end-to-end latency. 0 in the brief.
+    prompt_overhead_us: float = 0.0
     # Share of interconnect_gbs that an all-reduce of a pass's activations reaches.
     allreduce_bandwidth_efficiency: float = 1.0
+    # Share of the 2-GPU all-reduce latency each further GPU adds: 1, n - 1 times it (a ring's
+    # steps); near 0, about one latency at any degree (one-shot reads from every peer at once).
+    allreduce_growth: float = 1.0
     # Shares of its weight-read and compute efficiencies kept on the weights a weight-only
     # kernel dequantises (weights narrower than the compute); 1 in the brief (no such kernels).
     dequant_bandwidth_efficiency: float = 1.0
@@ -136,14 +142,17 @@ class ModelError:
 @dataclass(frozen=True)
 class ServingEngine:
     """The serving engine's own costs, the same on every GPU it drives: the host's time per pass
-    and per decoding sequence, a request's time outside the passes, and its all-reduce's latency
-    and share of the link's bandwidth. Fitted on every GPU's real runs together."""
+    and per decoding sequence, a request's time outside the passes (and per prompt token it
+    prefills), and its all-reduce's latency and share of the link's bandwidth. Fitted on every
+    GPU's real runs together; a GPU whose own runs identify its all-reduce latency has its own
+    (``GpuFit``)."""
 
     name: str
     overhead_ms: float
     seq_overhead_us: float
     request_overhead_ms: float
     request_lag_passes: float
+    prompt_overhead_us: float
     nvlink_allreduce_us: float  # one all-reduce between 2 GPUs over NVLink (or xGMI)
     allreduce_bandwidth_efficiency: float
     source: str = field(default="", compare=False)
@@ -168,14 +177,22 @@ class GpuFit:
     error: ModelError
     dequant_bandwidth_efficiency: float | None = None
     dequant_compute_efficiency: float | None = None
+    # Its NVLink all-reduce: the 2-GPU latency (us) and growth per further GPU; None: the
+    # serving engine's (``ServingEngine.nvlink_allreduce_us``, growth 1).
+    allreduce_latency_us: float | None = None
+    allreduce_growth: float | None = None
     source: str = field(default="", compare=False)
 
 
 #: vLLM 0.15, fitted by validation/fit.py on the fit cases of every GPU (docs/validation.md).
+#: Its time per prompt token: validation/fit_closed.py on the closed-loop fit cases, the only
+#: runs whose prefills are long (0.8-8k tokens); the open-loop runs' prefills are 1-68 tokens
+#: (prompts cached), which the term leaves within 0.4 ms.
 VLLM = ServingEngine("vLLM 0.15", overhead_ms=1.00, seq_overhead_us=0.0,
-                     request_overhead_ms=4.47, request_lag_passes=1.33,
+                     request_overhead_ms=4.47, request_lag_passes=1.33, prompt_overhead_us=5.2,
                      nvlink_allreduce_us=4.23, allreduce_bandwidth_efficiency=0.422,
-                     source="validation/fit.py on validation/fit/ (H100, A100 and L40S runs)")
+                     source="validation/fit.py on validation/fit/ (H100, A100 and L40S runs); "
+                            "prompt_overhead_us validation/fit_closed.py")
 
 #: The GPUs with real runs: their factors, fitted on their fit cases, and their model error,
 #: from their held-out cases (docs/validation.md). H100, A100 and L40S: validation/fit.py on
@@ -185,7 +202,9 @@ VLLM = ServingEngine("vLLM 0.15", overhead_ms=1.00, seq_overhead_us=0.0,
 #: efficiency, and stays inside the roofline (0); the L40S's one load does not identify its
 #: KV-read efficiency: it keeps the A100's ratio of it to weight reads. H200 and B200:
 #: validation/fit_closed.py on closed-loop runs of gpt-oss-120b, which fit the weight-only
-#: kernels' shares (its MXFP4 experts) and take the H100's plain efficiencies (``_factor``).
+#: kernels' shares (its MXFP4 experts) and the all-reduce's latency and growth (5 times the
+#: engine's latency at 2 GPUs, about its value at 8: these runs at TP 2-4 are far slower than
+#: the open-loop runs' all-reduces give), and take the H100's plain efficiencies (``_factor``).
 #: Their model error: the speed's, the log RMS of their held-out mean TPOTs (gpt-oss-120b, the
 #: runs the KV cache did not overload); the lag's, their held-out mean TTFTs' beyond it over the
 #: lag's typical share of those TTFTs (0.15).
@@ -196,11 +215,13 @@ FITS = {
                         source="vLLM 0.15 runs at TP 1 and 2 (blis-vllm)"),
     "L40S": GpuFit(0.9, 0.880, None, 0.0, ModelError(0.061, 2.47),
                    source="a vLLM 0.15 run at TP 1 (blis-vllm)"),
-    "H200": GpuFit(None, None, None, 0.0, ModelError(0.149, 0.8),
-                   dequant_bandwidth_efficiency=0.62, dequant_compute_efficiency=0.15,
+    "H200": GpuFit(None, None, None, 0.0, ModelError(0.086, 0.73),
+                   dequant_bandwidth_efficiency=0.68, dequant_compute_efficiency=0.175,
+                   allreduce_latency_us=21.2, allreduce_growth=0.036,
                    source="closed-loop vLLM runs of gpt-oss-120b at TP 1-8 (aic-silicon)"),
-    "B200": GpuFit(None, None, None, 0.0, ModelError(0.206, 2.1),
-                   dequant_bandwidth_efficiency=0.82, dequant_compute_efficiency=0.21,
+    "B200": GpuFit(None, None, None, 0.0, ModelError(0.116, 1.9),
+                   dequant_bandwidth_efficiency=0.99, dequant_compute_efficiency=0.31,
+                   allreduce_latency_us=21.7, allreduce_growth=0.078,
                    source="closed-loop vLLM runs of gpt-oss-120b at TP 1-8 (aic-silicon)"),
 }
 
@@ -294,6 +315,15 @@ _FACTORS = ("compute_efficiency", "bandwidth_efficiency", "kv_bandwidth_efficien
             "dequant_bandwidth_efficiency", "dequant_compute_efficiency")
 
 
+def _allreduce(gpu: GPU, fit: GpuFit) -> dict:
+    """An NVLink (or xGMI) GPU takes the all-reduce latency and growth of the fit it takes its
+    factors from, where that fit's runs identify them; else (and over PCIe) the engine's."""
+    if fit.allreduce_latency_us is None or gpu.allreduce_latency_us > _NVLINK_AR_US:
+        return dict(allreduce_latency_us=VLLM.allreduce_latency_us(gpu), allreduce_growth=1.0)
+    return dict(allreduce_latency_us=fit.allreduce_latency_us,
+                allreduce_growth=fit.allreduce_growth)
+
+
 def _served(gpu: GPU, sheets: dict[str, GPU]) -> GPU:
     """A roofline entry with the serving engine's host terms and the factors of the fitted GPU
     ``transfer_source`` names (each factor that GPU's runs do not identify by ``_factor``).
@@ -316,7 +346,8 @@ def _served(gpu: GPU, sheets: dict[str, GPU]) -> GPU:
         overhead_ms=VLLM.overhead_ms, seq_overhead_us=VLLM.seq_overhead_us,
         request_overhead_ms=VLLM.request_overhead_ms,
         request_lag_passes=VLLM.request_lag_passes,
-        allreduce_latency_us=VLLM.allreduce_latency_us(gpu),
+        prompt_overhead_us=VLLM.prompt_overhead_us,
+        **_allreduce(gpu, fit),
         allreduce_bandwidth_efficiency=VLLM.allreduce_bandwidth_efficiency,
         calibration="fitted" if donor == gpu.name else f"transferred:{donor}",
         model_error=error)

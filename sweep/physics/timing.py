@@ -41,7 +41,7 @@ class TimingParams(NamedTuple):
     bytes_per_s: float  # achievable for weights: eff_b x bandwidth x tp
     kv_bytes_per_s: float  # achievable for the KV cache: eff_kv x bandwidth x tp
     allreduces: float  # all-reduces per pass (2 per layer under tensor parallelism, else 0)
-    allreduce_latency_s: float  # one all-reduce's latency among the tp GPUs
+    allreduce_latency_s: float  # one (one-shot) all-reduce's latency among the tp GPUs
     allreduce_token_bytes: float  # one token's 16-bit activations
     allreduce_oneshot_bytes: float  # messages below this take the one-shot algorithm
     allreduce_oneshot_s_per_byte: float  # each GPU reads every other's message
@@ -79,7 +79,8 @@ def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int | N
                   overhead_ms: float | None = None,
                   seq_overhead_us: float | None = None,
                   allreduce_latency_us: float | None = None,
-                  allreduce_bandwidth_efficiency: float | None = None, draft_tokens: int = 0,
+                  allreduce_bandwidth_efficiency: float | None = None,
+                  allreduce_growth: float | None = None, draft_tokens: int = 0,
                   draft_cost: float = 0.1, expert_parallel: bool = False,
                   data_parallel: int = 1, dequant_bandwidth_efficiency: float | None = None,
                   dequant_compute_efficiency: float | None = None) -> TimingParams:
@@ -108,6 +109,7 @@ def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int | N
     alpha_us = gpu.allreduce_latency_us if allreduce_latency_us is None else allreduce_latency_us
     if allreduce_bandwidth_efficiency is None:
         allreduce_bandwidth_efficiency = gpu.allreduce_bandwidth_efficiency
+    growth = gpu.allreduce_growth if allreduce_growth is None else allreduce_growth
     link = gpu.interconnect_gbs * 1e9 * allreduce_bandwidth_efficiency
     per_byte = 1.0 / link if tp > 1 and link > 0 else 0.0
     lin = gpu.linear
@@ -129,7 +131,7 @@ def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int | N
         bytes_per_s=bandwidth_efficiency * gpu.bandwidth_tbs * 1e12 * tp,
         kv_bytes_per_s=kv_bandwidth_efficiency * gpu.bandwidth_tbs * 1e12 * tp,
         allreduces=ar,
-        allreduce_latency_s=alpha_us * 1e-6 * (tp - 1),
+        allreduce_latency_s=alpha_us * 1e-6 * (1.0 + growth * (tp - 2)) if tp > 1 else 0.0,
         allreduce_token_bytes=model.hidden * 2.0,
         allreduce_oneshot_bytes=oneshot_bytes(tp),
         allreduce_oneshot_s_per_byte=(tp - 1) * per_byte,
@@ -211,10 +213,11 @@ def oneshot_bytes(tp: int) -> float:
 
 def allreduce_time(p: TimingParams, tokens, xp=np):
     """The all-reduces of a pass of ``tokens`` tokens, each its latency and its message (the
-    tokens' 16-bit activations) over the link. Below ``oneshot_bytes`` one-shot: ``(tp - 1) x
-    alpha`` (alpha being 2 GPUs'), each GPU reading every other's message; else reduce-scatter
-    then all-gather: two phases of ``tp - 1`` steps, ``2 (tp - 1) x alpha``, and
-    ``2 (tp - 1) / tp`` of the message."""
+    tokens' 16-bit activations) over the link. The latency of ``tp`` GPUs is ``alpha x (1 +
+    growth x (tp - 2))``, alpha being 2 GPUs' (growth 1: ``(tp - 1) x alpha``). Below
+    ``oneshot_bytes`` one-shot: that latency, each GPU reading every other's message; else
+    reduce-scatter then all-gather: two phases, twice it, and ``2 (tp - 1) / tp`` of the
+    message."""
     message = p.allreduce_token_bytes * tokens
     oneshot = message < p.allreduce_oneshot_bytes
     per_byte = xp.where(oneshot, p.allreduce_oneshot_s_per_byte, p.allreduce_ring_s_per_byte)

@@ -169,7 +169,7 @@ FIELDS: tuple[Field, ...] = (
     _hw("decode_attention_efficiency", range=Range(0.0, 1.0), gpu_default=True, fitted="gpu",
         help="share of the 16-bit tensor peak that decode attention reaches; 0 = inside the "
              "roofline (every fitted GPU's: the runs do not identify it)",
-        short="decode attention's share of the 16-bit peak"),
+        short="decode attention's share of 16-bit peak"),
     _hw("overhead_ms", range=Range(0.0, 1e4), draw=2, unit="ms", gpu_default=True, fitted="engine",
         help="fixed cost per pass", short="fixed cost per pass"),
     _hw("seq_overhead_us", range=Range(0.0, 1e6), unit="us", gpu_default=True, fitted="engine",
@@ -189,7 +189,7 @@ FIELDS: tuple[Field, ...] = (
     _hw("profile", "path", values="path",
         help="a profile written by `sweep calibrate` (relative to the config): sets `gpu` and "
              "the fitted factors, which may then not be given here",
-        short="a `sweep calibrate` profile: `gpu` and fitted factors"),
+        short="a `sweep calibrate` profile"),
     Field("name", "model", "str", "Llama-3-8B", choices=tuple(MODEL_CATALOG), shown="-",
           help="a catalog model", short="a catalog model"),
     Field("config_json", "model", "path", values="path", shown="-",
@@ -215,7 +215,7 @@ FIELDS: tuple[Field, ...] = (
     _wl("drain_s", default=60.0, unset=True, unit="s", range=Range(0.0, _INF, says=">= 0 seconds"),
         shown="unset: until done", when=_open,
         help="run on this long after the last arrival, then censor the unserved requests",
-        short="run on this long after the last arrival, then censor"),
+        short="run on after the last arrival, then censor"),
     _wl("prompt_tokens", "lengths", Lengths("exponential", 1024.0), values="length table",
         help="prompt lengths: `fixed` (`mean`), `exponential` (`mean`), `uniform` (`low`, "
              "`high`), `lognormal` (`mean`, `sigma`)",
@@ -263,7 +263,7 @@ FIELDS: tuple[Field, ...] = (
         help="replay a trace instead: columns `TIMESTAMP`, `ContextTokens`, `GeneratedTokens` "
              "(the Azure LLM inference traces) or `arrival_s`, `prompt_tokens`, "
              "`output_tokens`; not with `arrival`, `arrival_rate`, `arrival_cv` or `*_tokens`",
-        short="replay a trace (Azure LLM trace columns)"),
+        short="replay a trace (Azure LLM columns)"),
     _wl("trace_time_scale", default=1.0, range=Range(0.0, MAX_TIME_SCALE, lo_open=True),
         when=lambda d, w: w["trace"] is not None,
         help="with a trace only: multiply its times (0.5 = twice the load)",
@@ -291,7 +291,7 @@ FIELDS: tuple[Field, ...] = (
         short="share of requests using one"),
     _lever("prefix_cache", "bool", False, engine="bool",
            help="reuse cached prefixes' KV (paged cache only)",
-           short="reuse cached prefixes' KV (paged only)"),
+           short="reuse cached prefixes (paged only)"),
     _lever("prefill_chunk_tokens", default=0, engine="int32", range=Range(0, MAX_TOKENS_PER_PASS),
            unit="tokens",
            shown="0 (off)",
@@ -303,9 +303,9 @@ FIELDS: tuple[Field, ...] = (
            help="KV blocks of `block_size` tokens, as a server log reports",
            short="as a server log reports"),
     _hw("allreduce_latency_us", range=Range(0.0, 1e4), unit="us", gpu_default=True, fitted="engine",
-        help="latency of one all-reduce between 2 GPUs; `n` GPUs wait `n - 1` of it per phase "
-             "(two phases above vLLM's one-shot size), plus the activations' bytes over the "
-             "interconnect ([model.md](model.md))",
+        help="latency of one all-reduce between 2 GPUs; `n` GPUs wait `1 + allreduce_growth x "
+             "(n - 2)` of it per phase (two phases above vLLM's one-shot size), plus the "
+             "activations' bytes over the interconnect ([model.md](model.md))",
         short="all-reduce latency, 2 GPUs"),
     _hw("allreduce_bandwidth_efficiency", range=_SHARE, gpu_default=True, fitted="engine",
         help="share of the interconnect's bandwidth an all-reduce of a pass's activations "
@@ -343,7 +343,14 @@ FIELDS: tuple[Field, ...] = (
              "every metric", short="closed loop: sent first, not measured"),
     _wl("think_time_s", default=0.0, range=Range(0.0, _INF, says=">= 0 seconds"), unit="s",
         when=_closed, help="`closed` only: a client's pause between a response and its next "
-                           "request", short="closed loop: pause between requests"),
+                           "request", short="closed loop: pause per request"),
+    _hw("allreduce_growth", range=Range(0.0, 10.0), gpu_default=True, fitted="engine",
+        help="share of `allreduce_latency_us` each GPU past 2 adds: 1, `n - 1` times it; 0, one "
+             "latency at any degree", short="all-reduce latency growth"),
+    _hw("prompt_overhead_us", range=Range(0.0, 1e6), unit="us", gpu_default=True,
+        fitted="engine", help="cost per prompt token a request prefills (outside a cached shared "
+                              "prefix), outside the passes: added to TTFT and latency",
+        short="per prompt token"),
 )
 
 #: section -> key -> Field, in declaration order.
