@@ -46,7 +46,8 @@ BRIEF = Workload()  # 16 req/s for 60 s, exponential 1024/256 tokens, 60 s drain
 # H100, Llama-3-8B, 1 GPU, 16-bit, with the brief's roofline (not the H100's fitted defaults).
 START = Design(batching="static", kv_cache="contiguous", compute_efficiency=0.6,
                bandwidth_efficiency=0.8, kv_bandwidth_efficiency=0.8, overhead_ms=0.2, request_overhead_ms=0.0,
-               request_lag_passes=0.0, prompt_overhead_us=0.0, decode_attention_efficiency=0.0, seq_overhead_us=0.0,
+               request_lag_passes=0.0, prompt_overhead_us=0.0, decode_attention_efficiency=0.0,
+               seq_overhead_us=0.0,
                allreduce_latency_us=5.0, allreduce_bandwidth_efficiency=1.0)
 CB = START.replace(batching="continuous", kv_cache="paged")
 STORY = {

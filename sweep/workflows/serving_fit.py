@@ -7,7 +7,8 @@ fitted by a bounded Levenberg-Marquardt search whose Jacobian is taken by finite
 iteration simulates every case at the current factors and at one step of each factor it depends
 on, as one vectorised sweep per case (the product's own use). The time a request spends outside
 the passes (``request_overhead_ms + request_lag_passes x mean TPOT``, which changes no pass) is
-solved at every evaluation by non-negative least squares on the TTFT metrics. The objective is the
+solved at every evaluation by non-negative least squares on the TTFT metrics; its time per
+prompt token (``prompt_overhead_us``, which only long prefills identify) stays the design's. The objective is the
 squared relative error of the measured mean and median end-to-end latency (mean TPOT for a
 case that measured neither: a closed-loop benchmark's), plus half weight on TTFT's.
 
@@ -90,8 +91,8 @@ def measured_metrics(case) -> tuple[list[str], list[str]]:
 
 def _settings_study(case, settings: list[dict], duration: float | None, seeds):
     """A case's study as one sweep over ``settings`` (factor values) at the central factors
-    (no model error), nothing outside the passes, its arrivals cut to ``duration`` seconds
-    where given."""
+    (no model error), nothing outside the passes but the time per prompt token, its arrivals
+    cut to ``duration`` seconds where given."""
     (point,) = case.study.points
     wl = point.workload
     if duration is not None and wl.duration_s is not None:
@@ -109,7 +110,7 @@ def _settings_study(case, settings: list[dict], duration: float | None, seeds):
 def simulate_settings(cases, settings: list[list[dict]], duration=None, seeds=None,
                       progress=None, metrics=E2E + TTFT) -> list[pd.DataFrame]:
     """Per case, the mean over seeds of ``metrics`` and mean TPOT (no time outside the
-    passes), one row per setting."""
+    passes but the time per prompt token), one row per setting."""
     from sweep.execution.runner import run_study
 
     keys = list(metrics) + ["mean_tpot_ms"]
