@@ -199,6 +199,18 @@ def test_committed_cases_are_up_to_date(script):
     assert done.returncode == 0, done.stderr
 
 
+def test_the_shipped_compute_efficiencies_are_what_the_prefill_fit_finds():
+    from sweep.physics.hardware import FITS
+
+    done = subprocess.run([sys.executable, str(ROOT / "validation" / "fit_prefill.py")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    for gpu in ("H100-SXM", "A100-80GB"):
+        line = next(x for x in done.stdout.splitlines() if x.startswith(f"{gpu}:"))
+        found = float(line.split("compute_efficiency ")[1].split()[0])
+        assert FITS[gpu].compute_efficiency == pytest.approx(found, abs=0.005), line
+
+
 def test_make_cases_check_notices_a_change(tmp_path):
     copy = tmp_path / "validation"
     shutil.copytree(ROOT / "validation", copy, ignore=shutil.ignore_patterns("__pycache__"))

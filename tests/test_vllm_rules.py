@@ -249,6 +249,8 @@ def test_every_roofline_gpu_takes_the_engines_terms_and_a_fitted_gpus_factors():
     h100, h200 = get_gpu("H100-SXM"), get_gpu("H200")
     for k in ("compute_efficiency", "bandwidth_efficiency", "kv_bandwidth_efficiency"):
         assert getattr(h200, k) == getattr(FITS["H100-SXM"], k)
+    assert FITS["L40S"].compute_efficiency is None  # its runs do not identify it: the A100's
+    assert get_gpu("L40S").compute_efficiency == FITS["A100-80GB"].compute_efficiency
     for k in ("dequant_bandwidth_efficiency", "dequant_compute_efficiency"):
         assert getattr(h100, k) == getattr(FITS["H200"], k)
         assert getattr(get_gpu("A100-80GB"), k) == getattr(FITS["H200"], k)
