@@ -201,6 +201,35 @@ def test_real_context_decode_is_bandwidth_bound_prefill_compute_bound(name, tp):
     assert t == pytest.approx(max(c, b) + ar + p.overhead_s, rel=1e-12)
 
 
+@pytest.mark.parametrize("tokens", [1, 64, 4096])
+def test_a_dequantising_expert_kernels_products_and_reads_add_to_the_rest_of_the_pass(tokens):
+    """gpt-oss's MXFP4 experts at 16-bit compute: the rest of the pass is a roofline (compute
+    and memory overlap), its routed experts' products and the bytes of the experts its tokens
+    touch add after it; a W8A8 checkpoint, whose experts need no dequantising, overlaps."""
+    oss, h200 = get_model("gpt-oss-120b"), get_gpu("H200")
+    p = timing.timing_params(oss, h200, gpus=2, weight_bits=None)  # the checkpoint's MXFP4
+    assert p.expert_serial == 1.0
+    routed = 2.0 * oss.expert_params * oss.experts_per_token / oss.experts
+    e_flops = routed / h200.dequant_compute_efficiency * tokens
+    touched = 1.0 - (1.0 - oss.experts_per_token / oss.experts) ** tokens
+    e_bytes = p.expert_bytes * touched
+    flops, weights, kv = timing.pass_work(p, tokens, tokens * (tokens + 1) / 2, 0)
+    roof = (max((flops - e_flops) / p.flops_per_s,
+                (weights - e_bytes) / p.bytes_per_s + kv / p.kv_bytes_per_s)
+            + e_flops / p.flops_per_s + e_bytes / p.bytes_per_s)
+    t = float(timing.pass_time(p, tokens, tokens * (tokens + 1) / 2, 0, 0))
+    assert t == pytest.approx(roof + timing.allreduce_time(p, tokens) + p.overhead_s, rel=1e-12)
+    c, b = _roof_terms(p, tokens, tokens * (tokens + 1) / 2, 0)
+    assert t > max(c, b) + timing.allreduce_time(p, tokens) + p.overhead_s  # not overlapped
+    fp8 = timing.timing_params(get_model("DeepSeek-V3"), h200, gpus=8, weight_bits=None,
+                               activation_bits=8)
+    assert fp8.expert_serial == 0.0
+    c, b = _roof_terms(fp8, tokens, tokens * (tokens + 1) / 2, 0)
+    assert float(timing.pass_time(fp8, tokens, tokens * (tokens + 1) / 2, 0, 0)) == (
+        pytest.approx(max(c, b) + timing.allreduce_time(fp8, tokens) + fp8.overhead_s,
+                      rel=1e-12))
+
+
 def test_prefill_flops_include_attention_pairs():
     m = get_model("Llama-3-8B")
     p = timing.timing_params(m, get_gpu("H100-SXM"))

@@ -189,26 +189,26 @@ class GpuFit:
 #: runs whose prefills are long (0.8-8k tokens); the open-loop runs' prefills are 1-68 tokens
 #: (prompts cached), which the term leaves within 0.4 ms.
 VLLM = ServingEngine("vLLM 0.15", overhead_ms=1.00, seq_overhead_us=0.0,
-                     request_overhead_ms=4.47, request_lag_passes=1.33, prompt_overhead_us=5.0,
+                     request_overhead_ms=4.47, request_lag_passes=1.33, prompt_overhead_us=5.1,
                      nvlink_allreduce_us=4.23, allreduce_bandwidth_efficiency=0.422,
                      source="validation/fit.py on validation/fit/ (H100, A100 and L40S runs); "
                             "prompt_overhead_us validation/fit_closed.py")
 
-#: The GPUs with real runs: their factors, fitted on their fit cases, and their model error,
-#: from their held-out cases (docs/validation.md). H100, A100 and L40S: validation/fit.py on
-#: open-loop runs, whose prefills are short (prompts are cached) and do not identify compute
-#: efficiency: the H100's and A100's are validation/fit_prefill.py's, on Splitwise's measured
-#: prefills of Llama-2-70B at TP 2, and the L40S takes the A100's (``_factor``); decode
-#: attention is not identified once KV reads have their own efficiency, and stays inside the
-#: roofline (0); the L40S's one load does not identify its
-#: KV-read efficiency: it keeps the A100's ratio of it to weight reads. H200 and B200:
-#: validation/fit_closed.py on closed-loop runs of gpt-oss-120b, which fit the weight-only
-#: kernels' shares (its MXFP4 experts) and the all-reduce's latency and growth (5 times the
-#: engine's latency at 2 GPUs, about its value at 8: these runs at TP 2-4 are far slower than
-#: the open-loop runs' all-reduces give), and take the H100's plain efficiencies (``_factor``).
-#: Their model error: the speed's, the log RMS of their held-out mean TPOTs (gpt-oss-120b, the
-#: runs the KV cache did not overload); the lag's, their held-out mean TTFTs' beyond it over the
-#: lag's typical share of those TTFTs (0.15).
+#: The GPUs with real runs: their factors, fitted on their fit cases, and their model error, from
+#: their held-out cases (docs/validation.md). H100, A100 and L40S: validation/fit.py on open-loop
+#: runs, whose prefills are short (prompts are cached) and do not identify compute efficiency:
+#: the H100's and A100's are validation/fit_prefill.py's, on Splitwise's measured prefills of
+#: Llama-2-70B at TP 2, and the L40S takes the A100's (``_factor``); decode attention is not
+#: identified once KV reads have their own efficiency, and stays inside the roofline (0); the
+#: L40S's one load does not identify its KV-read efficiency: it keeps the A100's ratio of it to
+#: weight reads. H200 and B200: validation/fit_closed.py on closed-loop runs of gpt-oss-120b,
+#: which fit the weight-only kernels' shares (its MXFP4 experts, their reads and products adding)
+#: and the all-reduce's latency and growth (5 times the engine's latency at 2 GPUs, about its
+#: value at 8: these runs at TP 2-4 are far slower than the open-loop runs' all-reduces give),
+#: and take the H100's plain efficiencies (``_factor``). Their model error: the speed's, the log
+#: RMS of their held-out mean TPOTs (gpt-oss-120b, the runs the KV cache did not overload); the
+#: lag's, their held-out mean TTFTs' beyond it over the lag's typical share of those TTFTs
+#: (0.15).
 FITS = {
     "H100-SXM": GpuFit(0.53, 0.800, 0.841, 0.0, ModelError(0.048, 0.248),
                        source="vLLM 0.15.1 runs at TP 1, 2 and 4 (vllm-h100, blis-vllm); "
@@ -218,13 +218,13 @@ FITS = {
                                "prefills at TP 2"),
     "L40S": GpuFit(None, 0.880, None, 0.0, ModelError(0.061, 2.47),
                    source="a vLLM 0.15 run at TP 1 (blis-vllm)"),
-    "H200": GpuFit(None, None, None, 0.0, ModelError(0.088, 0.75),
-                   dequant_bandwidth_efficiency=0.68, dequant_compute_efficiency=0.32,
-                   allreduce_latency_us=21.3, allreduce_growth=0.033,
+    "H200": GpuFit(None, None, None, 0.0, ModelError(0.083, 0.55),
+                   dequant_bandwidth_efficiency=0.75, dequant_compute_efficiency=0.395,
+                   allreduce_latency_us=21.5, allreduce_growth=0.038,
                    source="closed-loop vLLM runs of gpt-oss-120b at TP 1-8 (aic-silicon)"),
-    "B200": GpuFit(None, None, None, 0.0, ModelError(0.118, 1.93),
-                   dequant_bandwidth_efficiency=0.99, dequant_compute_efficiency=0.60,
-                   allreduce_latency_us=21.2, allreduce_growth=0.083,
+    "B200": GpuFit(None, None, None, 0.0, ModelError(0.104, 1.71),
+                   dequant_bandwidth_efficiency=0.98, dequant_compute_efficiency=0.87,
+                   allreduce_latency_us=20.6, allreduce_growth=0.071,
                    source="closed-loop vLLM runs of gpt-oss-120b at TP 1-8 (aic-silicon)"),
 }
 

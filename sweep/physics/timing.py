@@ -34,6 +34,8 @@ class TimingParams(NamedTuple):
     weight_bytes: float  # bytes of every weight (whole group)
     expert_bytes: float  # of which routed experts' (0 for a dense model)
     expert_skip: float  # probability that one token leaves a given expert unused: 1 - k / E
+    expert_flops_per_token: float  # of flops_per_token, the routed experts'
+    expert_serial: float  # 1.0: the experts' reads and products add (dequantising kernels)
     kv_bytes_per_token: float  # of the full-attention layers, read per context token
     seq_bytes: float  # read per decoding sequence: a full window's KV, and state read and written
     flops_per_s: float  # achievable: eff_c x peak(activation_bits) x tp
@@ -91,8 +93,8 @@ def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int | N
     lever named here (``Design.timing``): a new timing factor is a keyword of this function."""
     tp = gpus  # the tensor-parallel degree
     activation = model.activation_bits(gpu, activation_bits)
-    read, mult = _dequant_slowdown(model, gpu, weight_bits, activation,
-                                   dequant_bandwidth_efficiency, dequant_compute_efficiency)
+    read, mult, serial = _dequant_slowdown(model, gpu, weight_bits, activation,
+                                           dequant_bandwidth_efficiency, dequant_compute_efficiency)
     if compute_efficiency is None:
         compute_efficiency = gpu.compute_efficiency
     if bandwidth_efficiency is None:
@@ -124,6 +126,8 @@ def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int | N
         weight_bytes=model.weight_bytes(weight_bits) + experts * (read - 1),
         expert_bytes=experts * read,
         expert_skip=1.0 - model.experts_per_token / model.experts,
+        expert_flops_per_token=2.0 * routed * mult,
+        expert_serial=serial,
         kv_bytes_per_token=model.held_kv_bytes_per_token(kv_bits, tp),
         seq_bytes=model.held_seq_bytes(kv_bits, tp) + model.state_bytes,  # state read, written
         flops_per_s=compute_efficiency * gpu.tflops(activation) * 1e12 * tp,
@@ -151,19 +155,22 @@ def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int | N
 
 
 def _dequant_slowdown(model: Model, gpu: GPU, weight_bits: int | None, activation_bits: int,
-                      bandwidth: float | None, compute: float | None) -> tuple[float, float]:
+                      bandwidth: float | None,
+                      compute: float | None) -> tuple[float, float, float]:
     """How many times slower a pass reads and multiplies the routed experts' weights when they
-    are narrower than the compute: a weight-only MoE kernel (vLLM's Marlin MXFP4 experts on
-    Hopper, its FP4 ones on Blackwell) dequantises them on the fly, keeping
+    are narrower than the compute, and 1.0 where their reads and products then add rather than
+    overlap: a weight-only MoE kernel (vLLM's Marlin MXFP4 experts on Hopper, its FP4 ones on
+    Blackwell) dequantises each tile before it multiplies it, keeping
     ``dequant_bandwidth_efficiency`` of the GPU's weight-read efficiency and
-    ``dequant_compute_efficiency`` of its compute efficiency. (1, 1) where weights and compute
-    agree, and for a dense model (no runs identify dense weight-only kernels)."""
+    ``dequant_compute_efficiency`` of its compute efficiency. (1, 1, 0) where weights and compute
+    agree; a dense model's slowdown reaches no expert (no runs identify dense weight-only
+    kernels)."""
     nominal = model.native_nominal_bits if weight_bits is None else weight_bits
     if nominal >= activation_bits:
-        return 1.0, 1.0
+        return 1.0, 1.0, 0.0
     read = gpu.dequant_bandwidth_efficiency if bandwidth is None else bandwidth
     mult = gpu.dequant_compute_efficiency if compute is None else compute
-    return 1.0 / read, 1.0 / mult
+    return 1.0 / read, 1.0 / mult, 1.0
 
 
 def _expert_parallel(model: Model, gpu: GPU, tp: int, dp: int, alpha_us: float,
@@ -248,6 +255,17 @@ def pass_work(p: TimingParams, tokens, pairs, context_read, xp=np):
     return flops, p.weight_bytes - unread, p.kv_bytes_per_token * (context_read + tokens)
 
 
+def serial_expert_work(p: TimingParams, tokens, xp=np):
+    """Seconds of a dequantising expert kernel's products and reads in a pass of ``tokens``
+    (0, 0 for any other kernel): its routed experts' FLOPs, and the bytes of the experts its
+    tokens touch. Selected, not scaled by ``expert_serial``: a product feeding an add may be
+    fused (FMA) in one compiled graph and not another, and results must not depend on it."""
+    serial = p.expert_serial > 0.5
+    touched = 1.0 - xp.power(p.expert_skip, tokens)
+    return (xp.where(serial, p.expert_flops_per_token * tokens / p.flops_per_s, 0.0),
+            xp.where(serial, p.expert_bytes * touched / p.bytes_per_s, 0.0))
+
+
 def _roofline_pairs(p: TimingParams, prefill_pairs, decode_pairs, xp):
     """The query-key pairs the roofline's FLOPs count: decode's join prefill's unless decode
     attention has its own term (``decode_attn_s_per_flop`` > 0)."""
@@ -261,6 +279,17 @@ def _decode_attention(p: TimingParams, decode_pairs, context_read, xp):
                       - p.kv_bytes_per_token * context_read / p.kv_bytes_per_s, 0.0)
 
 
+def _roofline(p: TimingParams, flops, weights, kv, serial_s, xp):
+    """Compute and memory overlap (the larger bounds the pass), but for a dequantising expert
+    kernel's products and reads (``serial_s``: their seconds, within ``flops`` and
+    ``weights``), which add after it: it unpacks a tile before it multiplies it (docs/model.md,
+    "Weight-only kernels")."""
+    products, reads = serial_s
+    return (xp.maximum(flops / p.flops_per_s - products,
+                       weights / p.bytes_per_s - reads + kv / p.kv_bytes_per_s)
+            + (products + reads))
+
+
 def _dense_time(p: TimingParams, prefill_tokens, prefill_pairs, decode_seqs, decode_tokens,
                 decode_pairs, context_read, xp):
     """A target pass of one server whose every GPU holds a slice of every weight (tensor
@@ -270,7 +299,7 @@ def _dense_time(p: TimingParams, prefill_tokens, prefill_pairs, decode_seqs, dec
     flops, weights, kv = pass_work(p, tokens, _roofline_pairs(p, prefill_pairs, decode_pairs, xp),
                                    context_read, xp)
     kv = kv + p.seq_bytes * decode_seqs
-    roof = (xp.maximum(flops / p.flops_per_s, weights / p.bytes_per_s + kv / p.kv_bytes_per_s)
+    roof = (_roofline(p, flops, weights, kv, serial_expert_work(p, tokens, xp), xp)
             + _decode_attention(p, decode_pairs, context_read, xp)
             + allreduce_time(p, tokens, xp)
             + p.overhead_s)
@@ -303,12 +332,18 @@ def _expert_parallel_time(p: TimingParams, tokens, prefill_pairs, decode_seqs, d
     load = xp.minimum(mean + p.ep_load_z * xp.sqrt(tokens * p.ep_load_var),
                       tokens * p.ep_load_cap)
     dense = (p.flops_per_token - p.expert_pair_flops * p.expert_k) * rank_tokens
-    compute = ((dense + p.attn_flops_per_pair * pairs) / p.flops_per_s
-               + p.expert_pair_flops * load * p.tp / p.flops_per_s)
+    products = p.expert_pair_flops * load * p.tp / p.flops_per_s
     touched = 1.0 - xp.power(p.expert_skip, tokens)
-    weights = p.weight_bytes - p.expert_bytes + p.expert_bytes * touched * p.tp / p.ep_gpus
+    expert_bytes = p.expert_bytes * touched * p.tp / p.ep_gpus
+    weights = p.weight_bytes - p.expert_bytes + expert_bytes
     kv = (p.kv_bytes_per_token * (context_read + tokens) + p.seq_bytes * decode_seqs) / dp
-    return (xp.maximum(compute, weights / p.bytes_per_s + kv / p.kv_bytes_per_s)
+    serial = p.expert_serial > 0.5  # the experts' products and reads add (``_roofline``)
+    compute = ((dense + p.attn_flops_per_pair * pairs) / p.flops_per_s
+               + xp.where(serial, 0.0, products))
+    memory = xp.where(serial, (p.weight_bytes - p.expert_bytes) / p.bytes_per_s,
+                      weights / p.bytes_per_s)
+    return (xp.maximum(compute, memory + kv / p.kv_bytes_per_s)
+            + xp.where(serial, products + expert_bytes / p.bytes_per_s, 0.0)
             + _decode_attention(p, decode_pairs / dp, context_read / dp, xp)
             + allreduce_time(p, rank_tokens, xp)
             + xp.where(tokens > 0, p.a2a_latency_s + p.a2a_s_per_token * tokens, 0.0)

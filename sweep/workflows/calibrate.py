@@ -38,7 +38,8 @@ import numpy as np
 from sweep.errors import clip, listed, one_line
 from sweep.files import check_table
 from sweep.physics.hardware import CATALOG, GPU, get_gpu
-from sweep.physics.timing import allreduce_time, pass_time, pass_work, timing_params
+from sweep.physics.timing import (allreduce_time, pass_time, pass_work, serial_expert_work,
+                                  timing_params)
 from sweep.study.fields import GPUS, KV_BITS, WEIGHT_BITS
 
 PASS_COLUMNS = ("prefill_tokens", "decode_seqs", "context_tokens", "seconds")
@@ -238,21 +239,25 @@ def roofline(gpu_name: str, model, gpus: int = 1, weight_bits: int = 16, kv_bits
 def _terms(tp, m: Passes):
     """Per pass: seconds at full compute efficiency, at full bandwidth efficiency, and of
     all-reduces, decode attention and per-sequence host time (the parts of ``timing.pass_time``
-    the factors scale, and the rest; no speculation)."""
+    the factors scale, and the rest; no speculation); then the seconds of a dequantising expert
+    kernel's products and reads, which add to the larger of the first two."""
     tokens = m.prefill_tokens + m.decode_seqs
     own = tp.decode_attn_s_per_flop > 0.0
     decode_pairs = m.context_tokens * tp.decode_attn_ratio
     flops, weights, kv = pass_work(tp, tokens, m.prefill_pairs + (0.0 if own else decode_pairs),
                                    m.context_tokens)
     kv = kv + tp.seq_bytes * m.decode_seqs
+    products, reads = serial_expert_work(tp, tokens)
     fixed = (allreduce_time(tp, tokens)
              + tp.attn_flops_per_pair * decode_pairs * tp.decode_attn_s_per_flop
              + tp.seq_overhead_s * m.decode_seqs)
-    return flops / tp.flops_per_s, weights / tp.bytes_per_s + kv / tp.kv_bytes_per_s, fixed
+    return (flops / tp.flops_per_s - products,
+            weights / tp.bytes_per_s - reads + kv / tp.kv_bytes_per_s, fixed, products, reads)
 
 
-def _solve(a, b, c, m: Passes, x0, w):
+def _solve(terms, m: Passes, x0, w):
     """Regime iteration from ``x0`` = (1/eff_c, 1/eff_b, overhead_s); returns (x, used)."""
+    a, b, c, serial_a, serial_b = terms
     x = np.array(x0, dtype=np.float64)
     n_obs = len(m.seconds)
     lo = np.array([1.0, 1.0, 0.0])
@@ -263,8 +268,8 @@ def _solve(a, b, c, m: Passes, x0, w):
         if regime is not None and np.array_equal(compute, regime):
             break
         regime = compute
-        cols = np.stack([np.bincount(m.obs, np.where(compute, a, 0.0), n_obs),
-                         np.bincount(m.obs, np.where(compute, 0.0, b), n_obs),
+        cols = np.stack([np.bincount(m.obs, np.where(compute, a, 0.0) + serial_a, n_obs),
+                         np.bincount(m.obs, np.where(compute, 0.0, b) + serial_b, n_obs),
                          np.bincount(m.obs, np.ones_like(a), n_obs)], axis=1)
         rhs = m.seconds - np.bincount(m.obs, c, n_obs)
         used = np.abs(cols).sum(axis=0) > 0
@@ -293,12 +298,12 @@ def _predict(tp, m: Passes, x) -> np.ndarray:
 def fit(tp, m: Passes, gpu: GPU) -> Fit:
     """Least-squares factors for timing parameters ``tp`` from ``roofline``; a factor no
     measurement depends on keeps ``gpu``'s default."""
-    a, b, c = _terms(tp, m)
+    terms = _terms(tp, m)
     w = 1.0 / m.seconds
     default = (1 / gpu.compute_efficiency, 1 / gpu.bandwidth_efficiency, gpu.overhead_ms * 1e-3)
     best = None
     for start in (default, (1 / 0.3, 1 / 0.5, 0.0), (1 / 0.9, 1 / 0.95, 1e-3)):
-        x, used = _solve(a, b, c, m, start, w)
+        x, used = _solve(terms, m, start, w)
         x[~used] = np.array(default)[~used]
         err = float(np.sum(((_predict(tp, m, x) - m.seconds) * w) ** 2))
         if best is None or err < best[0]:
