@@ -89,6 +89,8 @@ class GPU:
     # Where the factors above come from: "fitted" on this GPU's runs, or "transferred:<GPU>".
     calibration: str = "fitted"
     model_error: ModelError | None = None
+    # And of a design whose routed experts run in weight-only kernels (None: ``model_error``).
+    weight_only_model_error: ModelError | None = None
     source: str = field(default="", compare=False)
 
     def tflops(self, activation_bits: int) -> float:
@@ -181,6 +183,9 @@ class GpuFit:
     # serving engine's (``ServingEngine.nvlink_allreduce_us``, growth 1).
     allreduce_latency_us: float | None = None
     allreduce_growth: float | None = None
+    # Its error on weight-only experts where its held-out runs of them measured one apart from
+    # ``error``; None: ``_weight_only_error``.
+    weight_only_error: ModelError | None = None
     source: str = field(default="", compare=False)
 
 
@@ -208,11 +213,14 @@ VLLM = ServingEngine("vLLM 0.15", overhead_ms=1.00, seq_overhead_us=0.0,
 #: and take the H100's plain efficiencies (``_factor``). Their model error: the speed's, the log
 #: RMS of their held-out mean TPOTs (gpt-oss-120b, the runs the KV cache did not overload); the
 #: lag's, their held-out mean TTFTs' beyond it over the lag's typical share of those TTFTs
-#: (0.15).
+#: (0.15). The H100's error on weight-only experts: the same rule on its held-out closed-loop
+#: runs of gpt-oss-120b.
 FITS = {
     "H100-SXM": GpuFit(0.53, 0.800, 0.841, 0.0, ModelError(0.048, 0.248),
+                       weight_only_error=ModelError(0.182, 0.36),
                        source="vLLM 0.15.1 runs at TP 1, 2 and 4 (vllm-h100, blis-vllm); "
-                              "compute: Splitwise's prefills at TP 2"),
+                              "compute: Splitwise's prefills at TP 2; weight-only error: "
+                              "closed-loop runs of gpt-oss-120b (aic-silicon), held out"),
     "A100-80GB": GpuFit(0.72, 0.724, 0.358, 0.0, ModelError(0.074, 0.403),
                         source="vLLM 0.15 runs at TP 1 and 2 (blis-vllm); compute: Splitwise's "
                                "prefills at TP 2"),
@@ -227,6 +235,25 @@ FITS = {
                    allreduce_latency_us=20.6, allreduce_growth=0.071,
                    source="closed-loop vLLM runs of gpt-oss-120b at TP 1-8 (aic-silicon)"),
 }
+
+
+#: The one GPU whose held-out runs check weight-only shares it takes from another (the H200's).
+_SHARES_CHECK = "H100-SXM"
+
+
+def _weight_only_error(name: str) -> ModelError:
+    """A fitted GPU's model error on weight-only experts: its own where held-out runs of them
+    measured it (``weight_only_error``, or ``error`` where such runs fitted its shares); a GPU
+    that takes another's shares errs as the H100 did with the H200's, or as its own runs where
+    they err more."""
+    fit = FITS[name]
+    if fit.weight_only_error is not None:
+        return fit.weight_only_error
+    if fit.dequant_bandwidth_efficiency is not None:
+        return fit.error
+    check = FITS[_SHARES_CHECK].weight_only_error
+    return ModelError(max(fit.error.speed_sd, check.speed_sd), max(fit.error.lag_sd, check.lag_sd),
+                      source=f"as {_SHARES_CHECK}'s with transferred shares")
 
 
 def transfer_source(gpu: "GPU", fitted: dict) -> str:
@@ -337,12 +364,13 @@ def _served(gpu: GPU, sheets: dict[str, GPU]) -> GPU:
     fitted = {n: sheets[n] for n in FITS}
     donor = transfer_source(gpu, fitted)
     fit = FITS[donor]
-    error = fit.error
+    error, weight_only = fit.error, _weight_only_error(donor)
     if fitted[donor].generation != gpu.generation:
         spread = float(np.std([math.log(_factor(g, fitted, "bandwidth_efficiency"))
                                for g in fitted.values()]))
-        error = ModelError(math.hypot(error.speed_sd, spread), error.lag_sd,
-                           source=f"{donor}'s, widened across generations")
+        error, weight_only = (ModelError(math.hypot(e.speed_sd, spread), e.lag_sd,
+                                         source=f"{donor}'s, widened across generations")
+                              for e in (error, weight_only))
     return dataclasses.replace(
         gpu, **{k: _factor(fitted[donor], fitted, k) for k in _FACTORS},
         decode_attention_efficiency=fit.decode_attention_efficiency,
@@ -353,7 +381,7 @@ def _served(gpu: GPU, sheets: dict[str, GPU]) -> GPU:
         **_allreduce(gpu, fit),
         allreduce_bandwidth_efficiency=VLLM.allreduce_bandwidth_efficiency,
         calibration="fitted" if donor == gpu.name else f"transferred:{donor}",
-        model_error=error)
+        model_error=error, weight_only_model_error=weight_only)
 
 
 CATALOG: dict[str, GPU] = {g.name: _served(g, {s.name: s for s in _DATASHEETS})

@@ -85,6 +85,12 @@ class Model:
         return (self.window_kv_values * self.window * kv_bits / 8.0 * self.kv_copies(gpus)
                 + self.state_bytes)
 
+    def weight_only_experts(self, weight_bits: int | None, activation_bits: int) -> bool:
+        """Whether its routed experts run in weight-only kernels: their weights (``weight_bits``,
+        unset the checkpoint's) narrower than the products (``activation_bits``)."""
+        nominal = self.native_nominal_bits if weight_bits is None else weight_bits
+        return self.experts > 1 and nominal < activation_bits
+
     def activation_bits(self, gpu, activation_bits: int | None) -> int:
         """Bits the matrix products compute in: the ``activation_bits`` lever's, or, unset,
         the checkpoint's where the GPU has that peak (fp8 W8A8 on Hopper and later; NVFP4's

@@ -163,10 +163,8 @@ def _dequant_slowdown(model: Model, gpu: GPU, weight_bits: int | None, activatio
     Blackwell) dequantises each tile before it multiplies it, keeping
     ``dequant_bandwidth_efficiency`` of the GPU's weight-read efficiency and
     ``dequant_compute_efficiency`` of its compute efficiency. (1, 1, 0) where weights and compute
-    agree; a dense model's slowdown reaches no expert (no runs identify dense weight-only
-    kernels)."""
-    nominal = model.native_nominal_bits if weight_bits is None else weight_bits
-    if nominal >= activation_bits:
+    agree, and for a dense model (no runs identify dense weight-only kernels)."""
+    if not model.weight_only_experts(weight_bits, activation_bits):
         return 1.0, 1.0, 0.0
     read = gpu.dequant_bandwidth_efficiency if bandwidth is None else bandwidth
     mult = gpu.dequant_compute_efficiency if compute is None else compute

@@ -2,7 +2,8 @@
 
 A GPU's model error (``physics.hardware.ModelError``: how far predictions on it strayed from real
 runs held out of the fit) is a relative standard deviation of its speed (every GPU-side
-efficiency, together) and of ``request_lag_passes``. In the ``[hardware]`` distribution syntax
+efficiency, together) and of ``request_lag_passes``; a design whose routed experts run in
+weight-only kernels takes the GPU's error on those (``GPU.weight_only_model_error``). In the ``[hardware]`` distribution syntax
 each factor is ``{ dist = "normal", mean = <the GPU's>, sd = <mean x relative sd>, low, high }``
 within ``TRUNCATE`` standard deviations (an efficiency at most 1).
 
@@ -36,6 +37,9 @@ def spreads(design) -> dict[str, tuple[float, float, float]]:
     model error or a factor the config states."""
     gpu = design.gpu_spec
     err = gpu.model_error
+    if gpu.weight_only_model_error is not None and design.model_spec.weight_only_experts(
+            design.weight_bits, design.activation_precision):
+        err = gpu.weight_only_model_error
     if err is None:
         return {}
     out = {}
