@@ -3,9 +3,10 @@
 A GPU's model error (``physics.hardware.ModelError``: how far predictions on it strayed from real
 runs held out of the fit) is a relative standard deviation of its speed (every GPU-side
 efficiency, together) and of ``request_lag_passes``; a design whose routed experts run in
-weight-only kernels takes the GPU's error on those (``GPU.weight_only_model_error``). In the ``[hardware]`` distribution syntax
-each factor is ``{ dist = "normal", mean = <the GPU's>, sd = <mean x relative sd>, low, high }``
-within ``TRUNCATE`` standard deviations (an efficiency at most 1).
+weight-only kernels takes the GPU's error on those (``GPU.weight_only_model_error``). In the
+``[hardware]`` distribution syntax each factor is ``{ dist = "normal", mean = <the GPU's>,
+sd = <mean x relative sd>, low, high }`` within ``TRUNCATE`` standard deviations (an efficiency
+at most 1).
 
 Every seed draws one quantile ``u``: the radical inverse in base 2 of ``seed + 1`` (0.5, 0.25,
 0.75, 0.125, ...), so the first ``n`` seeds spread evenly over (0, 1) and seed 0 is the central
