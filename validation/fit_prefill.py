@@ -21,9 +21,9 @@ import pandas as pd
 
 from sweep.physics import timing
 from sweep.study.design import Design
+from sweep.workflows.calibrate import SPLITWISE_GPUS
 
 DATA = Path(__file__).parent / "data" / "splitwise" / "perf_model.csv"
-GPUS = {"h100-80gb": "H100-SXM", "a100-80gb": "A100-80GB"}
 FIT_TP = 2
 MIN_PROMPT = 512  # shorter prefills are that stack's fixed time more than compute
 GRID = np.round(np.arange(0.05, 1.0001, 0.001), 3)
@@ -63,7 +63,7 @@ def fit(gpu: str, rows: pd.DataFrame) -> tuple[float, float]:
 
 
 def main() -> None:
-    for hardware, gpu in GPUS.items():
+    for gpu, hardware in SPLITWISE_GPUS.items():
         rows = prefills(hardware)
         eff, fixed = fit(gpu, rows[rows.tensor_parallel == FIT_TP])
         print(f"{gpu}: compute_efficiency {eff:.3f} (that stack's fixed time {fixed * 1e3:.1f} ms"

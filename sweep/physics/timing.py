@@ -253,15 +253,16 @@ def pass_work(p: TimingParams, tokens, pairs, context_read, xp=np):
     return flops, p.weight_bytes - unread, p.kv_bytes_per_token * (context_read + tokens)
 
 
-def serial_expert_work(p: TimingParams, tokens, xp=np):
+def serial_expert_work(p: TimingParams, tokens, weights, xp=np):
     """Seconds of a dequantising expert kernel's products and reads in a pass of ``tokens``
-    (0, 0 for any other kernel): its routed experts' FLOPs, and the bytes of the experts its
-    tokens touch. Selected, not scaled by ``expert_serial``: a product feeding an add may be
-    fused (FMA) in one compiled graph and not another, and results must not depend on it."""
+    whose ``pass_work`` read ``weights`` bytes (0, 0 for any other kernel): its routed experts'
+    FLOPs, and the bytes of the experts its tokens touch, which are all of ``weights`` but the
+    experts' share of the model. Selected, not scaled by ``expert_serial``: a product feeding an
+    add may be fused (FMA) in one compiled graph and not another, and results must not depend
+    on it."""
     serial = p.expert_serial > 0.5
-    touched = 1.0 - xp.power(p.expert_skip, tokens)
     return (xp.where(serial, p.expert_flops_per_token * tokens / p.flops_per_s, 0.0),
-            xp.where(serial, p.expert_bytes * touched / p.bytes_per_s, 0.0))
+            xp.where(serial, (weights - (p.weight_bytes - p.expert_bytes)) / p.bytes_per_s, 0.0))
 
 
 def _roofline_pairs(p: TimingParams, prefill_pairs, decode_pairs, xp):
@@ -297,7 +298,7 @@ def _dense_time(p: TimingParams, prefill_tokens, prefill_pairs, decode_seqs, dec
     flops, weights, kv = pass_work(p, tokens, _roofline_pairs(p, prefill_pairs, decode_pairs, xp),
                                    context_read, xp)
     kv = kv + p.seq_bytes * decode_seqs
-    roof = (_roofline(p, flops, weights, kv, serial_expert_work(p, tokens, xp), xp)
+    roof = (_roofline(p, flops, weights, kv, serial_expert_work(p, tokens, weights, xp), xp)
             + _decode_attention(p, decode_pairs, context_read, xp)
             + allreduce_time(p, tokens, xp)
             + p.overhead_s)

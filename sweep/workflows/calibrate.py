@@ -247,7 +247,7 @@ def _terms(tp, m: Passes):
     flops, weights, kv = pass_work(tp, tokens, m.prefill_pairs + (0.0 if own else decode_pairs),
                                    m.context_tokens)
     kv = kv + tp.seq_bytes * m.decode_seqs
-    products, reads = serial_expert_work(tp, tokens)
+    products, reads = serial_expert_work(tp, tokens, weights)
     fixed = (allreduce_time(tp, tokens)
              + tp.attn_flops_per_pair * decode_pairs * tp.decode_attn_s_per_flop
              + tp.seq_overhead_s * m.decode_seqs)

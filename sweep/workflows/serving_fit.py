@@ -8,9 +8,10 @@ iteration simulates every case at the current factors and at one step of each fa
 on, as one vectorised sweep per case (the product's own use). The time a request spends outside
 the passes (``request_overhead_ms + request_lag_passes x mean TPOT``, which changes no pass) is
 solved at every evaluation by non-negative least squares on the TTFT metrics; its time per
-prompt token (``prompt_overhead_us``, which only long prefills identify) stays the design's. The objective is the
-squared relative error of the measured mean and median end-to-end latency (mean TPOT for a
-case that measured neither: a closed-loop benchmark's), plus half weight on TTFT's.
+prompt token (``prompt_overhead_us``, which only long prefills identify) stays the design's.
+The objective is the squared relative error of the measured mean and median end-to-end latency
+(mean TPOT for a case that measured neither: a closed-loop benchmark's), plus half weight on
+TTFT's.
 
 A factor is shared by every case, or belongs to some GPUs (``Param.gpus``) and is fitted on
 their cases only: ``validation/fit.py`` fits the serving engine's host terms on every GPU's runs
