@@ -86,7 +86,7 @@ def test_weight_only_experts_take_the_gpus_error_on_them(gpu):
         spread = model_error.spreads(design)["bandwidth_efficiency"]
         assert spread[1] == err.speed_sd, design
         assert model_error.spreads(design)["request_lag_passes"][1] == err.lag_sd
-    fits = {"H100-SXM": (0.182, 0.36)}  # its held-out closed-loop gpt-oss runs
+    fits = {"H100-SXM": (0.15, 0.88)}  # its held-out closed-loop gpt-oss runs
     if gpu in fits:
         assert (wo.speed_sd, wo.lag_sd) == fits[gpu]
     if gpu == "A100-80GB":  # the H200's shares, transferred: errs as the H100 did with them

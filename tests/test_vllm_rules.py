@@ -225,8 +225,7 @@ def test_allreduce_growth_sets_how_the_latency_grows_past_two_gpus():
 
 def test_every_roofline_gpu_takes_the_engines_terms_and_a_fitted_gpus_factors():
     own = ("compute_efficiency", "bandwidth_efficiency", "kv_bandwidth_efficiency",
-           "decode_attention_efficiency", "dequant_bandwidth_efficiency",
-           "dequant_compute_efficiency")
+           "decode_attention_efficiency", "dequant_compute_efficiency")
     host = ("overhead_ms", "seq_overhead_us", "request_overhead_ms", "request_lag_passes",
             "prompt_overhead_us", "allreduce_bandwidth_efficiency")
     for name, g in GPU_CATALOG.items():
@@ -251,9 +250,8 @@ def test_every_roofline_gpu_takes_the_engines_terms_and_a_fitted_gpus_factors():
         assert getattr(h200, k) == getattr(FITS["H100-SXM"], k)
     assert FITS["L40S"].compute_efficiency is None  # its runs do not identify it: the A100's
     assert get_gpu("L40S").compute_efficiency == FITS["A100-80GB"].compute_efficiency
-    for k in ("dequant_bandwidth_efficiency", "dequant_compute_efficiency"):
-        assert getattr(h100, k) == getattr(FITS["H200"], k)
-        assert getattr(get_gpu("A100-80GB"), k) == getattr(FITS["H200"], k)
+    assert h100.dequant_compute_efficiency == FITS["H200"].dequant_compute_efficiency
+    assert get_gpu("A100-80GB").dequant_compute_efficiency == FITS["H200"].dequant_compute_efficiency
     assert get_gpu("L40S").kv_bandwidth_efficiency == pytest.approx(
         FITS["L40S"].bandwidth_efficiency * FITS["A100-80GB"].kv_bandwidth_efficiency
         / FITS["A100-80GB"].bandwidth_efficiency)  # the A100's ratio: its runs do not identify it
@@ -268,6 +266,49 @@ def test_every_roofline_gpu_takes_the_engines_terms_and_a_fitted_gpus_factors():
     t = Design().timing()
     assert t.flops_per_s == pytest.approx(h100.compute_efficiency * h100.tflops_16bit * 1e12)
     assert t.overhead_s == pytest.approx(h100.overhead_ms * 1e-3)
+
+
+def test_weight_only_kernels_unpack_at_a_rate_that_follows_the_sms():
+    """A GPU that takes another's weight-only read share takes its rate per 16-bit TFLOP/s, at
+    its own peak, as a share of its own plain read rate, at most 1: the H100 (the H200's SMs,
+    less memory bandwidth) reads at its plain rate, the A100 (a third of the H200's peak) slower
+    than the H200's share, the GB200 (a higher peak than the B200's) at its plain rate."""
+    shares = {n: FITS[n].dequant_bandwidth_efficiency for n in FITS
+              if FITS[n].dequant_bandwidth_efficiency is not None}
+    for name, g in GPU_CATALOG.items():
+        if g.timing != "roofline":
+            continue
+        if name in shares:
+            assert g.dequant_bandwidth_efficiency == shares[name]
+            continue
+        src = get_gpu("H200" if g.generation in ("Hopper", "Ampere", "Ada", "CDNA3") else "B200")
+        rate = (src.dequant_bandwidth_efficiency * src.bandwidth_efficiency * src.bandwidth_tbs
+                / src.tflops_16bit * g.tflops_16bit)
+        want = min(1.0, rate / (g.bandwidth_efficiency * g.bandwidth_tbs))
+        assert g.dequant_bandwidth_efficiency == pytest.approx(want, rel=1e-12), name
+    assert get_gpu("H100-SXM").dequant_bandwidth_efficiency == 1.0
+    assert get_gpu("GB200").dequant_bandwidth_efficiency == 1.0
+    assert get_gpu("A100-80GB").dequant_bandwidth_efficiency < shares["H200"]
+    assert get_gpu("B300").dequant_bandwidth_efficiency == shares["B200"]  # the B200's peaks
+
+
+def test_weight_only_designs_take_their_generations_fitted_allreduce():
+    """The H200's all-reduce fit, on weight-only runs, holds the kernels' own cost under tensor
+    parallelism too: the H100 takes it for gpt-oss's MXFP4 experts, and keeps the engine's for
+    everything else; the A100 (no fitted GPU of its generation) keeps the engine's throughout."""
+    def latency(gpu, model="gpt-oss-20b", **kw):
+        return Design(gpu=gpu, model=model, gpus=4, **kw).timing().allreduce_latency_s
+    h200 = FITS["H200"]
+    fitted = h200.allreduce_latency_us * 1e-6 * (1 + 2 * h200.allreduce_growth)
+    assert latency("H100-SXM") == pytest.approx(fitted, rel=1e-12)
+    assert latency("H200") == latency("H100-SXM")
+    engine = VLLM.nvlink_allreduce_us * 1e-6 * 3
+    assert latency("H100-SXM", weight_bits=16) == pytest.approx(engine, rel=1e-12)
+    assert latency("H100-SXM", model="Llama-3-8B") == pytest.approx(engine, rel=1e-12)
+    assert latency("A100-80GB") == pytest.approx(engine, rel=1e-12)
+    assert latency("H100-SXM", allreduce_latency_us=9.0) == pytest.approx(
+        9e-6 * (1 + 2 * h200.allreduce_growth), rel=1e-12)  # a stated latency still wins
+    assert get_gpu("H200").weight_only_allreduce is None  # its own fit is of such runs
 
 
 def test_the_calibration_column_says_whose_factors_a_row_ran_with():

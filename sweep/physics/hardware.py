@@ -91,6 +91,9 @@ class GPU:
     model_error: ModelError | None = None
     # And of a design whose routed experts run in weight-only kernels (None: ``model_error``).
     weight_only_model_error: ModelError | None = None
+    # Such a design's all-reduce latency (us, 2 GPUs) and growth: a same-generation GPU's, fitted
+    # on runs of those kernels, where this GPU's own fit saw none (None: the two above).
+    weight_only_allreduce: tuple[float, float] | None = None
     source: str = field(default="", compare=False)
 
     def tflops(self, activation_bits: int) -> float:
@@ -217,7 +220,7 @@ VLLM = ServingEngine("vLLM 0.15", overhead_ms=1.00, seq_overhead_us=0.0,
 #: runs of gpt-oss-120b.
 FITS = {
     "H100-SXM": GpuFit(0.53, 0.800, 0.841, 0.0, ModelError(0.048, 0.248),
-                       weight_only_error=ModelError(0.182, 0.36),
+                       weight_only_error=ModelError(0.15, 0.88),
                        source="vLLM 0.15.1 runs at TP 1, 2 and 4 (vllm-h100, blis-vllm); "
                               "compute: Splitwise's prefills at TP 2; weight-only error: "
                               "closed-loop runs of gpt-oss-120b (aic-silicon), held out"),
@@ -345,6 +348,24 @@ _FACTORS = ("compute_efficiency", "bandwidth_efficiency", "kv_bandwidth_efficien
             "dequant_bandwidth_efficiency", "dequant_compute_efficiency")
 
 
+def _unpacking_share(gpu: GPU, fitted: dict[str, GPU], bandwidth_efficiency: float) -> float:
+    """``gpu``'s weight-only kernels' read share: its own fit's, else the rate of the fitted GPU
+    ``transfer_source`` names among those whose runs fit one, in bytes per second per 16-bit
+    TFLOP/s, at ``gpu``'s own 16-bit peak, as a share of its plain weight-read rate
+    (``bandwidth_efficiency`` x peak bandwidth), at most 1. Such a kernel unpacks every weight
+    in its SMs, so its rate follows their throughput, not the memory's: under the same load
+    the H100 (the H200's SMs, 0.7 times its memory bandwidth) runs gpt-oss-120b's MXFP4
+    experts 3-6% slower than the H200, where reads bound by memory would be up to 43% slower."""
+    own = FITS[gpu.name].dequant_bandwidth_efficiency if gpu.name in FITS else None
+    if own is not None:
+        return own
+    able = {n: g for n, g in fitted.items() if FITS[n].dequant_bandwidth_efficiency is not None}
+    src = fitted[transfer_source(gpu, able)]
+    rate = (FITS[src.name].dequant_bandwidth_efficiency * _factor(src, fitted,
+            "bandwidth_efficiency") * src.bandwidth_tbs / src.tflops_16bit * gpu.tflops_16bit)
+    return min(1.0, rate / (bandwidth_efficiency * gpu.bandwidth_tbs))
+
+
 def _allreduce(gpu: GPU, fit: GpuFit) -> dict:
     """An NVLink (or xGMI) GPU takes the all-reduce latency and growth of the fit it takes its
     factors from, where that fit's runs identify them; else (and over PCIe) the engine's."""
@@ -352,6 +373,23 @@ def _allreduce(gpu: GPU, fit: GpuFit) -> dict:
         return dict(allreduce_latency_us=VLLM.allreduce_latency_us(gpu), allreduce_growth=1.0)
     return dict(allreduce_latency_us=fit.allreduce_latency_us,
                 allreduce_growth=fit.allreduce_growth)
+
+
+def _weight_only_allreduce(gpu: GPU, donor: str,
+                           sheets: dict[str, GPU]) -> tuple[float, float] | None:
+    """The all-reduce latency and growth fitted on weight-only runs of a GPU of ``gpu``'s
+    generation, where ``gpu``'s own factors come from runs without them. Those fits cannot tell
+    the all-reduce from the kernels' own cost under tensor parallelism (their slices narrow as
+    ``1 / tp``), which the same kernels on the same generation pay too: the H100 takes the
+    H200's (the same SMs and NVLink) on such designs, and its own on every other."""
+    if FITS[donor].dequant_bandwidth_efficiency is not None:
+        return None
+    same = [f for n, f in FITS.items() if f.dequant_bandwidth_efficiency is not None
+            and f.allreduce_latency_us is not None
+            and sheets[n].generation == gpu.generation]
+    if not same or gpu.allreduce_latency_us > _NVLINK_AR_US:
+        return None
+    return same[0].allreduce_latency_us, same[0].allreduce_growth
 
 
 def _served(gpu: GPU, sheets: dict[str, GPU]) -> GPU:
@@ -371,8 +409,11 @@ def _served(gpu: GPU, sheets: dict[str, GPU]) -> GPU:
         error, weight_only = (ModelError(math.hypot(e.speed_sd, spread), e.lag_sd,
                                          source=f"{donor}'s, widened across generations")
                               for e in (error, weight_only))
+    factors = {k: _factor(fitted[donor], fitted, k) for k in _FACTORS}
+    factors["dequant_bandwidth_efficiency"] = _unpacking_share(
+        gpu, fitted, factors["bandwidth_efficiency"])
     return dataclasses.replace(
-        gpu, **{k: _factor(fitted[donor], fitted, k) for k in _FACTORS},
+        gpu, **factors,
         decode_attention_efficiency=fit.decode_attention_efficiency,
         overhead_ms=VLLM.overhead_ms, seq_overhead_us=VLLM.seq_overhead_us,
         request_overhead_ms=VLLM.request_overhead_ms,
@@ -381,7 +422,8 @@ def _served(gpu: GPU, sheets: dict[str, GPU]) -> GPU:
         **_allreduce(gpu, fit),
         allreduce_bandwidth_efficiency=VLLM.allreduce_bandwidth_efficiency,
         calibration="fitted" if donor == gpu.name else f"transferred:{donor}",
-        model_error=error, weight_only_model_error=weight_only)
+        model_error=error, weight_only_model_error=weight_only,
+        weight_only_allreduce=_weight_only_allreduce(gpu, donor, sheets))
 
 
 CATALOG: dict[str, GPU] = {g.name: _served(g, {s.name: s for s in _DATASHEETS})
