@@ -355,7 +355,7 @@ def _unpacking_share(gpu: GPU, fitted: dict[str, GPU], bandwidth_efficiency: flo
     (``bandwidth_efficiency`` x peak bandwidth), at most 1. Such a kernel unpacks every weight
     in its SMs, so its rate follows their throughput, not the memory's: under the same load
     the H100 (the H200's SMs, 0.7 times its memory bandwidth) runs gpt-oss-120b's MXFP4
-    experts 3-6% slower than the H200, where reads bound by memory would be up to 43% slower."""
+    experts 0-6% slower than the H200, where reads bound by memory would be up to 43% slower."""
     own = FITS[gpu.name].dequant_bandwidth_efficiency if gpu.name in FITS else None
     if own is not None:
         return own
