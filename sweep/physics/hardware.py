@@ -344,23 +344,31 @@ def _factor(gpu: GPU, fitted: dict[str, GPU], key: str) -> float:
     return _factor(fitted[transfer_source(gpu, able)], fitted, key)
 
 
+#: Factors a GPU takes from its fit or, where that does not identify one, by ``_factor``; the
+#: weight-only read share transfers by ``_unpacking_share``.
 _FACTORS = ("compute_efficiency", "bandwidth_efficiency", "kv_bandwidth_efficiency",
-            "dequant_bandwidth_efficiency", "dequant_compute_efficiency")
+            "dequant_compute_efficiency")
+
+
+def _weight_only_source(gpu: GPU, fitted: dict[str, GPU]) -> GPU:
+    """The fitted GPU whose weight-only runs ``gpu`` draws on: ``transfer_source`` among the
+    fitted GPUs whose runs fit weight-only shares."""
+    able = {n: g for n, g in fitted.items() if FITS[n].dequant_bandwidth_efficiency is not None}
+    return fitted[transfer_source(gpu, able)]
 
 
 def _unpacking_share(gpu: GPU, fitted: dict[str, GPU], bandwidth_efficiency: float) -> float:
-    """``gpu``'s weight-only kernels' read share: its own fit's, else the rate of the fitted GPU
-    ``transfer_source`` names among those whose runs fit one, in bytes per second per 16-bit
-    TFLOP/s, at ``gpu``'s own 16-bit peak, as a share of its plain weight-read rate
-    (``bandwidth_efficiency`` x peak bandwidth), at most 1. Such a kernel unpacks every weight
-    in its SMs, so its rate follows their throughput, not the memory's: under the same load
-    the H100 (the H200's SMs, 0.7 times its memory bandwidth) runs gpt-oss-120b's MXFP4
-    experts 0-6% slower than the H200, where reads bound by memory would be up to 43% slower."""
+    """``gpu``'s weight-only kernels' read share: its own fit's, else the rate of
+    ``_weight_only_source``'s, in bytes per second per 16-bit TFLOP/s, at ``gpu``'s own 16-bit
+    peak, as a share of its plain weight-read rate (``bandwidth_efficiency`` x peak bandwidth),
+    at most 1. Such a kernel unpacks every weight in its SMs, so its rate follows their
+    throughput, not the memory's: under the same load the H100 (the H200's SMs, 0.7 times its
+    memory bandwidth) runs gpt-oss-120b's MXFP4 experts 0-6% slower than the H200, where reads
+    bound by memory would be up to 43% slower."""
     own = FITS[gpu.name].dequant_bandwidth_efficiency if gpu.name in FITS else None
     if own is not None:
         return own
-    able = {n: g for n, g in fitted.items() if FITS[n].dequant_bandwidth_efficiency is not None}
-    src = fitted[transfer_source(gpu, able)]
+    src = _weight_only_source(gpu, fitted)
     rate = (FITS[src.name].dequant_bandwidth_efficiency * _factor(src, fitted,
             "bandwidth_efficiency") * src.bandwidth_tbs / src.tflops_16bit * gpu.tflops_16bit)
     return min(1.0, rate / (bandwidth_efficiency * gpu.bandwidth_tbs))
@@ -376,20 +384,17 @@ def _allreduce(gpu: GPU, fit: GpuFit) -> dict:
 
 
 def _weight_only_allreduce(gpu: GPU, donor: str,
-                           sheets: dict[str, GPU]) -> tuple[float, float] | None:
-    """The all-reduce latency and growth fitted on weight-only runs of a GPU of ``gpu``'s
-    generation, where ``gpu``'s own factors come from runs without them. Those fits cannot tell
-    the all-reduce from the kernels' own cost under tensor parallelism (their slices narrow as
-    ``1 / tp``), which the same kernels on the same generation pay too: the H100 takes the
-    H200's (the same SMs and NVLink) on such designs, and its own on every other."""
-    if FITS[donor].dequant_bandwidth_efficiency is not None:
+                           fitted: dict[str, GPU]) -> tuple[float, float] | None:
+    """Where ``gpu``'s own factors come from runs without weight-only kernels (``donor``'s), the
+    all-reduce (``_allreduce``) of the fit of such runs on a GPU of its generation. Those fits
+    cannot tell the all-reduce from the kernels' own cost under tensor parallelism (their
+    slices narrow as ``1 / tp``), which the same kernels on the same generation pay too: the
+    H100 takes the H200's (the same SMs and NVLink) on such designs, its own on every other."""
+    src = _weight_only_source(gpu, fitted)
+    if FITS[donor].dequant_bandwidth_efficiency is not None or src.generation != gpu.generation:
         return None
-    same = [f for n, f in FITS.items() if f.dequant_bandwidth_efficiency is not None
-            and f.allreduce_latency_us is not None
-            and sheets[n].generation == gpu.generation]
-    if not same or gpu.allreduce_latency_us > _NVLINK_AR_US:
-        return None
-    return same[0].allreduce_latency_us, same[0].allreduce_growth
+    ar = _allreduce(gpu, FITS[src.name])
+    return ar["allreduce_latency_us"], ar["allreduce_growth"]
 
 
 def _served(gpu: GPU, sheets: dict[str, GPU]) -> GPU:
@@ -423,7 +428,7 @@ def _served(gpu: GPU, sheets: dict[str, GPU]) -> GPU:
         allreduce_bandwidth_efficiency=VLLM.allreduce_bandwidth_efficiency,
         calibration="fitted" if donor == gpu.name else f"transferred:{donor}",
         model_error=error, weight_only_model_error=weight_only,
-        weight_only_allreduce=_weight_only_allreduce(gpu, donor, sheets))
+        weight_only_allreduce=_weight_only_allreduce(gpu, donor, fitted))
 
 
 CATALOG: dict[str, GPU] = {g.name: _served(g, {s.name: s for s in _DATASHEETS})
