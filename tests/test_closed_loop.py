@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 
+from sweep.cli import main
 from sweep.engine.params import engine_params
 from sweep.engine.reference import simulate_reference, summarize_reference
 from sweep.execution.batch import stack
@@ -169,8 +170,8 @@ gpu = "H100-SXM"
 name = "Llama-3.2-1B"
 [workload]
 arrival = "closed"
-concurrency = 1
-num_requests = 48
+concurrency = 8
+num_requests = 32
 warmup_requests = 8
 prompt_tokens = { dist = "uniform", low = 200, high = 400 }
 output_tokens = { dist = "uniform", low = 20, high = 40 }
@@ -190,8 +191,13 @@ def test_capacity_of_a_closed_loop_brackets_the_most_clients_within_the_brief():
     misses it one client more; the rate reported is the requests/s those clients drive."""
     study = parse_study(CLOSED_CAPACITY)
     limits = capacity.load_limits(study)
-    runner = capacity.Runner(study, lambda sub, skip, planned: simulate_rows(
-        sub, skip, planned=planned))
+    probes = []
+
+    def run(sub, skip, planned):
+        probes.extend(p.workload for p in sub.points)
+        return simulate_rows(sub, skip, planned=planned)
+
+    runner = capacity.Runner(study, run)
     found = capacity.search(study, runner, limits)
     row = capacity_tables.table(study, runner, found, limits).iloc[0]
     best, over = int(row["max_concurrency"]), row["max_concurrency_high"]
@@ -203,5 +209,24 @@ def test_capacity_of_a_closed_loop_brackets_the_most_clients_within_the_brief():
     above = runs[runs["concurrency"] == over]
     assert len(above) and (above["p90_ttft_s"] > 0.05).any()
     assert row["max_rate"] == pytest.approx(at["requests_per_s"].mean())
+    # Every probe runs the configured benchmark per client: 4 measured requests and 1 warm-up.
+    assert {(w.num_requests, w.warmup_requests) for w in probes} == \
+        {(4 * w.concurrency, w.concurrency) for w in probes}
+    assert max(w.concurrency for w in probes) > 8
     with pytest.raises(capacity.CapacityError, match="--target-rate"):
         capacity.check(study, 10.0)
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda t: t.replace("concurrency = 8", "concurrency = 64"), "workload.num_requests: 32"),
+    (lambda t: t.replace("seeds = 2", "seeds = 2\nmax_requests = 100"), "requests per simulation"),
+])
+def test_a_closed_loop_capacity_search_refuses_bursts_and_oversized_probes(tmp_path, capsys,
+                                                                          edit, key):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(edit(CLOSED_CAPACITY))
+    out = tmp_path / "out"
+    assert main(["capacity", str(cfg), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert key in err and "\n" not in err, err
+    assert not out.exists()

@@ -37,11 +37,24 @@ class Point:
 
     def at_load(self, load: float) -> "Point":
         """The same point at another load (a capacity search's probe): an arrival rate, or a
-        closed loop's clients."""
-        key = "concurrency" if self.closed else "arrival_rate"
-        value = int(load) if self.closed else load
-        return Point(self.design, dataclasses.replace(self.workload, **{key: value}),
-                     {**self.columns, key: value})
+        closed loop's clients, each sending as many requests as the configured clients do
+        (``closed_requests``)."""
+        if not self.closed:
+            return Point(self.design, dataclasses.replace(self.workload, arrival_rate=load),
+                         {**self.columns, "arrival_rate": load})
+        scaled = dict(concurrency=int(load), **closed_requests(self.workload, int(load)))
+        return Point(self.design, dataclasses.replace(self.workload, **scaled),
+                     {**self.columns, **scaled})
+
+
+def closed_requests(wl: Workload, clients: int) -> dict:
+    """A closed loop's measured and warm-up requests for ``clients`` clients: the configured
+    counts per configured client, rounded up, so that every probe of a capacity search runs
+    the benchmark the config describes (InferenceX sends 2 x N warm-ups and 10 x N prompts to
+    N clients). Kept fixed, a count below the clients would send one burst, not a loop."""
+    def per(n: int) -> int:
+        return -(-n * clients // wl.concurrency)
+    return dict(num_requests=per(wl.num_requests), warmup_requests=per(wl.warmup_requests))
 
 
 def parse_excludes(r: Reader, raw) -> list[dict]:

@@ -35,6 +35,7 @@ from sweep.errors import show
 from sweep.execution.planning import Planned, request_slots
 from sweep.physics.timing import pass_time
 from sweep.study.config import Limit, Point, Study
+from sweep.study.grid import closed_requests
 from sweep.study.metric_names import METRICS
 
 #: Metrics that more load improves: checked at capacity, not during the search.
@@ -119,7 +120,12 @@ def _check_requests(study: Study) -> None:
     cap = study.capacity
     for s in brackets(study):
         wl = s.point.workload
-        if s.done or wl.duration_s is None or wl.num_requests is not None:
+        if s.done:
+            continue
+        if s.point.closed:
+            _check_clients(study, s)
+            continue
+        if wl.duration_s is None or wl.num_requests is not None:
             continue
         n = s.rate_max * wl.duration_s
         if n <= study.max_requests:
@@ -133,6 +139,25 @@ def _check_requests(study: Study) -> None:
         raise CapacityError(f"{key}: {what} over duration_s = {show(wl.duration_s)} asks for "
                             f"about {n:.3g} requests per simulation; allowed: at most "
                             f"{study.max_requests} (lower the rate or duration_s, or raise "
+                            "[run] max_requests)")
+
+
+def _check_clients(study: Study, s: Search) -> None:
+    """Refuse a closed loop whose clients outnumber its measured requests (each probe would be
+    one burst, not a loop), or whose top probe sends more than [run] max_requests."""
+    wl = s.point.workload
+    if wl.num_requests < wl.concurrency:
+        raise CapacityError(f"workload.num_requests: {wl.num_requests} measured requests for "
+                            f"{wl.concurrency} clients send one burst, not a loop; allowed: at "
+                            "least concurrency (each probe sends the configured requests per "
+                            "client; benchmarks send 10)")
+    top = closed_requests(wl, math.ceil(s.rate_max))
+    n = top["num_requests"] + top["warmup_requests"]
+    if n > study.max_requests:
+        key = "capacity.rate_max" if study.capacity["rate_max"] else "workload.num_requests"
+        raise CapacityError(f"{key}: {math.ceil(s.rate_max)} clients sending the configured "
+                            f"requests per client ask for {n} requests per simulation; allowed: "
+                            f"at most {study.max_requests} (fewer clients or requests, or raise "
                             "[run] max_requests)")
 
 
