@@ -5,18 +5,18 @@ loop").
 
 The cases of ``validation/closed-loop/fit/`` of gpt-oss-120b (its MXFP4 experts run in
 weight-only kernels on both GPUs) fit, per GPU, the weight-only kernels' two shares
-(``dequant_bandwidth_efficiency``, ``dequant_compute_efficiency``) and its NVLink all-reduce
-(``allreduce_latency_us``, ``allreduce_growth``), and for both together the serving engine's
-time per prompt token (``prompt_overhead_us``: no other runs have long prefills). Everything
-else is as shipped (the engine's other host terms, the plain efficiencies transferred from the
-H100's fit, so that a model without weight-only kernels runs as it did). The objective is the
-squared log error of the measured mean TPOT and mean TTFT, with the time outside the passes
-included as the product predicts it. A Gauss-Newton search with finite differences, from the
-shipped values, runs every case at the current factors and one step of each of its own, as one
-sweep per case; ``--share`` runs that share of each case's measured requests (the warm-up in
-full), for speed. The Llama-3.1-8B-FP8 rows are
-not fitted: their measured prefill throughput exceeds the GPU's FP8 peak under the stated
-client (prompts shared or shorter than stated), so they are reported, not trusted.
+(``dequant_bandwidth_efficiency``, ``dequant_compute_efficiency``) and its NVLink all-reduce on
+such designs (``allreduce_latency_us``, ``allreduce_growth``), and for both together the
+serving engine's time per prompt token (``prompt_overhead_us``: no other runs have long
+prefills). Everything else is as shipped (the engine's other host terms, the plain efficiencies
+transferred from the H100's fit, so that a model without weight-only kernels runs as it did).
+The objective is the squared log error of the measured mean TPOT and mean TTFT, with the time
+outside the passes included as the product predicts it. A Gauss-Newton search with finite
+differences, from the shipped values, runs every case at the current factors and one step of
+each of its own, as one sweep per case; ``--share`` runs that share of each case's measured
+requests (the warm-up in full), for speed. The Llama-3.1-8B-FP8 rows are not fitted: their
+measured prefill throughput exceeds the GPU's FP8 peak under the stated client (prompts shared
+or shorter than stated), so they are reported, not trusted.
 
 It prints the factors; ``sweep/physics/hardware.py`` carries them (``FITS``, ``VLLM``).
 """

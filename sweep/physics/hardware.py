@@ -91,8 +91,8 @@ class GPU:
     model_error: ModelError | None = None
     # And of a design whose routed experts run in weight-only kernels (None: ``model_error``).
     weight_only_model_error: ModelError | None = None
-    # Such a design's all-reduce latency (us, 2 GPUs) and growth: a same-generation GPU's, fitted
-    # on runs of those kernels, where this GPU's own fit saw none (None: the two above).
+    # Such a design's all-reduce latency (us, 2 GPUs) and growth: fitted on runs of those
+    # kernels, of this GPU or one of its generation (None: the two above, as every other design).
     weight_only_allreduce: tuple[float, float] | None = None
     source: str = field(default="", compare=False)
 
@@ -204,20 +204,20 @@ VLLM = ServingEngine("vLLM 0.15", overhead_ms=1.00, seq_overhead_us=0.0,
 
 #: The GPUs with real runs: their factors, fitted on their fit cases, and their model error, from
 #: their held-out cases (docs/validation.md). H100, A100 and L40S: validation/fit.py on open-loop
-#: runs, whose prefills are short (prompts are cached) and do not identify compute efficiency:
-#: the H100's and A100's are validation/fit_prefill.py's, on Splitwise's measured prefills of
+#: runs, whose prefills are short (prompts are cached) and do not identify compute efficiency: the
+#: H100's and A100's are validation/fit_prefill.py's, on Splitwise's measured prefills of
 #: Llama-2-70B at TP 2, and the L40S takes the A100's (``_factor``); decode attention is not
-#: identified once KV reads have their own efficiency, and stays inside the roofline (0); the
-#: L40S's one load does not identify its KV-read efficiency: it keeps the A100's ratio of it to
-#: weight reads. H200 and B200: validation/fit_closed.py on closed-loop runs of gpt-oss-120b,
-#: which fit the weight-only kernels' shares (its MXFP4 experts, their reads and products adding)
-#: and the all-reduce's latency and growth (5 times the engine's latency at 2 GPUs, about its
-#: value at 8: these runs at TP 2-4 are far slower than the open-loop runs' all-reduces give),
-#: and take the H100's plain efficiencies (``_factor``). Their model error: the speed's, the log
-#: RMS of their held-out mean TPOTs (gpt-oss-120b, the runs the KV cache did not overload); the
-#: lag's, their held-out mean TTFTs' beyond it over the lag's typical share of those TTFTs
-#: (0.15). The H100's error on weight-only experts: the same rule on its held-out closed-loop
-#: runs of gpt-oss-120b.
+#: identified once KV reads have their own efficiency, and stays inside the roofline (0); the L40S's
+#: one load does not identify its KV-read efficiency: it keeps the A100's ratio of it to weight
+#: reads. H200 and B200: validation/fit_closed.py on closed-loop runs of gpt-oss-120b, which fit the
+#: weight-only kernels' shares (its MXFP4 experts, their reads and products adding) and, for such
+#: designs, the all-reduce's latency and growth (5 times the engine's latency at 2 GPUs, about its
+#: value at 8: these runs at TP 2-4 are far slower than the open-loop runs' all-reduces give), and
+#: take the H100's plain efficiencies (``_factor``). Their model error: the speed's, the log RMS of
+#: their held-out mean TPOTs (gpt-oss-120b, the runs the KV cache did not overload); the lag's,
+#: their held-out mean TTFTs' beyond it over the lag's typical share of those TTFTs (0.15). The
+#: H100's error on weight-only experts: the same rule on its held-out closed-loop runs of
+#: gpt-oss-120b.
 FITS = {
     "H100-SXM": GpuFit(0.53, 0.800, 0.841, 0.0, ModelError(0.048, 0.248),
                        weight_only_error=ModelError(0.15, 0.88),
@@ -374,27 +374,19 @@ def _unpacking_share(gpu: GPU, fitted: dict[str, GPU], bandwidth_efficiency: flo
     return min(1.0, rate / (bandwidth_efficiency * gpu.bandwidth_tbs))
 
 
-def _allreduce(gpu: GPU, fit: GpuFit) -> dict:
-    """An NVLink (or xGMI) GPU takes the all-reduce latency and growth of the fit it takes its
-    factors from, where that fit's runs identify them; else (and over PCIe) the engine's."""
-    if fit.allreduce_latency_us is None or gpu.allreduce_latency_us > _NVLINK_AR_US:
-        return dict(allreduce_latency_us=VLLM.allreduce_latency_us(gpu), allreduce_growth=1.0)
-    return dict(allreduce_latency_us=fit.allreduce_latency_us,
-                allreduce_growth=fit.allreduce_growth)
-
-
-def _weight_only_allreduce(gpu: GPU, donor: str,
-                           fitted: dict[str, GPU]) -> tuple[float, float] | None:
-    """Where ``gpu``'s own factors come from runs without weight-only kernels (``donor``'s), the
-    all-reduce (``_allreduce``) of the fit of such runs on a GPU of its generation. Those fits
-    cannot tell the all-reduce from the kernels' own cost under tensor parallelism (their
-    slices narrow as ``1 / tp``), which the same kernels on the same generation pay too: the
-    H100 takes the H200's (the same SMs and NVLink) on such designs, its own on every other."""
+def _weight_only_allreduce(gpu: GPU, fitted: dict[str, GPU]) -> tuple[float, float] | None:
+    """An NVLink (or xGMI) GPU's all-reduce latency and growth on weight-only designs: those
+    fitted on runs of such kernels, of ``_weight_only_source`` where it is of ``gpu``'s
+    generation (the H200's for the H100 and itself, the B200's for the B300). Those fits cannot
+    tell the all-reduce from the kernels' own cost under tensor parallelism (their slices narrow
+    as ``1 / tp``), which the same kernels on the same generation pay too; every other design
+    takes the engine's, which dense and MoE runs on NVLink fit (``_served``)."""
     src = _weight_only_source(gpu, fitted)
-    if FITS[donor].dequant_bandwidth_efficiency is not None or src.generation != gpu.generation:
+    fit = FITS[src.name]
+    if (src.generation != gpu.generation or fit.allreduce_latency_us is None
+            or gpu.allreduce_latency_us > _NVLINK_AR_US):
         return None
-    ar = _allreduce(gpu, FITS[src.name])
-    return ar["allreduce_latency_us"], ar["allreduce_growth"]
+    return fit.allreduce_latency_us, fit.allreduce_growth
 
 
 def _served(gpu: GPU, sheets: dict[str, GPU]) -> GPU:
@@ -424,11 +416,11 @@ def _served(gpu: GPU, sheets: dict[str, GPU]) -> GPU:
         request_overhead_ms=VLLM.request_overhead_ms,
         request_lag_passes=VLLM.request_lag_passes,
         prompt_overhead_us=VLLM.prompt_overhead_us,
-        **_allreduce(gpu, fit),
+        allreduce_latency_us=VLLM.allreduce_latency_us(gpu), allreduce_growth=1.0,
         allreduce_bandwidth_efficiency=VLLM.allreduce_bandwidth_efficiency,
         calibration="fitted" if donor == gpu.name else f"transferred:{donor}",
         model_error=error, weight_only_model_error=weight_only,
-        weight_only_allreduce=_weight_only_allreduce(gpu, donor, fitted))
+        weight_only_allreduce=_weight_only_allreduce(gpu, fitted))
 
 
 CATALOG: dict[str, GPU] = {g.name: _served(g, {s.name: s for s in _DATASHEETS})

@@ -108,8 +108,8 @@ def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int | N
     overhead_ms = gpu.overhead_ms if overhead_ms is None else overhead_ms
     seq_overhead_us = gpu.seq_overhead_us if seq_overhead_us is None else seq_overhead_us
     ar = 2.0 * model.layers if tp > 1 else 0.0
-    alpha_us, growth, link = _allreduce_setting(gpu, serial, allreduce_latency_us,
-                                                allreduce_growth, allreduce_bandwidth_efficiency)
+    alpha_us, growth, link = allreduce_setting(gpu, serial, allreduce_latency_us,
+                                               allreduce_growth, allreduce_bandwidth_efficiency)
     per_byte = 1.0 / link if tp > 1 and link > 0 else 0.0
     lin = gpu.linear
     experts = model.expert_bytes(weight_bits)
@@ -151,12 +151,12 @@ def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int | N
     )
 
 
-def _allreduce_setting(gpu: GPU, serial: float, latency_us: float | None, growth: float | None,
-                       bandwidth_efficiency: float | None) -> tuple[float, float, float]:
+def allreduce_setting(gpu: GPU, serial: float, latency_us: float | None, growth: float | None,
+                      bandwidth_efficiency: float | None) -> tuple[float, float, float]:
     """The all-reduce's 2-GPU latency (us), growth and achievable link rate (bytes/s), each the
     config's where stated, else the GPU's. Weight-only kernels (``serial``) under tensor
-    parallelism cost what runs of them measured (``GPU.weight_only_allreduce``: the fit of a GPU
-    of this generation), where this GPU's own fit saw none."""
+    parallelism cost what runs of them measured (``GPU.weight_only_allreduce``: the fit on this
+    GPU's generation), every other design what the engine's dense and MoE runs did."""
     alpha, grow = (gpu.weight_only_allreduce if serial and gpu.weight_only_allreduce
                    else (gpu.allreduce_latency_us, gpu.allreduce_growth))
     eff = gpu.allreduce_bandwidth_efficiency if bandwidth_efficiency is None \

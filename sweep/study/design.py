@@ -10,7 +10,7 @@ from sweep.physics.catalog import get_model
 from sweep.physics.hardware import GPU, get_gpu
 from sweep.physics.memory import DEFAULT_PROFILE_TOKENS, memory_budget
 from sweep.physics.models import Model
-from sweep.physics.timing import TimingParams, timing_params
+from sweep.physics.timing import TimingParams, allreduce_setting, timing_params
 from sweep.study.batching import POLICIES
 from sweep.study.fields import (ACTIVATION_BITS, DEFAULT_KV_LINK_GBPS, DESIGN_FIELDS,
                                 DOMAIN_GPUS, GPU_FITTED, Range, check, declared_class)
@@ -258,6 +258,16 @@ class _Design:
         has that peak (``Model.activation_bits``) and the weights are no wider."""
         own = self.model_spec.activation_bits(self.gpu_spec, self.activation_bits)
         return own if self.activation_bits is not None else max(own, self.weight_precision)
+
+    def allreduce(self) -> tuple[float, float]:
+        """The all-reduce's 2-GPU latency (us) and growth its passes use: the config's, else the
+        GPU's for its kernels (``timing.allreduce_setting``)."""
+        model, gpu = self.model_spec, self.gpu_spec
+        serial = model.weight_only_experts(
+            self.weight_bits, model.activation_bits(gpu, self.activation_precision))
+        alpha, growth, _ = allreduce_setting(gpu, serial, self.allreduce_latency_us,
+                                             self.allreduce_growth, None)
+        return alpha, growth
 
     def seq_blocks(self) -> int:
         """Blocks every running sequence holds besides its context's: its windowed layers' KV

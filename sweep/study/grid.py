@@ -178,11 +178,15 @@ def columns(design: Design, workload: Workload, uncertain=()) -> dict:
 
 
 def _resolved(cols: dict, design: Design) -> None:
-    """The columns a design resolves: where its GPU-side factors come from, and the weight
-    precision (the checkpoint's where ``weight_bits`` is unset)."""
+    """The columns a design resolves: where its GPU-side factors come from, the weight
+    precision (the checkpoint's where ``weight_bits`` is unset), and the all-reduce its kernels
+    run with where the config leaves it to the GPU (a column drawn per seed stays empty)."""
     cols["calibration"] = design.calibration
     cols["weight_bits"] = design.weight_precision
     cols["activation_bits"] = design.activation_precision
+    for key, value in zip(("allreduce_latency_us", "allreduce_growth"), design.allreduce()):
+        if getattr(design, key) is None and cols[key] is not None:
+            cols[key] = float(value)
     if design.disaggregated:  # each pool's GPU, the config's where it names none
         cols["prefill_gpu"] = design.prefill_gpu or cols["gpu"]
         cols["decode_gpu"] = design.decode_gpu or cols["gpu"]
