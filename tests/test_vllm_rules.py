@@ -3,8 +3,10 @@ expert reads, weight-only quantization, the request overhead and lag, and their 
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
+from sweep.analysis.report import transferred_lines
 from sweep.engine.params import engine_params
 from sweep.engine.reference import simulate_reference, summarize_reference
 from sweep.physics import timing
@@ -332,6 +334,17 @@ def test_the_calibration_column_says_whose_factors_a_row_ran_with():
     assert stated.columns["calibration"] == "stated"
     host = parse_study(BASE.format(hw="overhead_ms = 2.0", levers="")).points[0]
     assert host.columns["calibration"] == "fitted"  # the engine's terms are not the GPU's own
+    # Disaggregated pools: the GPUs that run the passes, not the config's gpu.
+    pools = parse_study(BASE.format(hw="", levers='prefill_gpus = 1\ndecode_gpus = 1\n'
+                                    'prefill_gpu = ["H200", "B300"]\n'
+                                    'decode_gpu = ["H100-SXM", "MI300X"]')).points
+    assert [p.columns["calibration"] for p in pools] == [
+        "fitted", "transferred:H200", "transferred:B200", "transferred:B200,H200"]
+    lines = transferred_lines(pd.DataFrame([p.columns for p in pools]))
+    note = " ".join(s.strip() for s in lines).strip()
+    assert note == ("Note: no real runs of B300, MI300X were fitted: B300 runs with the B200's "
+                    "factors; MI300X runs with the H200's factors (the calibration column; "
+                    "docs/model.md).")
 
 
 # --- config keys --------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from sweep.physics.hardware import CATALOG
 from sweep.study.metric_names import METRICS
 
 #: Suffixes of the per-metric statistics in an aggregate.
@@ -423,9 +424,20 @@ def _truncated_lines(v: Verdict) -> list[str]:
 
 
 def transferred_lines(table: pd.DataFrame) -> list[str]:
-    """A note for the GPUs whose factors were transferred from another's real runs."""
-    moved = sorted({(str(g), str(c).removeprefix("transferred:")) for g, c in zip(
-        table.get("gpu", ()), table.get("calibration", ())) if str(c).startswith("transferred:")})
+    """A note for the GPUs whose factors were transferred from another's real runs: a row's GPU
+    as its calibration says, or, of a disaggregated design's pools, each pool's as the catalog
+    does."""
+    moved = set()
+    for rec in table.to_dict("records"):
+        cal = str(rec.get("calibration", ""))
+        if not cal.startswith("transferred:"):
+            continue
+        pools = [g for g in (rec.get("prefill_gpu"), rec.get("decode_gpu")) if isinstance(g, str)]
+        moved.update((g, CATALOG[g].calibration.removeprefix("transferred:")) for g in pools
+                     if g in CATALOG and CATALOG[g].calibration.startswith("transferred:"))
+        if not pools:
+            moved.add((str(rec.get("gpu")), cal.removeprefix("transferred:")))
+    moved = sorted(moved)
     return [""] + wrap("Note: no real runs of " + ", ".join(g for g, _ in moved) + " were "
                        "fitted: " + "; ".join(f"{g} runs with the {src}'s factors"
                                               for g, src in moved)

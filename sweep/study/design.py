@@ -45,10 +45,15 @@ class _Design:
     @property
     def calibration(self) -> str:
         """Where the GPU-side factors come from: ``stated`` (the config gives any of them), else
-        the GPU's ``fitted`` or ``transferred:<GPU>``."""
+        ``fitted`` where every GPU that runs a pass is, or ``transferred:<GPU>`` naming the
+        fitted GPUs the others take theirs from (a disaggregated design's pools may differ)."""
         if any(getattr(self, k) is not None for k in GPU_FITTED):
             return "stated"
-        return self.gpu_spec.calibration
+        gpus = ([self.prefill_pool().gpu_spec, self.decode_pool().gpu_spec]
+                if self.disaggregated else [self.gpu_spec])
+        donors = sorted({g.calibration.removeprefix("transferred:") for g in gpus
+                         if g.calibration != "fitted"})
+        return "transferred:" + ",".join(donors) if donors else "fitted"
 
     @property
     def disaggregated(self) -> bool:
