@@ -1,5 +1,6 @@
 """What tests need and the package does not: the engine and its metrics on a stacked batch in
-one call, and the teaching simulator's arithmetic-intensity analysis."""
+one call, a capacity config's refusal checked, and the teaching simulator's arithmetic-intensity
+analysis."""
 from __future__ import annotations
 
 import numpy as np
@@ -20,6 +21,20 @@ def run_batch(params, reqs, seats: int, k_max: int, max_steps=None, lanes: int |
     out = simulate_batch(params, reqs, seats=seats, k_max=k_max, lanes=lanes,
                          max_steps=max_steps)
     return out, {k: np.asarray(v) for k, v in summarize_batch(out, reqs, params).items()}
+
+
+def capacity_refused(tmp_path, capsys, text: str, key: str, args=()) -> None:
+    """``sweep capacity`` of the config ``text`` exits 2 with one line naming ``key``, and
+    writes nothing."""
+    from sweep.cli import main
+
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(text)
+    out = tmp_path / "out"
+    assert main(["capacity", str(cfg), "--out", str(out), "--quiet", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert key in err and "\n" not in err, err
+    assert not out.exists()
 
 
 def ops_per_byte(model: Model, tokens: int, context_read: int = 0, weight_bits: int = 16,

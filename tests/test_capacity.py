@@ -14,6 +14,7 @@ from sweep.study.config import Limit, Point, parse_study
 from sweep.study.metric_names import METRICS
 from sweep.study.workload import Requests
 from sweep.workflows import capacity, capacity_tables
+from tests.helpers import capacity_refused
 
 
 def _search(study):
@@ -352,13 +353,7 @@ def _timed(t: str) -> str:
      "the roofline's top rate"),
 ])
 def test_bad_capacity_input_is_one_line_and_writes_nothing(tmp_path, capsys, edit, args, key):
-    cfg = tmp_path / "bad.toml"
-    cfg.write_text(edit(TINY))
-    out = tmp_path / "out"
-    assert main(["capacity", str(cfg), "--out", str(out), "--quiet", *args]) == 2
-    err = capsys.readouterr().err.strip()
-    assert key in err and "\n" not in err, err
-    assert not out.exists()
+    capacity_refused(tmp_path, capsys, edit(TINY), key, args)
 
 
 def test_roofline_rate_guides_the_search_above_what_a_design_carries(story):

@@ -6,7 +6,6 @@ import math
 import numpy as np
 import pytest
 
-from sweep.cli import main
 from sweep.engine.params import engine_params
 from sweep.engine.reference import simulate_reference, summarize_reference
 from sweep.execution.batch import stack
@@ -15,7 +14,7 @@ from sweep.study.config import parse_study
 from sweep.study.design import Design
 from sweep.study.workload import Lengths, Workload, sample_n
 from sweep.workflows import capacity, capacity_tables
-from tests.helpers import run_batch
+from tests.helpers import capacity_refused, run_batch
 from tests.test_twin_agreement import CONTEXT, DISTS, K_MAX, OUTS, SEATS, _random_design
 
 N_REQ = 240
@@ -223,10 +222,4 @@ def test_capacity_of_a_closed_loop_brackets_the_most_clients_within_the_brief():
 ])
 def test_a_closed_loop_capacity_search_refuses_bursts_and_oversized_probes(tmp_path, capsys,
                                                                           edit, key):
-    cfg = tmp_path / "bad.toml"
-    cfg.write_text(edit(CLOSED_CAPACITY))
-    out = tmp_path / "out"
-    assert main(["capacity", str(cfg), "--out", str(out), "--quiet"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert key in err and "\n" not in err, err
-    assert not out.exists()
+    capacity_refused(tmp_path, capsys, edit(CLOSED_CAPACITY), key)

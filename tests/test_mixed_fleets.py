@@ -9,6 +9,7 @@ import pytest
 
 from sweep.cli import main
 from sweep.workflows.mixed_fleets import cheapest_mixes
+from tests.helpers import capacity_refused
 from tests.test_capacity import TINY
 
 #: Three GPUs at one seat tier: one H100 carries ~76 requests/s, an A100 ~50, an L40S ~33.
@@ -83,13 +84,7 @@ def test_a_mixed_fleet_is_no_dearer_than_one_design_and_meets_the_brief_whole(tm
     (lambda t: t, "capacity.mixed_fleets"),  # no target to size fleets for
 ])
 def test_bad_mixed_fleet_input_is_one_line_and_writes_nothing(tmp_path, capsys, edit, key):
-    cfg = tmp_path / "bad.toml"
-    cfg.write_text(edit(MIX))
-    out = tmp_path / "out"
-    assert main(["capacity", str(cfg), "--out", str(out), "--quiet"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert key in err and "\n" not in err, err
-    assert not out.exists()
+    capacity_refused(tmp_path, capsys, edit(MIX), key)
 
 
 def test_the_report_names_each_fleets_design_with_its_own_replicas():
