@@ -173,6 +173,7 @@ def test_a_skip_list_keeps_its_modules_at_16_bits():
     ({"moe_num_experts": 64, "moe_k": 6}, "moe_k"),  # a family's own names (sorted)
     ({"attn_type_list": [0, 1] * 16}, "attn_type_list"),  # MiniMax's lightning attention
     ({"layer_types": ["sliding_attention"] * 32, "sliding_window": 4096}, "layer_types"),
+    ({"qk_head_dim": 96}, "qk_head_dim"),  # not its head size
 ])
 def test_a_config_it_cannot_size_is_refused_naming_the_field(tmp_path, change, field):
     cfg = json.loads((CONFIGS / "meta-llama--Meta-Llama-3.1-8B_config.json").read_text())
@@ -269,7 +270,8 @@ def test_sweep_run_refuses_deepseek_v3_where_it_does_not_fit(tmp_path, capsys):
 #: Other 2025-2026 configs of these families, as a new user would bring them (the fields the
 #: loader reads, from github.com/ai-dynamo/aiconfigurator's model_configs/, Apache-2.0), with
 #: their cards' totals and active parameters (GLM-4.7: 355B/32B; GLM-4.7-Flash: 30B-A3B;
-#: Qwen3-Next-80B-A3B: 80B/3B without embeddings; Kimi-K2.5: 1.04T/32B as Kimi-K2).
+#: Qwen3-Next-80B-A3B: 80B/3B without embeddings; Kimi-K2.5: 1.04T/32B as Kimi-K2; GLM-5, its
+#: latent attention with an indexer and a redundant ``qk_head_dim``: 744B/40B).
 _GLM47 = {"num_hidden_layers": 92, "hidden_size": 5120, "num_attention_heads": 96,
           "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288,
           "vocab_size": 151552, "max_position_embeddings": 202752, "n_routed_experts": 160,
@@ -282,6 +284,15 @@ _GLM47_FLASH = {"num_hidden_layers": 47, "hidden_size": 2048, "num_attention_hea
                 "first_k_dense_replace": 1, "kv_lora_rank": 512, "q_lora_rank": 768,
                 "qk_nope_head_dim": 192, "qk_rope_head_dim": 64, "v_head_dim": 256,
                 "tie_word_embeddings": False}
+_GLM5 = {"model_type": "glm_moe_dsa", "first_k_dense_replace": 3, "head_dim": 192,
+         "hidden_size": 6144, "index_head_dim": 128, "index_n_heads": 32, "index_topk": 2048,
+         "intermediate_size": 12288, "kv_lora_rank": 512, "max_position_embeddings": 1048576,
+         "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_routed_experts": 256,
+         "n_shared_experts": 1, "num_attention_heads": 64, "num_experts_per_tok": 8,
+         "num_hidden_layers": 78, "num_key_value_heads": 64, "num_nextn_predict_layers": 1,
+         "q_lora_rank": 2048, "qk_head_dim": 256, "qk_nope_head_dim": 192,
+         "qk_rope_head_dim": 64, "v_head_dim": 256, "vocab_size": 154880,
+         "tie_word_embeddings": False}
 _QWEN3_NEXT = {"model_type": "qwen3_next", "decoder_sparse_step": 1,
                "full_attention_interval": 4, "head_dim": 256,
                "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 5120,
@@ -312,7 +323,8 @@ _KIMI25_INT4 = {"model_type": "kimi_k25", "tie_word_embeddings": False, "text_co
 
 @pytest.mark.parametrize("cfg,total,active,without_input_embedding", [
     (_GLM47, 355.0, 32.0, True), (_GLM47_FLASH, 30.0, 3.6, True),
-    (_QWEN3_NEXT, 80.0, None, None), (_KIMI25_INT4, 1040.0, 32.0, True)])
+    (_QWEN3_NEXT, 80.0, None, None), (_KIMI25_INT4, 1040.0, 32.0, True),
+    (_GLM5, 744.0, 40.0, True)])
 def test_other_configs_of_these_families_load(tmp_path, cfg, total, active,
                                               without_input_embedding):
     m = _write_and_load(tmp_path, cfg)

@@ -51,7 +51,7 @@ KNOWN = frozenset((
     "moe_shared_expert_intermediate_size", "n_routed_experts", "n_shared_experts",
     "num_experts", "num_experts_per_tok", "num_global_key_value_heads", "num_key_value_heads",
     "num_kv_shared_layers", "num_local_experts", "q_lora_rank", "qk_nope_head_dim",
-    "qk_rope_head_dim", "shared_expert_intermediate_size", "sliding_window",
+    "qk_head_dim", "qk_rope_head_dim", "shared_expert_intermediate_size", "sliding_window",
     "sliding_window_pattern", "ssm_state_size", "top_k_experts", "use_sliding_window",
     "v_head_dim", "vocab_size_per_layer_input", "moe_router_enable_expert_bias",
     "router_aux_loss_coef", "output_router_logits", "norm_topk_prob", "moe_aux_loss_coeff",
@@ -416,6 +416,9 @@ def load_hf_config(path: str | Path, name: str | None = None) -> Model:
     latent = _nonzero(c.get("kv_lora_rank"))
     head_dim = (r.int("qk_nope_head_dim") + r.int("qk_rope_head_dim")) if latent \
         else r.int("head_dim", hidden // heads)
+    if _nonzero(c.get("qk_head_dim")) and r.int("qk_head_dim") != head_dim:  # GLM-5's copy
+        r.refuse("qk_head_dim", f"= {c['qk_head_dim']}, not the query-key head size read here "
+                                f"({head_dim}), so the model would be mis-sized")
     return Model(
         name=name or c.get("_name_or_path") or path.parent.name or path.stem,
         params=count.total, active_params=count.active, layers=layers, hidden=hidden,
