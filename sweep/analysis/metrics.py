@@ -68,7 +68,9 @@ def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
 
     q_mid = waiting(arrival[r.warmup + half])
     q_last = waiting(arrival[jnp.maximum(r.warmup + n_real - 1, 0)])
-    unstable = (n_real > 0) & (q_last > q_mid + 0.05 * (n_real - 1 - half) + 1)
+    # A closed loop's queue holds at most its clients: it cannot grow without bound.
+    unstable = ((r.clients == 0) & (n_real > 0)
+                & (q_last > q_mid + 0.05 * (n_real - 1 - half) + 1))
     safe_t = jnp.where(t_stop > 0, t_stop, jnp.nan)
     span = jnp.where(t_stop - t0 > 0, t_stop - t0, jnp.nan)
     return {

@@ -95,7 +95,9 @@ def summarize_reference(res: RefResult, req: Requests, params: EngineParams) -> 
         "peak_kv_gb": float(res.peak_blocks * float(m.block_bytes) / 1e9),
         "max_queue": int(res.max_queue),
         "cost_per_mtok": cost,
-        "unstable": _unstable(arrival, res.first_token, real, n, warm),
+        # A closed loop's queue holds at most its clients: it cannot grow without bound.
+        "unstable": (int(np.asarray(req.clients)) == 0
+                     and _unstable(arrival, res.first_token, real, n, warm)),
         "truncated": bool(res.truncated),
         "mean_in_system": _safe_div(res.area_in_system, t_stop),
         "prefix_hit_rate": (res.prefix_hits / res.prefix_lookups if res.prefix_lookups
