@@ -172,7 +172,7 @@ name = "Llama-3.2-1B"
 [workload]
 arrival = "closed"
 concurrency = 8
-num_requests = 32
+num_requests = 24
 warmup_requests = 8
 prompt_tokens = { dist = "uniform", low = 200, high = 400 }
 output_tokens = { dist = "uniform", low = 20, high = 40 }
@@ -210,16 +210,16 @@ def test_capacity_of_a_closed_loop_brackets_the_most_clients_within_the_brief():
     above = runs[runs["concurrency"] == over]
     assert len(above) and (above["p90_ttft_s"] > 0.05).any()
     assert row["max_rate"] == pytest.approx(at["requests_per_s"].mean())
-    # Every probe runs the configured benchmark per client: 4 measured requests and 1 warm-up.
+    # Every probe runs the configured benchmark per client: 3 measured requests and 1 warm-up.
     assert {(w.num_requests, w.warmup_requests) for w in probes} == \
-        {(4 * w.concurrency, w.concurrency) for w in probes}
+        {(3 * w.concurrency, w.concurrency) for w in probes}
     assert max(w.concurrency for w in probes) > 8
     with pytest.raises(capacity.CapacityError, match="--target-rate"):
         capacity.check(study, 10.0)
 
 
 @pytest.mark.parametrize("edit, key", [
-    (lambda t: t.replace("concurrency = 8", "concurrency = 64"), "workload.num_requests: 32"),
+    (lambda t: t.replace("concurrency = 8", "concurrency = 64"), "workload.num_requests: 24"),
     (lambda t: t.replace("seeds = 2", "seeds = 2\nmax_requests = 100"), "requests per simulation"),
 ])
 def test_a_closed_loop_capacity_search_refuses_bursts_and_oversized_probes(tmp_path, capsys,
