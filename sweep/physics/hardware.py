@@ -118,6 +118,11 @@ class GPU:
 _NVLINK_AR_US = 5.0
 _PCIE_AR_US = 15.0
 
+
+def _nvlink(gpu: "GPU") -> bool:
+    """Whether the datasheet's all-reduce prior is NVLink's (or xGMI's) rather than PCIe's."""
+    return gpu.allreduce_latency_us <= _NVLINK_AR_US
+
 #: The batching lesson timed its strategies on an Apple laptop GPU. This fit reproduces its
 #: figures (docs/model.md, "The batching lesson"): a 6.3 ms decode pass for one sequence, growing
 #: 1.3 ms per extra sequence, and 0.05 ms per prompt token -- the shape of a ~1B-parameter 16-bit
@@ -165,8 +170,7 @@ class ServingEngine:
     def allreduce_latency_us(self, gpu: "GPU") -> float:
         """Over NVLink the fitted latency; over PCIe (no runs) the same times the priors'
         PCIe-to-NVLink ratio."""
-        nvlink = gpu.allreduce_latency_us <= _NVLINK_AR_US
-        return self.nvlink_allreduce_us * (1.0 if nvlink else _PCIE_AR_US / _NVLINK_AR_US)
+        return self.nvlink_allreduce_us * (1.0 if _nvlink(gpu) else _PCIE_AR_US / _NVLINK_AR_US)
 
 
 @dataclass(frozen=True)
@@ -383,8 +387,7 @@ def _weight_only_allreduce(gpu: GPU, fitted: dict[str, GPU]) -> tuple[float, flo
     takes the engine's, which dense and MoE runs on NVLink fit (``_served``)."""
     src = _weight_only_source(gpu, fitted)
     fit = FITS[src.name]
-    if (src.generation != gpu.generation or fit.allreduce_latency_us is None
-            or gpu.allreduce_latency_us > _NVLINK_AR_US):
+    if src.generation != gpu.generation or fit.allreduce_latency_us is None or not _nvlink(gpu):
         return None
     return fit.allreduce_latency_us, fit.allreduce_growth
 

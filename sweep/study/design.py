@@ -266,12 +266,11 @@ class _Design:
 
     def allreduce(self) -> tuple[float, float]:
         """The all-reduce's 2-GPU latency (us) and growth its passes use: the config's, else the
-        GPU's for its kernels (``timing.allreduce_setting``)."""
-        model, gpu = self.model_spec, self.gpu_spec
-        serial = model.weight_only_experts(
-            self.weight_bits, model.activation_bits(gpu, self.activation_precision))
-        alpha, growth, _ = allreduce_setting(gpu, serial, self.allreduce_latency_us,
-                                             self.allreduce_growth, None)
+        GPU's for its kernels (``timing.allreduce_setting``, whose weight-only kernels the timing
+        constants name)."""
+        alpha, growth, _ = allreduce_setting(self.gpu_spec, self.timing().expert_serial,
+                                             self.allreduce_latency_us, self.allreduce_growth,
+                                             None)
         return alpha, growth
 
     def seq_blocks(self) -> int:
