@@ -12,8 +12,9 @@ import pytest
 
 from sweep.cli import main
 from sweep.study.config import ConfigError, parse_study
-from sweep.workflows.validate import (_Z90, COLUMNS, Case, Simulated, compare, load_cases,
-                                     overloaded, render)
+from sweep.workflows.validate import (_Z90, COLUMNS, Case, Simulated, compare, false_alarms,
+                                     interval, load, load_cases, overloaded, render)
+from sweep.workflows.validation_report import by_load
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -192,6 +193,51 @@ def test_flags_and_notes_without_simulating():
     assert "flag checks: 0 of 2 passed (failed: x unstable, x truncated)" in text
 
 
+def test_load_bands_and_false_alarms_without_simulating():
+    """A case's load is its real server's seats in use by Little's law on the measured mean
+    latency; the report splits open-loop cases at half, and counts as false alarms the cases
+    the real server kept up with that most seeds flag as overloaded."""
+    study = parse_study(TINY)  # 5 requests/s into 8 seats
+    light = Case(Path("a.toml"), "holdout", replace(study, name="light",
+                                                    measured={"mean_e2e_s": 0.4}))
+    heavy = Case(Path("b.toml"), "holdout", replace(study, name="heavy",
+                                                    measured={"mean_e2e_s": 1.2}))
+    assert load(light) == pytest.approx(5 * 0.4 / 8) and load(heavy) == pytest.approx(5 * 1.2 / 8)
+    assert math.isnan(load(Case(Path("c.toml"), "fit", study)))  # no mean latency measured
+    calm = pd.DataFrame({"unstable": [False, False], "unfinished": [0, 0],
+                         "truncated": [False, False], "mean_e2e_s": [0.5, 0.5]})
+    queued = calm.assign(unstable=[True, True])
+    sims = [Simulated(calm), Simulated(queued)]
+    table = compare([light, heavy], sims)
+    bands = by_load(table).set_index("band")
+    assert list(bands.index) == ["heavy", "light"] and (bands["cases"] == 1).all()
+    assert bands.loc["light", "e2e_bias_pct"] == pytest.approx(25.0)
+    assert bands.loc["heavy", "e2e_bias_pct"] == pytest.approx(100 * (0.5 / 1.2 - 1))
+    assert false_alarms([light, heavy], sims) == [
+        "false alarms: 1 of 2 open-loop cases the real server kept up with are simulated as "
+        "overloaded (heavy)"]
+    lines = render(table).splitlines()
+    assert [ln.split()[2:5] for ln in lines if ln.startswith("H100-SXM  1   ")] == [
+        ["heavy", "1", "0.75"], ["light", "1", "0.25"]]
+
+
+def test_a_tail_metric_interval_carries_the_engines_tail_error(monkeypatch):
+    """A p99 metric's interval is the model error's ends widened by the engine's own tail
+    error, in quadrature on a log scale; every other metric's is the ends alone."""
+    from sweep.study import model_error
+
+    monkeypatch.setattr(model_error, "tail_sd", lambda m: 0.2 if m == "p99_e2e_s" else 0.0)
+    runs = pd.DataFrame({"p99_e2e_s": [2.0], "mean_e2e_s": [1.0]})
+    spread = pd.DataFrame({"p99_e2e_s": [1.8, 2.4], "mean_e2e_s": [0.9, 1.2]})
+    sim = Simulated(runs, spread)
+    lo, hi = interval(sim, "p99_e2e_s", 2.0)
+    w = _Z90 * 0.2
+    assert lo == pytest.approx(2.0 * math.exp(-math.hypot(math.log(2.0 / 1.8), w)))
+    assert hi == pytest.approx(2.0 * math.exp(math.hypot(math.log(2.4 / 2.0), w)))
+    assert interval(sim, "mean_e2e_s", 1.0) == pytest.approx((0.9, 1.2))
+    assert interval(Simulated(runs), "p99_e2e_s", 2.0) == (2.0, 2.0)  # no model error, no tail
+
+
 @pytest.mark.parametrize("script", ["make_cases.py", "make_closed_cases.py"])
 def test_committed_cases_are_up_to_date(script):
     done = subprocess.run([sys.executable, str(ROOT / "validation" / script), "--check"],
@@ -199,16 +245,20 @@ def test_committed_cases_are_up_to_date(script):
     assert done.returncode == 0, done.stderr
 
 
-def test_the_shipped_compute_efficiencies_are_what_the_prefill_fit_finds():
-    from sweep.physics.hardware import FITS
+def test_the_prefill_check_reports_the_shipped_compute_efficiencies():
+    """Splitwise's prefills check the shipped efficiencies (fitted on vLLM runs only): the
+    script states each GPU's as shipped and its errors at every tensor-parallel degree."""
+    from sweep.physics.hardware import get_gpu
 
-    done = subprocess.run([sys.executable, str(ROOT / "validation" / "fit_prefill.py")],
+    done = subprocess.run([sys.executable, str(ROOT / "validation" / "check_prefill.py")],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     for gpu in ("H100-SXM", "A100-80GB"):
-        line = next(x for x in done.stdout.splitlines() if x.startswith(f"{gpu}:"))
-        found = float(line.split("compute_efficiency ")[1].split()[0])
-        assert FITS[gpu].compute_efficiency == pytest.approx(found, abs=0.005), line
+        lines = done.stdout.splitlines()
+        at = next(i for i, x in enumerate(lines) if x.startswith(f"{gpu}:"))
+        shipped = float(lines[at].split("shipped compute_efficiency ")[1].split()[0])
+        assert shipped == pytest.approx(get_gpu(gpu).compute_efficiency, abs=5e-4), lines[at]
+        assert [x.split(":")[0].strip() for x in lines[at + 1:at + 4]] == ["TP 2", "TP 4", "TP 8"]
 
 
 def test_make_cases_check_notices_a_change(tmp_path):

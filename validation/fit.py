@@ -16,7 +16,8 @@ model's error on the held-out ones (docs/validation.md says how, and why).
    factors; per GPU, the RMS of the held-out log errors of the end-to-end metrics (mean, p50,
    p90, p95 where measured: the speed) and of the TTFT metrics beyond the mean's speed error
    (the lag, relative to the lag's share of TTFT), each shrunk toward the pooled RMS of every
-   GPU with the weight of ``PRIOR_CASES`` errors.
+   GPU with the weight of ``PRIOR_CASES`` errors; and, pooled over every GPU, the RMS of each
+   tail metric's (p99) log error beyond its mean's: the engine's ``tail_sd``.
 
 It prints the numbers; ``sweep/physics/hardware.py`` carries them (``VLLM`` and ``FITS``).
 """
@@ -47,6 +48,8 @@ PRIOR_CASES = 2.0
 #: beyond what the factors set).
 HEADLINE_E2E = ("mean_e2e_s", "p50_e2e_s", "p90_e2e_s", "p95_e2e_s")
 HEADLINE_TTFT = ("mean_ttft_s", "p50_ttft_s", "p90_ttft_s", "p95_ttft_s")
+#: The tails, each beside the mean of its kind: their own error beyond the mean's.
+TAILS = (("p99_e2e_s", "mean_e2e_s"), ("p99_ttft_s", "mean_ttft_s"))
 
 
 def params() -> tuple[list[Param], dict]:
@@ -59,16 +62,20 @@ def params() -> tuple[list[Param], dict]:
     return ps, start
 
 
-def held_out_errors(fit, seeds: int | None) -> dict[str, list[tuple[float, float]]]:
+def held_out_errors(fit, seeds: int | None) -> tuple[dict[str, list[tuple[float, float]]],
+                                                      dict[str, list[float]]]:
     """Per GPU, each held-out case's errors at the fitted factors, one per measured headline
     metric (mean, p50, p90 and p95): (log error of an end-to-end metric, log error of a TTFT
-    metric beyond the speed's, over the lag's share of TTFT)."""
+    metric beyond the speed's, over the lag's share of TTFT); and per tail metric (``TAILS``),
+    each case's log error beyond its mean's."""
     cases = [c for c in load_cases([HERE / "holdout"], seeds)
              if "mean_e2e_s" in c.study.measured]
     settings = [[{p.key: v for p, v in fit.values.items() if p.applies(c)}] for c in cases]
     out: dict[str, list[tuple[float, float]]] = {}
+    tails: dict[str, list[float]] = {t: [] for t, _ in TAILS}
+    metrics = HEADLINE_E2E + HEADLINE_TTFT + tuple(t for t, _ in TAILS)
     for case, table in zip(cases, simulate_settings(cases, settings, seeds=seeds,
-                                                    metrics=HEADLINE_E2E + HEADLINE_TTFT)):
+                                                    metrics=metrics)):
         row = table.iloc[0]
         lag = fit.outside["request_lag_passes"] * row["mean_tpot_ms"] * 1e-3
         extra = fit.outside["request_overhead_ms"] * 1e-3 + lag
@@ -80,7 +87,11 @@ def held_out_errors(fit, seeds: int | None) -> dict[str, list[tuple[float, float
                 out.setdefault(case.study.points[0].design.gpu_spec.name, []).append(
                     (math.log(m[e2e] / (row[e2e] + extra)),
                      (math.log(m[ttft] / (row[ttft] + extra)) - speed) / share))
-    return out
+        for tail, mean in TAILS:
+            if tail in m and mean in m:
+                tails[tail].append(math.log(m[tail] / (row[tail] + extra))
+                                   - math.log(m[mean] / (row[mean] + extra)))
+    return out, tails
 
 
 def shrunk(values: list[float], pooled: float) -> float:
@@ -104,7 +115,7 @@ def main(argv=None) -> int:
         print(f"  {p} = {v:.4g}")
     for k, v in fit.outside.items():
         print(f"  {k} = {v:.4g}")
-    errors = held_out_errors(fit, args.seeds)
+    errors, tails = held_out_errors(fit, args.seeds)
     pooled = [np.sqrt(np.mean([e[j] ** 2 for es in errors.values() for e in es]))
               for j in (0, 1)]
     print(f"model error, pooled over {sum(map(len, errors.values()))} held-out errors: speed "
@@ -115,6 +126,9 @@ def main(argv=None) -> int:
         bias = 100 * float(np.mean([e[0] for e in es])) if es else math.nan
         print(f"  {gpu}: {len(es)} errors, speed_sd = {speed:.3f}, lag_sd = {lag:.3f} "
               f"(mean log error of E2E {bias:+.1f}%)")
+    for tail, es in tails.items():
+        print(f"  tail {tail}: {len(es)} errors, sd = {math.sqrt(np.mean(np.square(es))):.3f} "
+              f"(mean log error beyond the mean's {100 * float(np.mean(es)):+.1f}%)")
     return 0
 
 

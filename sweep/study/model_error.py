@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from statistics import NormalDist
 
+from sweep.physics.hardware import VLLM
 from sweep.study.fields import GPU_FITTED
 from sweep.study.uncertainty import Uncertain
 
@@ -55,6 +56,12 @@ def spreads(design) -> dict[str, tuple[float, float, float]]:
     if design.request_lag_passes is None and gpu.request_lag_passes > 0:
         out[LAG] = (gpu.request_lag_passes, err.lag_sd, 100.0)
     return out
+
+
+def tail_sd(metric: str) -> float:
+    """The serving engine's own error of a tail metric (p99) beyond what its factors' error
+    gives it, as a relative standard deviation; 0 for every other metric."""
+    return dict(VLLM.tail_sd).get(metric, 0.0)
 
 
 def distributions(design) -> dict[str, Uncertain]:

@@ -76,6 +76,27 @@ def by_gpu(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+#: The load bands: the real server's seats in use (``validate.load``) below half, or above.
+HALF = 0.5
+
+
+def by_load(table: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU, tensor-parallel degree and load band (cases whose real server's seats were
+    below ``HALF`` in use, or above it; open-loop cases only), as ``by_gpu``."""
+    num = table[~table["metric"].isin(FLAGS) & table["load"].notna()].copy()
+    num["band"] = np.where(num["load"] < HALF, "light", "heavy")
+    rows = []
+    for (gpu, tp, band), part in num.groupby(["gpu", "gpus", "band"], sort=True):
+        row = {"gpu": gpu, "gpus": int(tp), "band": band, "cases": part["case"].nunique(),
+               "load_max": float(part["load"].max())}
+        for name, metrics in (("e2e", E2E), ("ttft", TTFT)):
+            err = part[part["metric"].isin(metrics)]["error_pct"].dropna()
+            row.update({f"{name}_median_pct": float(err.abs().median()) if len(err) else math.nan,
+                        f"{name}_bias_pct": float(err.mean()) if len(err) else math.nan})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def _fmt(v: float) -> str:
     return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4g}"
 
@@ -132,6 +153,19 @@ def render(table: pd.DataFrame, notes=()) -> str:
                         + [_abs(r["coverage_pct"])])
         parts.append("by group, GPU and tensor-parallel degree (E2E and TTFT: mean, p50, p90, "
                      "p95 where measured):\n" + _columns(rows, set(range(2, len(rows[0])))))
+        b = by_load(table)
+        if len(b):
+            rows = [["gpu", "tp", "load", "cases", "seats up to", "E2E median", "bias",
+                     "TTFT median", "bias"]]
+            for r in b.to_dict("records"):
+                rows.append([r["gpu"], str(r["gpus"]), r["band"], str(r["cases"]),
+                             f"{r['load_max']:.2f}"]
+                            + [f(r[f"{k}_{v}_pct"]) for k in ("e2e", "ttft")
+                               for v, f in (("median", _abs), ("bias", _pct))])
+            parts.append(f"by GPU, tensor-parallel degree and load (open loop; light: the real "
+                         f"server's seats under {HALF:.0%} in use by Little's law on its measured "
+                         "mean latency, heavy: above):\n"
+                         + _columns(rows, set(range(3, len(rows[0])))))
         inside = covered(table)
         parts.append(f"coverage of the predicted 90% intervals: {int(inside.sum())} of "
                      f"{len(inside)} measured values ({100 * inside.mean():.0f}%)")
