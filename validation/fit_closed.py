@@ -112,7 +112,8 @@ def residuals(cases, x: np.ndarray, steps: np.ndarray):
     for case in cases:
         gpu = case.study.points[0].design.gpu_spec.name
         mine = [i for i, (g, _) in enumerate(NAMES) if g in (gpu, "*")]
-        base = {"compute_efficiency": x[0], **{NAMES[i][1]: x[i] for i in mine}}
+        base = {"compute_efficiency": x[NAMES.index(COMPUTE)],
+                **{NAMES[i][1]: x[i] for i in mine}}
         r = simulate(case, [base] + [{**base, NAMES[i][1]: x[i] + steps[i]} for i in mine])
         j = np.zeros((len(METRICS), len(NAMES)))
         for n, i in enumerate(mine):

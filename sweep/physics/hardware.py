@@ -221,8 +221,8 @@ VLLM = ServingEngine("vLLM 0.15", overhead_ms=1.01, seq_overhead_us=0.0,
 #: whose long prefills identify the compute efficiency (the H200's rows, through the attention
 #: and dense layers' share of them; the B200's do not move it, and it takes the H200's) and
 #: which fit the weight-only kernels' shares (its MXFP4 experts, their reads
-#: and products adding) and, for such designs, the all-reduce's latency and growth (5 times the
-#: engine's latency at 2 GPUs, about its value at 8: these runs at TP 2-4 are far slower than
+#: and products adding) and, for such designs, the all-reduce's latency and growth (6-7 times
+#: the engine's latency at 2 GPUs, about its value at 8: these runs at TP 2-4 are far slower than
 #: the open-loop runs' all-reduces give), and take the H100's bandwidth efficiencies
 #: (``_factor``). Their model error: the speed's, the log RMS of their held-out mean TPOTs
 #: (gpt-oss-120b, the runs the KV cache did not overload); the lag's, their held-out mean TTFTs'

@@ -67,13 +67,21 @@ def by_gpu(table: pd.DataFrame) -> pd.DataFrame:
     for (group, gpu, tp), part in num.groupby(["group", "gpu", "gpus"], sort=True):
         row = {"group": group, "gpu": gpu, "gpus": int(tp), "cases": part["case"].nunique(),
                "coverage_pct": 100 * float(part["inside"].mean())}
-        for name, metrics in (("e2e", E2E), ("ttft", TTFT)):
-            err = part[part["metric"].isin(metrics)]["error_pct"].dropna()
-            row.update({f"{name}_median_pct": float(err.abs().median()) if len(err) else math.nan,
-                        f"{name}_max_pct": float(err.abs().max()) if len(err) else math.nan,
-                        f"{name}_bias_pct": float(err.mean()) if len(err) else math.nan})
+        row.update(_headline_errors(part))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _headline_errors(part: pd.DataFrame) -> dict[str, float]:
+    """End to end and TTFT (``E2E``, ``TTFT``): median and largest absolute error and signed
+    bias (%) over ``part``'s rows."""
+    out = {}
+    for name, metrics in (("e2e", E2E), ("ttft", TTFT)):
+        err = part[part["metric"].isin(metrics)]["error_pct"].dropna()
+        out.update({f"{name}_median_pct": float(err.abs().median()) if len(err) else math.nan,
+                    f"{name}_max_pct": float(err.abs().max()) if len(err) else math.nan,
+                    f"{name}_bias_pct": float(err.mean()) if len(err) else math.nan})
+    return out
 
 
 #: The load bands: the real server's seats in use (``validate.load``) below half, or above.
@@ -88,11 +96,7 @@ def by_load(table: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (gpu, tp, band), part in num.groupby(["gpu", "gpus", "band"], sort=True):
         row = {"gpu": gpu, "gpus": int(tp), "band": band, "cases": part["case"].nunique(),
-               "load_max": float(part["load"].max())}
-        for name, metrics in (("e2e", E2E), ("ttft", TTFT)):
-            err = part[part["metric"].isin(metrics)]["error_pct"].dropna()
-            row.update({f"{name}_median_pct": float(err.abs().median()) if len(err) else math.nan,
-                        f"{name}_bias_pct": float(err.mean()) if len(err) else math.nan})
+               "load_max": float(part["load"].max()), **_headline_errors(part)}
         rows.append(row)
     return pd.DataFrame(rows)
 
