@@ -123,13 +123,31 @@ LATENCY = tuple(m for m in METRICS if m.split("_")[1:2] in (["ttft"], ["tpot"], 
 INTERVAL = (0.05, 0.95)
 
 
-def aggregate(runs: pd.DataFrame, brief, drawn=()) -> pd.DataFrame:
+#: The standard normal's 95% quantile: a 90% interval's half-width in standard deviations.
+Z90 = 1.6448536269514722
+
+
+def widened(centre, lo, hi, half):
+    """The interval [lo, hi] around ``centre`` widened by an independent error of ``half`` (its
+    half-width in log units), each end added in quadrature on a log scale; where the centre
+    is not positive, the interval as it is."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ok = centre > 0
+        c = np.where(ok, centre, 1.0)
+        down = np.log(c / np.clip(np.minimum(lo, c), 1e-300, None))
+        up = np.log(np.maximum(hi, c) / c)
+        return (np.where(ok, c * np.exp(-np.hypot(down, half)), lo),
+                np.where(ok, c * np.exp(np.hypot(up, half)), hi))
+
+
+def aggregate(runs: pd.DataFrame, brief, drawn=(), tail_sd=None) -> pd.DataFrame:
     """One row per design: lever columns, ``seeds``, and for every metric m: m (mean), m_std,
     m_ci_low, m_ci_high (95% CI of the mean, Student t), and for a latency metric m_lo and m_hi
     (its 5% and 95% quantiles over the seeds: a 90% prediction interval that holds the model's
-    error where the seeds draw it); ``p_pass`` (share of seeds whose run meets the brief) and
-    ``meets_brief`` (the means meet every limit). The columns ``drawn`` (factors drawn per seed)
-    hold their mean over the seeds."""
+    error where the seeds draw it; a tail metric's ends widened by its own error, ``tail_sd``:
+    metric -> relative sd, in quadrature on a log scale around the mean); ``p_pass`` (share of
+    seeds whose run meets the brief) and ``meets_brief`` (the means meet every limit). The
+    columns ``drawn`` (factors drawn per seed) hold their mean over the seeds."""
     lever_cols = [c for c in runs.columns if c not in METRICS and c != "seed"]
     runs = runs.assign(_pass=meets(runs, brief).astype("float64"))
     g = runs.groupby("design", sort=True, observed=True)
@@ -149,7 +167,11 @@ def aggregate(runs: pd.DataFrame, brief, drawn=()) -> pd.DataFrame:
         out[f"{m}_ci_high"] = mean + half * std
         if m in LATENCY:
             q = x.groupby(runs["design"]).quantile(list(INTERVAL)).unstack()
-            out[f"{m}_lo"], out[f"{m}_hi"] = (q[k].to_numpy() for k in INTERVAL)
+            lo, hi = (q[k].to_numpy() for k in INTERVAL)
+            tail = Z90 * (tail_sd or {}).get(m, 0.0)
+            if tail:
+                lo, hi = widened(mean, lo, hi, tail)
+            out[f"{m}_lo"], out[f"{m}_hi"] = lo, hi
     out["p_pass"] = g["_pass"].mean().to_numpy()
     agg = pd.concat([first, pd.DataFrame(out)], axis=1)
     agg["meets_brief"] = meets(agg, brief).to_numpy()

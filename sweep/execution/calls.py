@@ -220,12 +220,17 @@ def with_slo(plan: topology.Plan, slo: dict) -> topology.Plan:
     return plan._replace(system=plan.system._replace(summary=summary))
 
 
+def errs(study: Study) -> bool:
+    """Whether ``study``'s seeds draw the model's own error (for some design's factors)."""
+    return study.model_error and any(model_error.spreads(d) for p in study.points
+                                     for d in members(p.design))
+
+
 def _uncertain_params(study: Study, params: list, drawn: dict) -> Callable:
     """A simulation's plan: its design's, with the seed's draws of the uncertain factors and of
     the model's error when there are any (the same draw for every design: common random
     numbers)."""
-    erring = study.model_error and any(model_error.spreads(d) for p in study.points
-                                       for d in members(p.design))
+    erring = errs(study)
     if not study.uncertain and not erring:
         return lambda s: params[s.point]
     cache: dict = {}

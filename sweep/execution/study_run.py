@@ -121,7 +121,8 @@ def finish(out: Path, strict: bool, final: Path | None = None):
     if strict:
         _refuse_truncated(runs, out)
     brief = [Limit(**lim) for lim in meta["brief"]]
-    tables = {"runs": runs, "designs": aggregate(runs, brief, drawn=meta.get("drawn", ()))}
+    tables = {"runs": runs, "designs": aggregate(runs, brief, drawn=meta.get("drawn", ()),
+                                                 tail_sd=meta.get("tail_sd"))}
     if meta["per_request"]:
         tables["requests"] = requests_table(partial.requests)
     # Engine calls overlap on worker threads: their seconds add up to more than the wall time.
@@ -155,6 +156,9 @@ def _manifest(study, per_request: bool, started: str, device: str) -> dict:
     """What a sweep runs (``identity``: a resumed run must match it) and the results' metadata."""
     import jax
 
+    from sweep.execution.calls import errs
+    from sweep.study import model_error
+
     return {
         "identity": {"config_text": study.text, "seeds": study.seeds, "per_request": per_request},
         "meta": {
@@ -163,6 +167,7 @@ def _manifest(study, per_request: bool, started: str, device: str) -> dict:
             "brief": [{"key": lim.key, "min": lim.min, "max": lim.max} for lim in study.brief],
             "skipped": [reason for _, reason in study.skipped], "per_request": per_request,
             "drawn": list(study.uncertain),
+            "tail_sd": model_error.tails() if errs(study) else {},
             "jax": jax.__version__, "device": device, "started": started,
         },
     }

@@ -230,7 +230,7 @@ VLLM = ServingEngine("vLLM 0.15", overhead_ms=1.01, seq_overhead_us=0.0,
 #: experts: the same rule on its held-out closed-loop runs of gpt-oss-120b.
 FITS = {
     "H100-SXM": GpuFit(None, 0.796, 0.842, 0.0, ModelError(0.048, 0.255),
-                       weight_only_error=ModelError(0.15, 0.88),
+                       weight_only_error=ModelError(0.151, 0.90),
                        source="vLLM 0.15.1 runs at TP 1, 2 and 4 (vllm-h100, blis-vllm); "
                               "weight-only error: closed-loop runs of gpt-oss-120b "
                               "(aic-silicon), held out"),
@@ -238,11 +238,11 @@ FITS = {
                         source="vLLM 0.15 runs at TP 1 and 2 (blis-vllm)"),
     "L40S": GpuFit(None, 0.887, None, 0.0, ModelError(0.065, 2.52),
                    source="a vLLM 0.15 run at TP 1 (blis-vllm)"),
-    "H200": GpuFit(0.614, None, None, 0.0, ModelError(0.083, 0.55),
+    "H200": GpuFit(0.614, None, None, 0.0, ModelError(0.084, 0.99),
                    dequant_bandwidth_efficiency=0.76, dequant_compute_efficiency=0.338,
                    allreduce_latency_us=21.8, allreduce_growth=0.021,
                    source="closed-loop vLLM runs of gpt-oss-120b at TP 1-8 (aic-silicon)"),
-    "B200": GpuFit(None, None, None, 0.0, ModelError(0.104, 1.71),
+    "B200": GpuFit(None, None, None, 0.0, ModelError(0.119, 1.83),
                    dequant_bandwidth_efficiency=0.978, dequant_compute_efficiency=0.737,
                    allreduce_latency_us=18.6, allreduce_growth=0.123,
                    source="closed-loop vLLM runs of gpt-oss-120b at TP 1-8 (aic-silicon)"),

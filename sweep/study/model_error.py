@@ -61,7 +61,12 @@ def spreads(design) -> dict[str, tuple[float, float, float]]:
 def tail_sd(metric: str) -> float:
     """The serving engine's own error of a tail metric (p99) beyond what its factors' error
     gives it, as a relative standard deviation; 0 for every other metric."""
-    return dict(VLLM.tail_sd).get(metric, 0.0)
+    return tails().get(metric, 0.0)
+
+
+def tails() -> dict[str, float]:
+    """Every tail metric's ``tail_sd``."""
+    return dict(VLLM.tail_sd)
 
 
 def distributions(design) -> dict[str, Uncertain]:

@@ -59,13 +59,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from statistics import NormalDist
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import pandas as pd
 
+from sweep.analysis.tables import Z90, widened
 from sweep.errors import UsageError, checked
 from sweep.files import out_folder
 from sweep.study import model_error
@@ -77,8 +77,6 @@ FILES = ("validation.parquet", "validation.png", "validation.svg")
 COLUMNS = ("case", "file", "group", "gpu", "gpus", "metric", "measured", "predicted",
            "predicted_lo", "predicted_hi", "error_pct", "flagged_share", "passed", "seeds",
            "load")
-#: The standard normal's 95% quantile: a 90% interval's half-width in standard deviations.
-_Z90 = NormalDist().inv_cdf(0.95)
 
 
 class ValidationError(ValueError):
@@ -254,12 +252,11 @@ def interval(sim: Simulated, metric: str, predicted: float) -> tuple[float, floa
         ends = sim.spread[metric].to_numpy(dtype=float) / centre * predicted
         if np.isfinite(ends).all():
             lo, hi = float(ends.min()), float(ends.max())
-        tail = _Z90 * model_error.tail_sd(metric)
+        tail = Z90 * model_error.tail_sd(metric)
         if tail and min(lo, predicted) > 0:  # the tail's own error, independent of the speed's
-            lo = predicted * math.exp(-math.hypot(math.log(predicted / min(lo, predicted)), tail))
-            hi = predicted * math.exp(math.hypot(math.log(max(hi, predicted) / predicted), tail))
+            lo, hi = (float(e) for e in widened(predicted, lo, hi, tail))
     ok = vals[~np.isnan(vals)]
-    noise = _Z90 * float(ok.std(ddof=1)) if ok.size > 1 else 0.0
+    noise = Z90 * float(ok.std(ddof=1)) if ok.size > 1 else 0.0
     return min(lo, predicted) - noise, max(hi, predicted) + noise
 
 
