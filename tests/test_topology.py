@@ -19,7 +19,8 @@ from sweep.study.config import ConfigError, parse_study
 from sweep.study.design import Design
 from sweep.study.fleet import MixedFleet
 from sweep.study.workload import Lengths, Workload, sample_n
-from tests.test_twin_agreement import CONTEXT, K_MAX, N_DESIGNS, N_REQ, SEATS, _random_design
+from tests.test_twin_agreement import (CONTEXT, EXPERT_MODELS, K_MAX, N_DESIGNS, N_REQ, SEATS,
+                                       _random_design)
 
 N_CASES = 12
 
@@ -39,7 +40,10 @@ def _call(params, reqs):
     return type(out)(*(np.asarray(x)[:m] for x in out))
 
 
-def _workload(rng, small):
+def _workload(rng, small, prefixes=False):
+    shared = dict(prefix_count=int(rng.choice([1, 3, 8])),
+                  prefix_tokens=int(rng.choice([8, 24, 64])),
+                  prefix_share=float(rng.choice([0.5, 1.0]))) if prefixes else {}
     return Workload(
         arrival_rate=2000.0 if small else float(rng.choice([20.0, 200.0, 2000.0])),
         duration_s=None,
@@ -47,12 +51,30 @@ def _workload(rng, small):
         drain_s=None if rng.random() < 0.5 else float(rng.choice([0.0, 0.05, 0.5])),
         arrival=str(rng.choice(["poisson", "constant"])),
         prompt_tokens=Lengths("exponential", 60.0),
-        output_tokens=Lengths("uniform", 0, 20, 80) if small else Lengths("exponential", 12.0))
+        output_tokens=Lengths("uniform", 0, 20, 80) if small else Lengths("exponential", 12.0),
+        **shared)
 
 
-def _cases(kind: str, seed: int):
-    """Random designs with replicas (``kind == "replicas"``) or with pools, their plans (the
-    KV caches of some shrunken to force preemption) and random requests."""
+def _features(rng, d):
+    """``d`` with some of prefix caching (paged designs), chunked prefill and a token budget
+    (from the least a rank allows: one decode per seat), or none of them."""
+    chunk = int(rng.choice([0, 0, 16, 64]))
+    extra = int(rng.choice([-1, 0, 5, 40]))  # -1: no budget
+    budget = 0 if extra < 0 else d.rank_seats * (d.draft_tokens + 1) + extra
+    return d.replace(prefix_cache=d.kv_cache == "paged" and rng.random() < 0.8,
+                     prefill_chunk_tokens=chunk, max_num_batched_tokens=budget)
+
+
+#: Each kind of case's router (the disaggregated and mixed kinds have their own).
+ROUTER = {"replicas": "round_robin", "lor": "least_outstanding", "prefix": "prefix_aware",
+          "session": "session"}
+
+
+def _cases(kind: str, seed: int, features: bool = False):
+    """Random designs with replicas behind ``ROUTER[kind]`` or with pools, their plans (the
+    KV caches of some shrunken to force preemption) and random requests; with ``features``,
+    most cache prefixes, chunk prefills or keep a token budget, on workloads that share
+    prefixes."""
     rng = np.random.default_rng(seed)
     out = []
     for i in range(N_CASES):
@@ -60,9 +82,19 @@ def _cases(kind: str, seed: int):
         if i % 4 == 1:  # a full paged cache under a burst: preemptions
             d, small = d.replace(batching="continuous", kv_cache="paged",
                                  max_batch=SEATS // d.data_parallel), True
+        if features and i % 6 != 5:  # as vLLM serves: continuous batching, a paged cache
+            d = _features(rng, d.replace(batching="continuous", kv_cache="paged"))
+        if features and i % 6 == 0 and kind != "disaggregated":  # data-parallel ranks
+            ranks = d.replace(model=str(rng.choice(EXPERT_MODELS)), expert_parallel=True,
+                              data_parallel=2, gpus=min(d.gpus, 4),
+                              max_batch=max(1, min(d.max_batch, SEATS // 2)))
+            try:
+                ranks.validate()
+                d = ranks
+            except ValueError:
+                pass
         if kind != "disaggregated":
-            d = d.replace(replicas=int(rng.integers(1, 6)),
-                          router="least_outstanding" if kind == "lor" else "round_robin")
+            d = d.replace(replicas=int(rng.integers(1, 6)), router=ROUTER[kind])
         else:
             g = d.gpus
             d = d.replace(gpus=1, prefill_gpus=int(rng.choice([1, g])), decode_gpus=g,
@@ -81,12 +113,14 @@ def _cases(kind: str, seed: int):
                     pass
         p = topology.plan(d)
         if small:
-            one = math.ceil(CONTEXT / int(p.system.block_tokens)) + int(p.system.seq_blocks)
+            servers = p.first + ([] if p.decode is None else [p.decode])
+            one = max(math.ceil(CONTEXT / int(x.block_tokens)) + int(x.seq_blocks)
+                      for x in servers)
             shrink = dict(total_blocks=np.int32(rng.integers(one, one + 8)))
             p = p._replace(first=[x._replace(**shrink) for x in p.first],
                            decode=None if p.decode is None else p.decode._replace(**shrink))
-        out.append((d, p, sample_n(_workload(rng, small), int(rng.integers(2**31)), CONTEXT,
-                                   N_REQ)))
+        out.append((d, p, sample_n(_workload(rng, small, features), int(rng.integers(2**31)),
+                                   CONTEXT, N_REQ)))
     return out
 
 
@@ -126,11 +160,16 @@ def _twin(d, p, r):
                                             p.link_bytes_per_s)
 
 
-@pytest.mark.parametrize("kind", ["replicas", "lor", "disaggregated", "mixed"])
-def test_engine_and_twin_agree_per_request(kind):
+@pytest.mark.parametrize("kind, features", [
+    ("replicas", False), ("lor", False), ("disaggregated", False), ("mixed", False),
+    ("replicas", True), ("lor", True), ("prefix", True), ("session", True),
+    ("disaggregated", True)])
+def test_engine_and_twin_agree_per_request(kind, features):
+    """Per request, per count and per metric, on random designs (with ``features``: prefix
+    caching, chunked prefill and token budgets too, data-parallel ranks among them)."""
     seed = {"replicas": 20261201, "disaggregated": 20261202, "lor": 20261204,
-            "mixed": 20261205}[kind]
-    cases = _mixed_cases(seed) if kind == "mixed" else _cases(kind, seed)
+            "mixed": 20261205, "prefix": 20261206, "session": 20261208}[kind] + 7 * features
+    cases = _mixed_cases(seed) if kind == "mixed" else _cases(kind, seed, features)
     designs, plans, reqs = zip(*cases)
     width = sum(len(p.first) for p in plans)
     out = topology.run(list(plans), stack(reqs), _call, width)
@@ -149,7 +188,8 @@ def test_engine_and_twin_agree_per_request(kind):
             np.testing.assert_allclose(eng[ok], twin[ok], rtol=1e-9, atol=0, err_msg=msg)
         np.testing.assert_array_equal(out.generated[b], ref.generated, err_msg=msg)
         assert float(out.t_stop[b]) == pytest.approx(ref.t_stop, rel=1e-9), msg
-        for name in ("tokens", "preemptions", "max_queue", "peak_blocks", "passes"):
+        for name in ("tokens", "preemptions", "max_queue", "peak_blocks", "passes",
+                     "prefix_lookups", "prefix_hits"):
             assert int(getattr(out, name)[b]) == int(getattr(ref, name)), (name, msg)
         preempted += int(ref.preemptions > 0)
         with float64():  # as the runner's summaries run
@@ -164,15 +204,30 @@ def test_engine_and_twin_agree_per_request(kind):
             else:
                 assert v == pytest.approx(float(value), rel=1e-9, abs=1e-12), (key, msg)
     assert preempted >= 1
+    if features:
+        _check_features_covered(designs, out)
     if kind == "mixed":
         assert len({str(g) for d in designs for g in (m.gpu for m in d.members)}) >= 4
         assert any(len({m.model for m in d.members}) > 1 for d in designs)
     elif kind != "disaggregated":
         assert {len(p.first) for p in plans} >= {1, 2, 3}
         assert (moved > 0) == (kind == "lor")
+        cv = np.asarray(out.load_cv)
+        assert (cv[[len(p.first) == 1 for p in plans]] == 0).all()
     else:
         assert {d.kv_link_gbps for d in designs} >= {1.0, 400.0}
-        assert sum(d.prefill_gpu not in (None, d.decode_gpu) for d in designs) >= 3
+        assert sum(d.prefill_gpu not in (None, d.decode_gpu) for d in designs) >= 2
+
+
+def _check_features_covered(designs, out) -> None:
+    """The random cases cache, chunk and budget, some on data-parallel ranks, and hit."""
+    cached = [d.prefix_cache for d in designs]
+    assert sum(cached) >= 3 and (np.asarray(out.prefix_hits) > 0).sum() >= 2
+    assert sum(d.prefill_chunk_tokens > 0 for d in designs) >= 2
+    assert sum(d.max_num_batched_tokens > 0 for d in designs) >= 3
+    if any(d.replicas > 1 for d in designs):  # not the pools' kind
+        assert any(d.data_parallel > 1 and (d.prefix_cache or d.max_num_batched_tokens)
+                   for d in designs)
 
 
 def _check_shares(r, ref, weights) -> None:
@@ -229,7 +284,8 @@ def test_replicas_split_round_robin_and_cost_every_gpu():
 
 def test_design_refuses_bad_topologies():
     with pytest.raises(ValueError,
-                       match=r"^levers.router: .*allowed: round_robin, least_outstanding$"):
+                       match=r"^levers.router: .*allowed: round_robin, least_outstanding, "
+                             r"prefix_aware, session$"):
         Design(router="random").validate()
     with pytest.raises(ValueError, match=r"^levers.replicas: "):
         Design(replicas=0).validate()
@@ -319,3 +375,30 @@ def test_a_mix_of_one_design_at_equal_weights_is_its_replicas():
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x, y)
     assert float(topology.plan(fleet).system.summary.gpus) == 3.0
+
+
+def test_a_prefix_aware_fleet_misses_each_prefix_once_and_round_robin_once_per_replica():
+    """With KV memory for every prefix, at a load where no two requests of a group prefill in
+    one pass: under the prefix-aware router every request of a group after its first hits, the
+    share the workload's draws imply; under round robin each replica misses each group once;
+    the session router keeps each group on one replica."""
+    wl = Workload(arrival_rate=10.0, duration_s=None, num_requests=N_REQ,
+                  prompt_tokens=Lengths("fixed", 40.0), output_tokens=Lengths("fixed", 8.0),
+                  prefix_count=5, prefix_tokens=64, prefix_share=0.9)
+    r = sample_n(wl, 11, CONTEXT, N_REQ)
+    prefix = np.asarray(r.prefix)
+    grouped = prefix >= 0
+    base = Design(model="Llama-3.2-1B", max_batch=SEATS, prefix_cache=True, replicas=4,
+                  max_seq_len=CONTEXT)
+    routers = ("prefix_aware", "round_robin", "session", "least_outstanding")
+    plans = [topology.plan(base.replace(router=k)) for k in routers]
+    out = topology.run(plans, stack([r] * len(plans)), _call, N_DESIGNS)
+    hits = dict(zip(routers, np.asarray(out.prefix_hits)))
+    lookups = dict(zip(routers, np.asarray(out.prefix_lookups)))
+    assert set(lookups.values()) == {grouped.sum()}
+    assert hits["prefix_aware"] == grouped.sum() - np.unique(prefix[grouped]).size
+    pairs = {(c, i % 4) for i, c in enumerate(prefix) if c >= 0}
+    assert hits["round_robin"] == grouped.sum() - len(pairs) < hits["prefix_aware"]
+    assert hits["session"] == hits["prefix_aware"]
+    cv = dict(zip(routers, np.asarray(out.load_cv)))
+    assert cv["round_robin"] < 0.05 and cv["session"] > cv["round_robin"]

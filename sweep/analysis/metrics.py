@@ -94,14 +94,13 @@ def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
         "mean_in_system": out.area / safe_t,
         "utilization": out.busy / safe_t,
         "sim_time_s": t_stop,
-        "passes": out.passes,
-        "unstable": unstable,
-        "truncated": out.truncated,
+        "passes": out.passes, "unstable": unstable, "truncated": out.truncated,
         # Prefills (admissions and recomputes) of sequences with a prefix that found it cached.
-        "prefix_hit_rate": jnp.where(out.prefix_lookups > 0, out.prefix_hits.astype(jnp.float64)
-                                     / jnp.maximum(out.prefix_lookups, 1), jnp.nan),
+        "prefix_hit_rate": out.prefix_hits / jnp.where(out.prefix_lookups > 0, out.prefix_lookups,
+                                                       jnp.nan),
         "prefill_tokens_saved": out.prefix_hits.astype(jnp.int64) * r.prefix_tokens,
         "slo_attainment": attained / n_real,
         "goodput_rps": attained / span,
         "requests_per_s": completed / span,
+        "replica_load_cv": out.load_cv,
     }

@@ -61,6 +61,17 @@ def context_blocks(p: EngineParams, tokens):
     return ceil_div(tokens, p.block_tokens) + p.seq_blocks
 
 
+def _ranks_budget(design: Design) -> dict:
+    """A server's token budget and chunk as its ranks run together: each data-parallel rank
+    schedules its own passes within ``max_num_batched_tokens``, so the shared batch has the
+    ranks' sum, and one prompt's chunk stays within a rank's budget."""
+    budget, dp = design.max_num_batched_tokens, design.data_parallel
+    if dp == 1 or budget == 0:
+        return {}
+    return {"max_num_batched_tokens": np.int32(budget * dp),
+            "prefill_chunk_tokens": np.int32(min(design.prefill_chunk_tokens or budget, budget))}
+
+
 def engine_params(design: Design) -> EngineParams:
     """One server's engine arrays (validated first); a design with replicas or disaggregated
     pools runs as several servers: ``sweep.engine.topology.plan``."""
@@ -80,7 +91,8 @@ def engine_params(design: Design) -> EngineParams:
                                    acceptance_thresholds(design.acceptance, MAX_DRAFT_TOKENS),
                                    0).astype(np.int32),
         transferred=np.bool_(False),
-        **{f.key: np.dtype(f.engine).type(getattr(design, f.key)) for f in ENGINE_LEVERS},
+        **{**{f.key: np.dtype(f.engine).type(getattr(design, f.key)) for f in ENGINE_LEVERS},
+           **_ranks_budget(design)},
         summary=SummaryParams(
             # A block is the full-attention layers' KV of block_tokens tokens, as the group
             # holds it: a sequence's window and state are counted in such blocks too.

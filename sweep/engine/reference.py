@@ -22,6 +22,7 @@ from sweep.engine.reference_rules import (Pass, admission, budget, completion, c
                                           evict, growth, idle_jump, readmission, stop, the_pass,
                                           tokens, used)
 from sweep.engine.reference_state import RefResult, columns, load, result
+from sweep.engine.topology import PREFIX_LOAD_CAP
 from sweep.study.workload import Requests
 
 __all__ = ["RefResult", "simulate_disaggregated_reference", "simulate_mixed_reference",
@@ -61,24 +62,38 @@ def simulate_reference(params: EngineParams, req: Requests,
 def simulate_replicas_reference(params: EngineParams, req: Requests, replicas: int,
                                 router: str = "round_robin") -> RefResult:
     """Replicas behind a router (docs/model.md "Replicas"), each a server of its own: round
-    robin sends request i (in arrival order) to replica i mod N; least outstanding to the
-    replica with the fewest requests sent there and unfinished at its arrival (ties: the
-    lowest), found as the fixed point of choosing again from the finish times the choices so
-    far lead to (rounds: see ``topology.run``). One replica is the plain server."""
+    robin sends request i (in arrival order) to replica i mod N; session a request of prefix
+    group c to replica c mod N (one without a group round robin over such requests); least
+    outstanding to the replica with the fewest requests sent there and unfinished at its
+    arrival (ties: the lowest); prefix aware to the least loaded replica it sent that prefix to
+    before, unless that one has more than ``PREFIX_LOAD_CAP`` outstanding beyond the least
+    loaded, else to the least loaded. The last two are found as the fixed point of choosing
+    again from the finish times the choices so far lead to (rounds: see ``topology.run``). One
+    replica is the plain server."""
     arrival, _, _, n = columns(req)
-    chosen = [i % replicas for i in range(n)]
+    prefix = [int(c) for c in np.asarray(req.prefix).reshape(-1)]
+    if router == "session":
+        loose = [sum(1 for c in prefix[:i] if c < 0) for i in range(n)]
+        chosen = [(prefix[i] if prefix[i] >= 0 else loose[i]) % replicas for i in range(n)]
+    else:
+        chosen = [i % replicas for i in range(n)]
     for _ in range(n + 1):
         parts, finish = _serve([params] * replicas, req, chosen)
         if replicas == 1:
             return parts[0][1]
-        again = chosen if router == "round_robin" else _least_outstanding(arrival, finish, chosen,
-                                                                          replicas)
+        if router == "least_outstanding":
+            again = _least_outstanding(arrival, finish, chosen, replicas)
+        elif router == "prefix_aware":
+            again = _prefix_aware(arrival, prefix, finish, chosen, replicas)
+        else:
+            again = chosen
         if again == chosen:
             break
         chosen = again
     merged = _merged_servers(req, parts)
     merged.truncated |= again != chosen
     merged.replica = np.asarray(chosen, dtype=np.int64)
+    merged.servers = replicas
     return merged
 
 
@@ -98,6 +113,7 @@ def simulate_mixed_reference(servers: list[EngineParams], weights, req: Requests
         sent[j] += 1
     merged = _merged_servers(req, _serve(servers, req, chosen)[0])
     merged.replica = np.asarray(chosen, dtype=np.int64)
+    merged.servers = len(servers)
     return merged
 
 
@@ -136,11 +152,34 @@ def _least_outstanding(arrival, finish, chosen: list, replicas: int) -> list:
     for i in range(len(arrival)):
         if not math.isfinite(arrival[i]):
             continue
-        outstanding = [0] * replicas
-        for j in range(i):
-            if not finish[j] <= arrival[i]:  # nan (never finished) is outstanding
-                outstanding[again[j]] += 1
+        outstanding = _outstanding(arrival, finish, again, i, replicas)
         again[i] = min(range(replicas), key=lambda k: (outstanding[k], k))
+    return again
+
+
+def _outstanding(arrival, finish, again: list, i: int, replicas: int) -> list:
+    """Each replica's requests sent there (by ``again``) before request i and not finished at
+    its arrival (nan, never finished, is outstanding)."""
+    outstanding = [0] * replicas
+    for j in range(i):
+        if not finish[j] <= arrival[i]:
+            outstanding[again[j]] += 1
+    return outstanding
+
+
+def _prefix_aware(arrival, prefix: list, finish, chosen: list, replicas: int) -> list:
+    """The prefix-aware router's choices again (docs/model.md "Replicas"), by brute force."""
+    again = list(chosen)
+    for i in range(len(arrival)):
+        if not math.isfinite(arrival[i]):
+            continue
+        out = _outstanding(arrival, finish, again, i, replicas)
+        least = min(range(replicas), key=lambda k: (out[k], k))
+        held = {again[j] for j in range(i) if prefix[i] >= 0 and prefix[j] == prefix[i]
+                and math.isfinite(arrival[j])}
+        best = min(held, key=lambda k: (out[k], k)) if held else None
+        fits = best is not None and out[best] <= out[least] + PREFIX_LOAD_CAP
+        again[i] = best if fits else least
     return again
 
 
@@ -191,4 +230,6 @@ def _merged(arrival, parts: list[RefResult], first, finish, generated, gaps) -> 
         area_in_system=float(np.sum(np.clip(ends[real] - arrival[real], 0.0, None))),
         steps=sum(res.steps for res in parts), passes=sum(res.passes for res in parts),
         tokens=sum(res.tokens for res in parts),
-        truncated=any(res.truncated for res in parts))
+        truncated=any(res.truncated for res in parts),
+        prefix_lookups=sum(res.prefix_lookups for res in parts),
+        prefix_hits=sum(res.prefix_hits for res in parts))

@@ -162,6 +162,7 @@ class RefResult:
     arrival: np.ndarray | None = None  # float64 [N]: a closed loop's arrivals, as it set them
     prefix_lookups: int = 0  # prefills of a sequence with a prefix, under prefix caching
     prefix_hits: int = 0  # of which found it cached
+    servers: int = 1  # servers behind the router (``replica`` indexes them)
 
 
 def result(tw: Twin) -> RefResult:

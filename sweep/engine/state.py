@@ -97,6 +97,8 @@ class EngineOutput(NamedTuple):
     truncated: jax.Array  # bool: hit the step bound before finishing
     prefix_lookups: jax.Array  # i32 prefills that looked a prefix up
     prefix_hits: jax.Array  # i32 of which hit
+    load_cv: jax.Array  # f64 coefficient of variation of requests per server behind a router
+    # (0: one server)
 
 
 class Seats(NamedTuple):
@@ -211,4 +213,4 @@ def output(s: EngineState, r: Requests, arrival) -> EngineOutput:
         peak_blocks=s.peak_blocks, area=_area(arrival, s.finish, s.t), busy=s.busy,
         itl_hist=s.itl_hist.at[0].add(s.itl_zero),
         steps=s.steps, passes=s.passes, overflow=s.overflow, truncated=~s.done,
-        prefix_lookups=s.ext.lookups, prefix_hits=s.ext.hits)
+        prefix_lookups=s.ext.lookups, prefix_hits=s.ext.hits, load_cv=jnp.zeros_like(s.t))

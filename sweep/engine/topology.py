@@ -119,20 +119,39 @@ def by_capacity(n: int, weights) -> np.ndarray:
     return chosen
 
 
-def route(p: Plan, n: int) -> np.ndarray:
-    """The first choices of ``p``'s router for ``n`` requests (least outstanding starts from
-    round robin, ``run``)."""
+#: A replica holding a request's prefix takes it under ``prefix_aware`` unless it has more
+#: than this many outstanding requests beyond the least loaded replica's (SGLang's
+#: cache-aware router, ``--balance-abs-threshold``, default 32).
+PREFIX_LOAD_CAP = 32
+
+
+def session(r: Requests, replicas: int) -> np.ndarray:
+    """The session router's choice for each request: a request of prefix group c to replica
+    c mod N (a consistent hash of its group: the group's requests stay together), one without
+    a group round robin over such requests."""
+    prefix = np.asarray(r.prefix)
+    loose = np.cumsum(prefix < 0) - 1
+    return np.where(prefix >= 0, prefix, loose) % replicas
+
+
+def route(p: Plan, r: Requests) -> np.ndarray:
+    """The first choices of ``p``'s router for the requests ``r`` (the routers that read the
+    replicas' load start from round robin and are found by rounds, ``run``)."""
+    n = r.arrival.shape[0]
     if p.weights is not None:
         return by_capacity(n, p.weights)
+    if p.router == "session":
+        return session(r, len(p.first))
     return round_robin(n, len(p.first))
 
 
-def least_outstanding(r: Requests, finish, chosen, replicas: int) -> np.ndarray:
-    """The router's choices again, request by request in arrival order, each to the replica with
-    the fewest outstanding requests (sent there by these new choices, not finished at its arrival
-    by the finish times ``finish`` that ``chosen`` led to; ties: the lowest replica). Choices
-    right before i give the right choice for i (see ``run``), and counting the new choices makes
-    the later ones follow the requests that moved, so rounds settle many requests at once."""
+def _by_load(r: Requests, finish, chosen, replicas: int, pick) -> np.ndarray:
+    """The router's choices again, request by request in arrival order: ``pick(i, outstanding)``
+    chooses request i's replica from each replica's outstanding requests at its arrival (sent
+    there by these new choices, not finished at its arrival by the finish times ``finish``
+    that ``chosen`` led to). Choices right before i give the right choice for i (see ``run``),
+    and counting the new choices makes the later ones follow the requests that moved, so rounds
+    settle many requests at once."""
     real = np.isfinite(r.arrival)
     again = np.array(chosen)
     ends = sorted((float(f), j) for j, f in enumerate(finish) if real[j] and np.isfinite(f))
@@ -143,9 +162,50 @@ def least_outstanding(r: Requests, finish, chosen, replicas: int) -> np.ndarray:
         while e < len(ends) and ends[e][0] <= a:  # finishes after arrival: only of j < i
             outstanding[again[ends[e][1]]] -= 1
             e += 1
-        again[i] = outstanding.index(min(outstanding))
+        again[i] = pick(int(i), outstanding)
         outstanding[again[i]] += 1
     return again
+
+
+def least_outstanding(r: Requests, finish, chosen, replicas: int) -> np.ndarray:
+    """Each request to the replica with the fewest outstanding requests (ties: the lowest)."""
+    return _by_load(r, finish, chosen, replicas, lambda i, out: out.index(min(out)))
+
+
+def prefix_aware(r: Requests, finish, chosen, replicas: int) -> np.ndarray:
+    """Each request with a prefix to the replica holding it, as the router's own record says
+    (a replica it sent a request of that prefix to: with enough KV memory, the replica's cache
+    holds it), the least loaded of those (ties: the lowest), unless that one has more than
+    ``PREFIX_LOAD_CAP`` outstanding requests beyond the least loaded replica; every other
+    request, and one over the cap, to the least loaded replica, which then holds its prefix."""
+    prefix = np.asarray(r.prefix)
+    holders: dict[int, set] = {}
+
+    def pick(i, out):
+        least = min(out)
+        c = int(prefix[i])
+        held = holders.get(c, ()) if c >= 0 else ()
+        if held:
+            j = min(held, key=lambda j: (out[j], j))
+            if out[j] <= least + PREFIX_LOAD_CAP:
+                return j
+        j = out.index(least)
+        if c >= 0:
+            holders.setdefault(c, set()).add(j)
+        return j
+
+    return _by_load(r, finish, chosen, replicas, pick)
+
+
+#: The routers whose choices read the replicas' load, found by rounds (``run``).
+BY_LOAD = {"least_outstanding": least_outstanding, "prefix_aware": prefix_aware}
+
+
+def load_cv(chosen, r: Requests, servers: int) -> float:
+    """The coefficient of variation (population) of the requests each server was sent."""
+    counts = np.bincount(np.asarray(chosen)[np.isfinite(r.arrival)], minlength=servers)
+    mean = counts.mean()
+    return float(counts.std() / mean) if mean > 0 else 0.0
 
 
 def split(r: Requests, chosen, replicas: int) -> list[Requests]:
@@ -201,7 +261,8 @@ def area_in_system(r: Requests, finish, t_stop) -> float:
     return float(np.sum(np.clip(end[real] - r.arrival[real], 0.0, None)))
 
 
-def _combine(r: Requests, outs: list, gpus: list, first, finish, generated, hist) -> EngineOutput:
+def _combine(r: Requests, outs: list, gpus: list, first, finish, generated, hist,
+             cv: float = 0.0) -> EngineOutput:
     """Aggregates of several servers (docs/model.md "Outputs and metrics", several servers)."""
     t_stop = max(float(o.t_stop) for o in outs)
     busy = sum(g * float(o.busy) for g, o in zip(gpus, outs)) / sum(gpus)
@@ -220,7 +281,7 @@ def _combine(r: Requests, outs: list, gpus: list, first, finish, generated, hist
         itl_hist=hist.astype(o0.itl_hist.dtype), steps=total("steps"), passes=total("passes"),
         prefix_lookups=total("prefix_lookups"), prefix_hits=total("prefix_hits"),
         overflow=np.bool_(any(bool(o.overflow) for o in outs)),
-        truncated=np.bool_(any(bool(o.truncated) for o in outs)))
+        truncated=np.bool_(any(bool(o.truncated) for o in outs)), load_cv=np.float64(cv))
 
 
 def merge_replicas(r: Requests, outs: list, gpus: list, chosen) -> EngineOutput:
@@ -235,7 +296,8 @@ def merge_replicas(r: Requests, outs: list, gpus: list, chosen) -> EngineOutput:
         k = idx.size
         first[idx], finish[idx], generated[idx] = o.first[:k], o.finish[:k], o.generated[:k]
     hist = sum(np.asarray(o.itl_hist, np.int64) for o in outs)
-    return _combine(r, outs, gpus, first, finish, generated, hist)
+    return _combine(r, outs, gpus, first, finish, generated, hist,
+                    load_cv(chosen, r, len(outs)))
 
 
 def merge_pools(r: Requests, pre: EngineOutput, dec: EngineOutput, order, gpus) -> EngineOutput:
@@ -270,8 +332,8 @@ def run(plans: list, reqs: Requests, call: Callable, width: int,
     ``len(plans)``. Plain designs alone are one call on the requests as given; if the plans
     after the first ``real`` are padding, that call is told so (``call(params, reqs, real)``).
 
-    A least-outstanding router's choices are found by rounds: simulate the replicas with the
-    choices so far, choose again (``least_outstanding``), repeat until nothing changes. Choices
+    The choices of a router that reads the replicas' load (``BY_LOAD``) are found by rounds:
+    simulate the replicas with the choices so far, choose again, repeat until nothing changes. Choices
     right for the requests before i give the right finish times before ``a_i`` (a pass that
     ends by then began before), hence the right choice for i: each round settles at least one
     more request, and a round that changes nothing has the router's own choices. A simulation
@@ -283,7 +345,7 @@ def run(plans: list, reqs: Requests, call: Callable, width: int,
         return call(first, reqs) if real is None else call(first, reqs, real)
     rows = [_pick(reqs, k) for k in range(m)]
     n = rows[0].arrival.shape[0]
-    chosen = [route(p, n) for p in plans]
+    chosen = [route(p, r) for p, r in zip(plans, rows)]
 
     def first_call(ks) -> dict:
         params, subs, owner = [], [], {}
@@ -302,12 +364,12 @@ def run(plans: list, reqs: Requests, call: Callable, width: int,
         return {k: [_pick(out, j) for j in owner[k]] for k in ks}
 
     firsts = first_call(range(m))
-    todo = [k for k, p in enumerate(plans) if p.router == "least_outstanding" and len(p.first) > 1]
+    todo = [k for k, p in enumerate(plans) if p.router in BY_LOAD and len(p.first) > 1]
     for _ in range(n + 1):
         changed = []
         for k in todo:
             got = merge_replicas(rows[k], firsts[k], plans[k].gpus, chosen[k])
-            new = least_outstanding(rows[k], got.finish, chosen[k], len(plans[k].first))
+            new = BY_LOAD[plans[k].router](rows[k], got.finish, chosen[k], len(plans[k].first))
             if not np.array_equal(new, chosen[k]):
                 chosen[k] = new
                 changed.append(k)

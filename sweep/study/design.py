@@ -136,18 +136,18 @@ class _Design:
                                  "decode_gpus", "unset without pools", getattr(self, key))
         gpu, model = self.gpu_spec, self.model_spec
         self._validate_precision(gpu)
-        decode_tokens = self.seats * (self.draft_tokens + 1)
+        # The budget is each data-parallel rank's, as each rank schedules its own passes.
+        decode_tokens = self.rank_seats * (self.draft_tokens + 1)
         if 0 < self.max_num_batched_tokens < decode_tokens:
             raise FieldError("levers.max_num_batched_tokens",
                              f"{self.max_num_batched_tokens} cannot hold a pass decoding every "
-                             f"seat ({self.seats} x {self.draft_tokens + 1} tokens)",
+                             f"seat ({self.rank_seats} x {self.draft_tokens + 1} tokens)",
                              f"0 (no budget) or at least {decode_tokens}",
                              self.max_num_batched_tokens)
         if self.prefix_cache and self.kv_cache != "paged":
             raise FieldError("levers.prefix_cache",
                              "shares KV blocks, so it needs kv_cache = \"paged\"",
                              "false with a contiguous cache", self.prefix_cache)
-        self._one_server_features()
         # The longest sequence is the model's to say.
         check(DESIGN_FIELDS["max_seq_len"]._replace(range=Range(2, model.max_context)),
               self.max_seq_len, "levers")
@@ -194,7 +194,6 @@ class _Design:
         if self.data_parallel != 1:
             raise FieldError("levers.data_parallel", "not with prefill_gpus and decode_gpus",
                              "1", self.data_parallel)
-        self._one_server_features()
         self.prefill_pool().validate()
         self.decode_pool().validate()
 
@@ -286,18 +285,6 @@ class _Design:
         levers = {k: getattr(self, k) for k in TIMING_KEYS}
         return timing_params(self.model_spec, self.gpu_spec,
                              **{**levers, "activation_bits": self.activation_precision})
-
-    def _one_server_features(self) -> None:
-        """Prefix caching and chunked prefill are checked against the twin on one server only."""
-        chunking = self.prefill_chunk_tokens or self.max_num_batched_tokens
-        several = self.replicas != 1 or self.disaggregated or self.data_parallel != 1
-        if (self.prefix_cache is True or chunking) and several:
-            key = "prefix_cache" if self.prefix_cache is True else (
-                "prefill_chunk_tokens" if self.prefill_chunk_tokens else "max_num_batched_tokens")
-            raise FieldError(f"levers.{key}", "not yet combined with replicas, data-parallel "
-                             "ranks or disaggregated pools",
-                             "one server (replicas = 1, data_parallel = 1, no prefill_gpus)",
-                             getattr(self, key))
 
     def replace(self, **changes) -> "Design":
         """``dataclasses.replace``, as a method for the many callers that change a few levers."""

@@ -28,7 +28,7 @@ GPUS = (1, 2, 4, 8)
 WEIGHT_BITS = (16, 8, 4)
 ACTIVATION_BITS = (16, 8, 4)
 KV_BITS = (16, 8)
-ROUTERS = ("round_robin", "least_outstanding")
+ROUTERS = ("round_robin", "least_outstanding", "prefix_aware", "session")
 #: Arrival processes a config may name; "trace" is set by ``[workload] trace`` instead.
 #: "closed": a fixed number of clients, each sending its next request when its last returns.
 ARRIVALS = ("poisson", "constant", "gamma", "closed")
@@ -271,8 +271,10 @@ FIELDS: tuple[Field, ...] = (
     _lever("replicas", default=1, range=Range(1, MAX_REPLICAS),
            help="identical servers behind a router", short="identical servers behind a router"),
     _lever("router", "str", "round_robin", choices=ROUTERS,
-           help="request `i` to replica `i mod replicas`, or to the replica with the fewest "
-                "unfinished requests", short="how a replica is picked"),
+           help="request `i` to replica `i mod replicas`; to the replica with the fewest "
+                "unfinished requests; to one holding its prefix, within a load cap "
+                "(`prefix_aware`); or its prefix group's replica (`session`)",
+           short="how a replica is picked"),
     _lever("prefill_gpus", choices=GPUS,
            help="both set (and `gpus` unset, `replicas` 1): disaggregated prefill and decode "
                 "pools, the KV moved between them over a link ([model.md](model.md))",
