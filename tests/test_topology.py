@@ -160,16 +160,41 @@ def _twin(d, p, r):
                                             p.link_bytes_per_s)
 
 
+def _closed(cases, rng):
+    """The cases' designs under closed loops of a few clients (some with think time and a
+    warm-up), on the same lengths and prefixes."""
+    out = []
+    for d, p, r in cases:
+        wl = Workload(arrival="closed", concurrency=int(rng.choice([4, 8])),
+                      think_time_s=float(rng.choice([0.0, 0.01])),
+                      warmup_requests=int(rng.choice([0, 5])), duration_s=None,
+                      num_requests=int(rng.integers(16, 40)),
+                      prompt_tokens=Lengths("exponential", 60.0),
+                      output_tokens=Lengths("exponential", 12.0), prefix_count=3,
+                      prefix_tokens=24, prefix_share=0.8)
+        out.append((d, p, sample_n(wl, int(rng.integers(2**31)), CONTEXT, N_REQ)))
+    return out
+
+
 @pytest.mark.parametrize("kind, features", [
     ("replicas", False), ("lor", False), ("disaggregated", False), ("mixed", False),
     ("replicas", True), ("lor", True), ("prefix", True), ("session", True),
-    ("disaggregated", True)])
+    ("disaggregated", True), ("closed", True), ("closed-pools", True)])
 def test_engine_and_twin_agree_per_request(kind, features):
     """Per request, per count and per metric, on random designs (with ``features``: prefix
     caching, chunked prefill and token budgets too, data-parallel ranks among them)."""
     seed = {"replicas": 20261201, "disaggregated": 20261202, "lor": 20261204,
-            "mixed": 20261205, "prefix": 20261206, "session": 20261208}[kind] + 7 * features
-    cases = _mixed_cases(seed) if kind == "mixed" else _cases(kind, seed, features)
+            "mixed": 20261205, "prefix": 20261206, "session": 20261208, "closed": 20261209,
+            "closed-pools": 20261210}[kind] + 7 * features
+    if kind == "mixed":
+        cases = _mixed_cases(seed)
+    elif kind.startswith("closed"):  # every router, and pools
+        rng = np.random.default_rng(seed)
+        cases = _closed([c for k in (["disaggregated"] if kind == "closed-pools" else ROUTER)
+                         for c in _cases(k, seed, features)[:N_CASES // 4 if kind == "closed"
+                                                           else N_CASES // 2]], rng)
+    else:
+        cases = _cases(kind, seed, features)
     designs, plans, reqs = zip(*cases)
     width = sum(len(p.first) for p in plans)
     out = topology.run(list(plans), stack(reqs), _call, width)
@@ -203,6 +228,9 @@ def test_engine_and_twin_agree_per_request(kind, features):
                 assert math.isnan(v), (key, msg)
             else:
                 assert v == pytest.approx(float(value), rel=1e-9, abs=1e-12), (key, msg)
+    if kind.startswith("closed"):
+        _check_closed(cases, out)
+        return
     assert preempted >= 1
     if features:
         _check_features_covered(designs, out)
@@ -217,6 +245,21 @@ def test_engine_and_twin_agree_per_request(kind, features):
     else:
         assert {d.kv_link_gbps for d in designs} >= {1.0, 400.0}
         assert sum(d.prefill_gpu not in (None, d.decode_gpu) for d in designs) >= 2
+
+
+def _check_closed(cases, out) -> None:
+    """Each closed loop keeps its clients busy: no more than ``concurrency`` requests are ever
+    in the fleet, and each measured request after the first clients' was sent by a finish."""
+    several = 0
+    for b, (d, p, r) in enumerate(cases):
+        arrival, finish = np.asarray(out.arrival[b]), np.asarray(out.finish[b])
+        real = np.isfinite(np.asarray(r.arrival))
+        assert np.isfinite(arrival[real]).all() and not out.truncated[b]
+        for t in arrival[real]:
+            inside = (arrival[real] <= t) & ~(finish[real] <= t)
+            assert inside.sum() <= int(r.clients), (b, t)
+        several += len(p.first) > 1 or p.decode is not None
+    assert several >= 3
 
 
 def _check_features_covered(designs, out) -> None:

@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sweep.analysis.tables import Z90
 from sweep.cli import main
 from sweep.study.config import ConfigError, parse_study
-from sweep.workflows.validate import (_Z90, COLUMNS, Case, Simulated, compare, false_alarms,
+from sweep.workflows.validate import (COLUMNS, Case, Simulated, compare, false_alarms,
                                      interval, load, load_cases, overloaded, render)
 from sweep.workflows.validation_report import by_load
 
@@ -186,7 +187,7 @@ def test_flags_and_notes_without_simulating():
     assert row.loc[("x", "truncated"), "flagged_share"] == 0.0
     assert not row.loc[("x", "truncated"), "passed"]
     assert row.loc[("tiny", "p50_ttft_s"), "predicted_lo"] == pytest.approx(
-        0.02 - _Z90 * np.std([0.01, 0.03], ddof=1))  # no model error: the seeds' noise alone
+        0.02 - Z90 * np.std([0.01, 0.03], ddof=1))  # no model error: the seeds' noise alone
     text = render(table, overloaded([case, flag], [Simulated(runs), Simulated(runs)]))
     assert "note: tiny: simulated as overloaded" in text and "in 1/2 seeds" in text
     assert "note: x" not in text  # it states a flag: checked, not noted
@@ -231,7 +232,7 @@ def test_a_tail_metric_interval_carries_the_engines_tail_error(monkeypatch):
     spread = pd.DataFrame({"p99_e2e_s": [1.8, 2.4], "mean_e2e_s": [0.9, 1.2]})
     sim = Simulated(runs, spread)
     lo, hi = interval(sim, "p99_e2e_s", 2.0)
-    w = _Z90 * 0.2
+    w = Z90 * 0.2
     assert lo == pytest.approx(2.0 * math.exp(-math.hypot(math.log(2.0 / 1.8), w)))
     assert hi == pytest.approx(2.0 * math.exp(math.hypot(math.log(2.4 / 2.0), w)))
     assert interval(sim, "mean_e2e_s", 1.0) == pytest.approx((0.9, 1.2))

@@ -70,6 +70,11 @@ def simulate_replicas_reference(params: EngineParams, req: Requests, replicas: i
     loaded, else to the least loaded. The last two are found as the fixed point of choosing
     again from the finish times the choices so far lead to (rounds: see ``topology.run``). One
     replica is the plain server."""
+    if replicas == 1:
+        return simulate_reference(params, req)
+    if int(np.asarray(req.clients)) > 0:
+        return _closed_loop(req, _gap(req, params), lambda r: simulate_replicas_reference(
+            params, r, replicas, router))
     arrival, _, _, n = columns(req)
     prefix = [int(c) for c in np.asarray(req.prefix).reshape(-1)]
     if router == "session":
@@ -79,8 +84,6 @@ def simulate_replicas_reference(params: EngineParams, req: Requests, replicas: i
         chosen = [i % replicas for i in range(n)]
     for _ in range(n + 1):
         parts, finish = _serve([params] * replicas, req, chosen)
-        if replicas == 1:
-            return parts[0][1]
         if router == "least_outstanding":
             again = _least_outstanding(arrival, finish, chosen, replicas)
         elif router == "prefix_aware":
@@ -190,6 +193,9 @@ def simulate_disaggregated_reference(prefill: EngineParams, decode: EngineParams
     decode"): the prefill pool serves every request's first token; a request with more to
     generate then moves its prompt's KV over the link and joins the decode pool's queue in
     order of arrival there (``decode.transferred`` must be set)."""
+    if int(np.asarray(req.clients)) > 0:
+        return _closed_loop(req, _gap(req, decode), lambda r: simulate_disaggregated_reference(
+            prefill, decode, r, kv_bytes_per_token, link_bytes_per_s))
     arrival, prompt, output, n = columns(req)
     pre = simulate_reference(prefill, Requests(arrival, prompt, np.ones(n, np.int64),
                                                req.end_time, req.seed, req.prefix,
@@ -215,6 +221,48 @@ def simulate_disaggregated_reference(prefill: EngineParams, decode: EngineParams
             gaps.append(float(dec.first_token[k]) - float(pre.first_token[i]))
     return _merged(arrival, [pre, dec], pre.first_token, finish, generated,
                    np.asarray(gaps, dtype=np.float64))
+
+
+def _gap(req: Requests, params: EngineParams) -> float:
+    """A closed loop's time from a finish to the next request's arrival."""
+    return float(np.asarray(req.think) + np.asarray(params.summary.request_overhead_s))
+
+
+def _sent(req: Requests, finish, gap: float) -> list:
+    """A closed loop's arrivals as the finish times ``finish`` send them, finish by finish in
+    time order, as a single server's ``send`` does (+inf: not yet sent)."""
+    own, _, _, n = columns(req)
+    c, w = int(np.asarray(req.clients)), int(np.asarray(req.warmup))
+    real = int(np.isfinite(own).sum())
+    arrival = [float(own[i]) if i < (min(c, w) if w > 0 else c) else math.inf for i in range(n)]
+    for j, t in enumerate(sorted(float(f) for f in finish if math.isfinite(f))):
+        if w > 0 and j < w:
+            sends = range(j + c, j + c + 1) if j + c < w else range(w, w + c) if j == w - 1 else ()
+        else:
+            sends = range(j + c, j + c + 1)
+        for i in sends:
+            if i < real:
+                arrival[i] = t + gap
+    return arrival
+
+
+def _closed_loop(req: Requests, gap: float, serve) -> RefResult:
+    """A closed loop over several servers (docs/model.md "Closed loop"): its arrivals are the
+    fixed point of serving the requests open at the arrivals so far (``serve``; at first only
+    the clients' first requests are sent) and sending the next ones from the finishes, found
+    in rounds as a router's choices are."""
+    n = columns(req)[3]
+    arrival = _sent(req, [], gap)
+    for _ in range(n + 1):
+        res = serve(req._replace(arrival=np.asarray(arrival, dtype=np.float64),
+                                 clients=np.int32(0), warmup=np.int32(0)))
+        again = _sent(req, res.finish, gap)
+        if again == arrival:
+            break
+        arrival = again
+    res.truncated |= again != arrival
+    res.arrival = np.asarray(arrival, dtype=np.float64)
+    return res
 
 
 def _merged(arrival, parts: list[RefResult], first, finish, generated, gaps) -> RefResult:

@@ -106,16 +106,16 @@ def summarize_reference(res: RefResult, req: Requests, params: EngineParams) -> 
         "slo_attainment": attained / n if n else math.nan,
         "goodput_rps": _safe_div(float(attained), span),
         "requests_per_s": _safe_div(float(np.count_nonzero(done)), span),
-        "replica_load_cv": _load_cv(res, req),
+        "replica_load_cv": _load_cv(res, arrival),
     }
 
 
-def _load_cv(res: RefResult, req: Requests) -> float:
+def _load_cv(res: RefResult, arrival: np.ndarray) -> float:
     """The coefficient of variation (population) of the requests each server behind the
-    router was sent; 0 for one server."""
+    router was sent (of those that arrived); 0 for one server."""
     if res.replica is None or res.servers < 2:
         return 0.0
-    real = np.isfinite(np.asarray(req.arrival, dtype=np.float64))
+    real = np.isfinite(arrival)
     counts = [sum(1 for i in np.flatnonzero(real) if res.replica[i] == j)
               for j in range(res.servers)]
     mean = sum(counts) / len(counts)

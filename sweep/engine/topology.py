@@ -209,17 +209,18 @@ def load_cv(chosen, r: Requests, servers: int) -> float:
 
 
 def split(r: Requests, chosen, replicas: int) -> list[Requests]:
-    """Replica j's requests: those sent to it, in arrival order, padded to the length."""
+    """Replica j's requests: those sent to it, in arrival order, padded to the length (one
+    replica's: the requests as they are, a closed loop's included)."""
     n = r.arrival.shape[0]
     pad = nothing(n)
     subs = []
     for j in range(replicas):
         idx = np.flatnonzero(chosen == j)
         k = idx.size
-        subs.append(Requests(np.concatenate([r.arrival[idx], pad.arrival[k:]]),
-                             np.concatenate([r.prompt[idx], pad.prompt[k:]]),
-                             np.concatenate([r.output[idx], pad.output[k:]]), r.end_time, r.seed,
-                             np.concatenate([r.prefix[idx], pad.prefix[k:]]), r.prefix_tokens))
+        subs.append(r._replace(arrival=np.concatenate([r.arrival[idx], pad.arrival[k:]]),
+                               prompt=np.concatenate([r.prompt[idx], pad.prompt[k:]]),
+                               output=np.concatenate([r.output[idx], pad.output[k:]]),
+                               prefix=np.concatenate([r.prefix[idx], pad.prefix[k:]])))
     return subs
 
 
@@ -245,6 +246,23 @@ def decode_requests(r: Requests, ready) -> tuple[Requests, np.ndarray]:
                     np.where(real, r.output[order] - 1, 1).astype(np.int32),
                     r.end_time, r.seed, np.full(order.size, -1, np.int32),
                     r.prefix_tokens), order
+
+
+def closed_arrivals(r: Requests, finish, gap: float) -> np.ndarray:
+    """A closed loop's arrivals (``arrivals.closed_arrival``) as the finish times ``finish``
+    (in any order; nan: none) send them, ``gap`` after each: the first ``clients`` at their own
+    arrival (with a warm-up of W requests, those of the warm-up), then request ``clients + j``
+    at the j-th finish, but the first ``clients`` measured ones together at the W-th; +inf for
+    a request not yet sent."""
+    n = r.arrival.shape[0]
+    done = np.sort(finish[np.isfinite(finish)])
+    spawn = np.concatenate([done + gap, np.full(n - done.size, np.inf)])
+    i = np.arange(n)
+    c, w = int(r.clients), int(r.warmup)
+    own = np.asarray(r.arrival)
+    at_once = (i < c) & ((i < w) | (w == 0))
+    j = np.where((w > 0) & (i >= w) & (i < w + c), w - 1, i - c)
+    return np.where(at_once, own, np.maximum(own, spawn[np.clip(j, 0, n - 1)]))
 
 
 def itl_bins(gaps) -> np.ndarray:
@@ -346,11 +364,22 @@ def run(plans: list, reqs: Requests, call: Callable, width: int,
     rows = [_pick(reqs, k) for k in range(m)]
     n = rows[0].arrival.shape[0]
     chosen = [route(p, r) for p, r in zip(plans, rows)]
+    # A closed loop's arrivals, as the finishes so far send them (+inf: not yet sent).
+    gaps = {k: float(r.think) + float(p.system.summary.request_overhead_s)
+            for k, (p, r) in enumerate(zip(plans, rows)) if not plain(p) and int(r.clients) > 0}
+    arrivals = {k: closed_arrivals(rows[k], np.full(n, np.nan), g) for k, g in gaps.items()}
 
-    def first_call(ks) -> dict:
+    def given(k) -> Requests:
+        """Plan k's requests as its servers get them (a closed loop's: open, at its arrivals)."""
+        if k not in arrivals:
+            return rows[k]
+        return rows[k]._replace(arrival=arrivals[k], clients=np.int32(0), warmup=np.int32(0))
+
+    def serve(ks) -> dict:
+        """The merged outputs of plans ``ks``: the first call, then the decode pools'."""
         params, subs, owner = [], [], {}
         for k in ks:
-            p, r = plans[k], rows[k]
+            p, r = plans[k], given(k)
             parts = ([prefill_requests(r)] if p.decode is not None
                      else split(r, chosen[k], len(p.first)))
             owner[k] = range(len(subs), len(subs) + len(parts))
@@ -361,39 +390,42 @@ def run(plans: list, reqs: Requests, call: Callable, width: int,
         params += [plans[0].first[0]] * (width - len(subs))
         subs += [nothing(n)] * (width - len(subs))
         out = call(params, _stack(subs))
-        return {k: [_pick(out, j) for j in owner[k]] for k in ks}
+        firsts = {k: [_pick(out, j) for j in owner[k]] for k in ks}
+        pools = [k for k in ks if plans[k].decode is not None]
+        dec_params, dec_reqs, orders = [plans[0].first[0]] * m, [nothing(n)] * m, {}
+        for k in pools:
+            r = given(k)
+            dec_reqs[k], orders[k] = decode_requests(r, transfer_ready(r, firsts[k][0].first,
+                                                                       plans[k]))
+            dec_params[k] = plans[k].decode
+        out2 = call(dec_params, _stack(dec_reqs)) if pools else None
+        return {k: merge_pools(given(k), firsts[k][0], _pick(out2, k), orders[k], plans[k].gpus)
+                if k in orders else merge_replicas(given(k), firsts[k], plans[k].gpus, chosen[k])
+                for k in ks}
 
-    firsts = first_call(range(m))
-    todo = [k for k, p in enumerate(plans) if p.router in BY_LOAD and len(p.first) > 1]
+    def by_load(k) -> bool:
+        return plans[k].router in BY_LOAD and len(plans[k].first) > 1
+
+    merged = serve(range(m))
+    todo = [k for k in range(m) if k in arrivals or by_load(k)]
     for _ in range(n + 1):
         changed = []
         for k in todo:
-            got = merge_replicas(rows[k], firsts[k], plans[k].gpus, chosen[k])
-            new = BY_LOAD[plans[k].router](rows[k], got.finish, chosen[k], len(plans[k].first))
-            if not np.array_equal(new, chosen[k]):
+            moved = False
+            if k in arrivals:
+                a = closed_arrivals(rows[k], merged[k].finish, gaps[k])
+                moved = not np.array_equal(a, arrivals[k])
+                arrivals[k] = a
+            if by_load(k):
+                new = BY_LOAD[plans[k].router](given(k), merged[k].finish, chosen[k],
+                                               len(plans[k].first))
+                moved |= not np.array_equal(new, chosen[k])
                 chosen[k] = new
+            if moved:
                 changed.append(k)
         todo = changed
         if not todo:
             break
-        firsts.update(first_call(todo))
-    unsettled = set(todo)
-
-    dec_params, dec_reqs, orders = [], [], {}
-    for k, (p, r) in enumerate(zip(plans, rows)):
-        if p.decode is None:
-            dec_params.append(plans[0].first[0])
-            dec_reqs.append(nothing(n))
-        else:
-            dr, orders[k] = decode_requests(r, transfer_ready(r, firsts[k][0].first, p))
-            dec_params.append(p.decode)
-            dec_reqs.append(dr)
-    out2 = call(dec_params, _stack(dec_reqs)) if orders else None
-    merged = []
-    for k, (p, r) in enumerate(zip(plans, rows)):
-        if p.decode is None:
-            o = merge_replicas(r, firsts[k], p.gpus, chosen[k])
-            merged.append(o._replace(truncated=np.bool_(True)) if k in unsettled else o)
-        else:
-            merged.append(merge_pools(r, firsts[k][0], _pick(out2, k), orders[k], p.gpus))
-    return _stack(merged)
+        merged.update(serve(todo))
+    return _stack([merged[k]._replace(truncated=np.bool_(True)) if k in todo else merged[k]
+                   for k in range(m)])

@@ -141,10 +141,6 @@ def build(r: Reader, keys, excludes, max_requests: int):
         wkey = tuple(wkw.values())
         if wkey not in workloads:
             workloads[wkey] = _check_workload(r, Workload(**wkw), cols, axes, max_requests)
-        if workloads[wkey].arrival == "closed" and (design.replicas > 1 or design.disaggregated):
-            raise r.err(["workload", "arrival"], "a closed loop drives one server"
-                        f"{_at(cols, axes)}; allowed: replicas = 1 without prefill/decode pools, "
-                        "or an open arrival process")
         points.append(Point(design, workloads[wkey],
                             columns(design, workloads[wkey], getattr(r, "uncertain", ()))))
     _check_exclusions(r, excludes, seen)

@@ -102,8 +102,8 @@ def check(study: Study, target_rate: float | None) -> None:
         raise CapacityError("workload.arrival: a capacity search varies one kind of load; "
                             "allowed: closed loops only, or open arrivals only")
     if target_rate is not None and any(p.closed for p in study.points):
-        raise CapacityError("--target-rate: a closed loop's clients drive one server, not a "
-                            "fleet; allowed: poisson, constant or gamma arrivals for a fleet")
+        raise CapacityError("--target-rate: a closed loop's rate is its clients', not a "
+                            "target; allowed: poisson, constant or gamma arrivals for a fleet")
     if study.capacity["mixed_fleets"] and target_rate is None:
         raise CapacityError("capacity.mixed_fleets: mixes designs into fleets for a target "
                             "load; allowed: with [capacity] target_rate or --target-rate, of "

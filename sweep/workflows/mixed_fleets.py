@@ -65,7 +65,7 @@ def _pools(rate: dict, found: list[Search]) -> dict:
         try:
             d.replace(replicas=d.replicas * 2).validate()
         except ValueError:
-            continue  # one server only (prefix caching, chunked prefill, pools)
+            continue  # disaggregated pools are not replicated
         key = (repr(found[i].point.workload), d.context_limit)
         pools.setdefault(key, []).append(i)
     return pools
