@@ -74,7 +74,9 @@ def test_mla_kv_is_replicated_so_data_parallel_attention_holds_more():
     (dict(data_parallel=2), "levers.data_parallel"),
     (dict(data_parallel=2, expert_parallel=True, batching="static"), "levers.data_parallel"),
     (dict(gpus=4, data_parallel=4, expert_parallel=True), "levers.data_parallel"),
-    (dict(data_parallel=2, expert_parallel=True, prefix_cache=True), "levers.prefix_cache"),
+    # a token budget is each rank's: it must hold a pass decoding every seat of one rank
+    (dict(data_parallel=2, expert_parallel=True, max_num_batched_tokens=200),
+     "levers.max_num_batched_tokens"),
     (dict(gpus=1, prefill_gpus=2, decode_gpus=2, data_parallel=2, expert_parallel=True),
      "levers.data_parallel"),
 ])

@@ -13,7 +13,8 @@ from sweep.study.config import load_study
 
 CONFIGS = Path(__file__).parents[1] / "configs"
 SEEDS = {"bursty": 2, "trace_replay": 3, "uncertainty": 3, "calibrated": 6, "replicas": 2,
-         "disaggregated": 3, "prefix_cache": 6, "chunked_prefill": 4}  # x designs = 12
+         "disaggregated": 3, "prefix_cache": 6, "chunked_prefill": 4,
+         "vllm_fleet": 6}  # x designs = 12
 
 
 def shrunk(name: str, tmp_path: Path) -> Path:
@@ -79,5 +80,10 @@ def test_shipped_config_runs(name, tmp_path):
     elif name == "chunked_prefill":
         assert sorted(runs["prefill_chunk_tokens"].unique()) == [0, 512, 2048]
         assert (runs["prefill_tokens_saved"] == 0).all()
+    elif name == "vllm_fleet":  # the router that sees the caches saves prefills
+        saved = runs.pivot(index="seed", columns="router", values="prefill_tokens_saved")
+        assert (saved["prefix_aware"] >= saved["round_robin"]).all()
+        assert saved["prefix_aware"].sum() > saved["round_robin"].sum()
+        assert (runs["replica_load_cv"] >= 0).all() and (runs["replicas"] == 4).all()
     else:
         assert runs["compute_efficiency"].iloc[0] == pytest.approx(0.55, rel=0.03)

@@ -350,13 +350,14 @@ def run(plans: list, reqs: Requests, call: Callable, width: int,
     ``len(plans)``. Plain designs alone are one call on the requests as given; if the plans
     after the first ``real`` are padding, that call is told so (``call(params, reqs, real)``).
 
-    The choices of a router that reads the replicas' load (``BY_LOAD``) are found by rounds:
-    simulate the replicas with the choices so far, choose again, repeat until nothing changes. Choices
-    right for the requests before i give the right finish times before ``a_i`` (a pass that
-    ends by then began before), hence the right choice for i: each round settles at least one
-    more request, and a round that changes nothing has the router's own choices. A simulation
-    still changing after ``n + 1`` rounds (n requests; a step bound can break the argument) is
-    flagged truncated."""
+    The choices of a router that reads the replicas' load (``BY_LOAD``), and the arrivals of
+    a closed loop over several servers, are found by rounds: simulate the servers with the
+    choices and arrivals so far, choose and send again from the finishes, repeat until nothing
+    changes. Choices and arrivals right for the requests before i give the right finish times
+    before ``a_i`` (a pass that ends by then began before), hence the right choice and arrival
+    for i: each round settles at least one more request, and a round that changes nothing is
+    the fixed point. A simulation still changing after ``n + 1`` rounds (n requests; a step
+    bound can break the argument) is flagged truncated."""
     m = len(plans)
     if all(plain(p) for p in plans):
         first = [p.first[0] for p in plans]
@@ -375,57 +376,57 @@ def run(plans: list, reqs: Requests, call: Callable, width: int,
             return rows[k]
         return rows[k]._replace(arrival=arrivals[k], clients=np.int32(0), warmup=np.int32(0))
 
-    def serve(ks) -> dict:
-        """The merged outputs of plans ``ks``: the first call, then the decode pools'."""
-        params, subs, owner = [], [], {}
-        for k in ks:
-            p, r = plans[k], given(k)
-            parts = ([prefill_requests(r)] if p.decode is not None
-                     else split(r, chosen[k], len(p.first)))
-            owner[k] = range(len(subs), len(subs) + len(parts))
-            params += p.first
-            subs += parts
-        if len(subs) > width:
-            raise ValueError(f"topology.run: {len(subs)} servers in a call of width {width}")
-        params += [plans[0].first[0]] * (width - len(subs))
-        subs += [nothing(n)] * (width - len(subs))
-        out = call(params, _stack(subs))
-        firsts = {k: [_pick(out, j) for j in owner[k]] for k in ks}
-        pools = [k for k in ks if plans[k].decode is not None]
-        dec_params, dec_reqs, orders = [plans[0].first[0]] * m, [nothing(n)] * m, {}
-        for k in pools:
-            r = given(k)
-            dec_reqs[k], orders[k] = decode_requests(r, transfer_ready(r, firsts[k][0].first,
-                                                                       plans[k]))
-            dec_params[k] = plans[k].decode
-        out2 = call(dec_params, _stack(dec_reqs)) if pools else None
-        return {k: merge_pools(given(k), firsts[k][0], _pick(out2, k), orders[k], plans[k].gpus)
-                if k in orders else merge_replicas(given(k), firsts[k], plans[k].gpus, chosen[k])
-                for k in ks}
+    def again(k, got: EngineOutput) -> bool:
+        """Plan k's arrivals and choices from the finishes ``got``: whether either moved."""
+        moved = False
+        if k in arrivals:
+            a = closed_arrivals(rows[k], got.finish, gaps[k])
+            moved, arrivals[k] = not np.array_equal(a, arrivals[k]), a
+        if plans[k].router in BY_LOAD and len(plans[k].first) > 1:
+            new = BY_LOAD[plans[k].router](given(k), got.finish, chosen[k], len(plans[k].first))
+            moved |= not np.array_equal(new, chosen[k])
+            chosen[k] = new
+        return moved
 
-    def by_load(k) -> bool:
-        return plans[k].router in BY_LOAD and len(plans[k].first) > 1
+    def serve(ks) -> dict:
+        return _serve(plans, {k: given(k) for k in ks}, chosen, call, width, n)
 
     merged = serve(range(m))
-    todo = [k for k in range(m) if k in arrivals or by_load(k)]
+    todo = list(range(m))
     for _ in range(n + 1):
-        changed = []
-        for k in todo:
-            moved = False
-            if k in arrivals:
-                a = closed_arrivals(rows[k], merged[k].finish, gaps[k])
-                moved = not np.array_equal(a, arrivals[k])
-                arrivals[k] = a
-            if by_load(k):
-                new = BY_LOAD[plans[k].router](given(k), merged[k].finish, chosen[k],
-                                               len(plans[k].first))
-                moved |= not np.array_equal(new, chosen[k])
-                chosen[k] = new
-            if moved:
-                changed.append(k)
-        todo = changed
+        todo = [k for k in todo if again(k, merged[k])]
         if not todo:
             break
         merged.update(serve(todo))
     return _stack([merged[k]._replace(truncated=np.bool_(True)) if k in todo else merged[k]
                    for k in range(m)])
+
+
+def _serve(plans: list, given: dict, chosen: list, call: Callable, width: int, n: int) -> dict:
+    """The merged outputs of the plans ``given`` (index -> the requests its servers get): the
+    first call (``width`` servers), then the decode pools' (a lane per plan)."""
+    m = len(plans)
+    params, subs, owner = [], [], {}
+    for k, r in given.items():
+        p = plans[k]
+        parts = [prefill_requests(r)] if p.decode is not None else split(r, chosen[k],
+                                                                          len(p.first))
+        owner[k] = range(len(subs), len(subs) + len(parts))
+        params += p.first
+        subs += parts
+    if len(subs) > width:
+        raise ValueError(f"topology.run: {len(subs)} servers in a call of width {width}")
+    params += [plans[0].first[0]] * (width - len(subs))
+    subs += [nothing(n)] * (width - len(subs))
+    out = call(params, _stack(subs))
+    firsts = {k: [_pick(out, j) for j in owner[k]] for k in given}
+    dec_params, dec_reqs, orders = [plans[0].first[0]] * m, [nothing(n)] * m, {}
+    for k in (k for k in given if plans[k].decode is not None):
+        r = given[k]
+        dec_reqs[k], orders[k] = decode_requests(r, transfer_ready(r, firsts[k][0].first,
+                                                                   plans[k]))
+        dec_params[k] = plans[k].decode
+    out2 = call(dec_params, _stack(dec_reqs)) if orders else None
+    return {k: merge_pools(r, firsts[k][0], _pick(out2, k), orders[k], plans[k].gpus)
+            if k in orders else merge_replicas(r, firsts[k], plans[k].gpus, chosen[k])
+            for k, r in given.items()}
