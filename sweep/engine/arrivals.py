@@ -31,17 +31,18 @@ def gap(p: EngineParams, r: Requests):
     return r.think + p.summary.request_overhead_s
 
 
-def closed_arrival(r: Requests, spawn, i):
+def closed_arrival(r: Requests, spawn, i, xp=jnp):
     """Arrival of request ``i`` of a closed loop (+inf: not yet sent, or padding). The first
     ``clients`` are sent at once (their own arrival: 0, or +inf for padding); with a warm-up
     of W requests the measured ones start together too, once every warm-up request has
-    returned (the W-th finish); every other request follows a finish: ``clients`` before it."""
+    returned (the W-th finish); every other request follows a finish: ``clients`` before it.
+    ``xp``: the array module (numpy for the servers of a fleet, ``topology``)."""
     n = r.arrival.shape[0]
     c, w = r.clients, r.warmup
-    own = r.arrival[jnp.minimum(i, n - 1)]
+    own = r.arrival[xp.minimum(i, n - 1)]
     at_once = (i < c) & ((i < w) | (w == 0))
-    j = jnp.where((w > 0) & (i >= w) & (i < w + c), w - 1, i - c)
-    return jnp.where(at_once, own, jnp.maximum(own, spawn[jnp.clip(j, 0, spawn.shape[0] - 1)]))
+    j = xp.where((w > 0) & (i >= w) & (i < w + c), w - 1, i - c)
+    return xp.where(at_once, own, xp.maximum(own, spawn[xp.clip(j, 0, spawn.shape[0] - 1)]))
 
 
 def sent(r: Requests, spawn, t):

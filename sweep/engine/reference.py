@@ -19,8 +19,8 @@ import numpy as np
 from sweep.engine.params import EngineParams
 from sweep.engine.reference_metrics import summarize_reference
 from sweep.engine.reference_rules import (Pass, admission, budget, completion, continue_prefills,
-                                          evict, growth, idle_jump, readmission, stop, the_pass,
-                                          tokens, used)
+                                          evict, growth, idle_jump, readmission, sent_by, stop,
+                                          the_pass, tokens, used)
 from sweep.engine.reference_state import RefResult, columns, load, result
 from sweep.engine.topology import PREFIX_LOAD_CAP
 from sweep.study.workload import Requests
@@ -236,11 +236,7 @@ def _sent(req: Requests, finish, gap: float) -> list:
     real = int(np.isfinite(own).sum())
     arrival = [float(own[i]) if i < (min(c, w) if w > 0 else c) else math.inf for i in range(n)]
     for j, t in enumerate(sorted(float(f) for f in finish if math.isfinite(f))):
-        if w > 0 and j < w:
-            sends = range(j + c, j + c + 1) if j + c < w else range(w, w + c) if j == w - 1 else ()
-        else:
-            sends = range(j + c, j + c + 1)
-        for i in sends:
+        for i in sent_by(j, c, w):
             if i < real:
                 arrival[i] = t + gap
     return arrival

@@ -288,11 +288,14 @@ def send(tw: Twin, t: float) -> None:
     """A closed loop's finish (the ``tw.finished``-th) sends the next request at ``t``; with a
     warm-up of W requests, the finishes of the warm-up send only its own, and its last one
     sends the first ``clients`` measured requests together."""
-    j, c, w = tw.finished, tw.clients, tw.warmup
-    if w > 0 and j < w:
-        sends = range(j + c, j + c + 1) if j + c < w else range(w, w + c) if j == w - 1 else ()
-    else:
-        sends = range(j + c, j + c + 1)
-    for i in sends:
+    for i in sent_by(tw.finished, tw.clients, tw.warmup):
         if i < tw.real:
             tw.arrival[i] = t
+
+
+def sent_by(j: int, c: int, w: int) -> range:
+    """The requests a closed loop of ``c`` clients with a warm-up of ``w`` requests sends at
+    its ``j``-th finish."""
+    if w > 0 and j < w:
+        return range(j + c, j + c + 1) if j + c < w else range(w, w + c) if j == w - 1 else range(0)
+    return range(j + c, j + c + 1)

@@ -18,6 +18,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from sweep.engine import ITL_BINS, ITL_LO_S, ITL_LOG_WIDTH, EngineOutput
+from sweep.engine.arrivals import closed_arrival
 from sweep.engine.params import EngineParams, engine_params
 from sweep.study.design import Design
 from sweep.study.fleet import MixedFleet
@@ -249,20 +250,13 @@ def decode_requests(r: Requests, ready) -> tuple[Requests, np.ndarray]:
 
 
 def closed_arrivals(r: Requests, finish, gap: float) -> np.ndarray:
-    """A closed loop's arrivals (``arrivals.closed_arrival``) as the finish times ``finish``
-    (in any order; nan: none) send them, ``gap`` after each: the first ``clients`` at their own
-    arrival (with a warm-up of W requests, those of the warm-up), then request ``clients + j``
-    at the j-th finish, but the first ``clients`` measured ones together at the W-th; +inf for
-    a request not yet sent."""
+    """A closed loop's arrivals as the finish times ``finish`` (in any order; nan: none) send
+    them, ``gap`` after each, by the engine's rule (``arrivals.closed_arrival``); +inf for a
+    request not yet sent."""
     n = r.arrival.shape[0]
     done = np.sort(finish[np.isfinite(finish)])
     spawn = np.concatenate([done + gap, np.full(n - done.size, np.inf)])
-    i = np.arange(n)
-    c, w = int(r.clients), int(r.warmup)
-    own = np.asarray(r.arrival)
-    at_once = (i < c) & ((i < w) | (w == 0))
-    j = np.where((w > 0) & (i >= w) & (i < w + c), w - 1, i - c)
-    return np.where(at_once, own, np.maximum(own, spawn[np.clip(j, 0, n - 1)]))
+    return closed_arrival(r, spawn, np.arange(n), xp=np)
 
 
 def itl_bins(gaps) -> np.ndarray:
