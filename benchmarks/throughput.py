@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 from sweep.engine.params import engine_params
-from sweep.engine.reference import simulate_reference
+from sweep.twin import simulate_reference
 from sweep.execution.runner import run_study
 from sweep.runtime import executables
 from sweep.study.config import load_study

@@ -8,7 +8,7 @@ import pytest
 
 from sweep.cli import main
 from sweep.engine.params import engine_params
-from sweep.engine.reference import simulate_reference
+from sweep.twin import simulate_reference
 from sweep.execution.runner import run_study, simulate_rows
 from sweep.study.config import Limit, Point, parse_study
 from sweep.study.metric_names import METRICS

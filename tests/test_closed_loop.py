@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from sweep.engine.params import engine_params
-from sweep.engine.reference import simulate_reference, summarize_reference
+from sweep.twin import simulate_reference, summarize_reference
 from sweep.execution.batch import stack
 from sweep.execution.runner import simulate_rows
 from sweep.study.config import parse_study

@@ -41,8 +41,9 @@ def _imports(name: str, tree: ast.Module, modules) -> set[str]:
 #: never one above (data flows one way: hardware and model, what to simulate, the engine, what
 #: results mean, how simulations run, the questions asked of many runs, the interfaces).
 ROOMS = [("sweep.errors", "sweep.files", "sweep.version", "sweep.runtime"), ("sweep.physics",),
-         ("sweep.study",), ("sweep.engine",), ("sweep.analysis",), ("sweep.execution",),
-         ("sweep.workflows",), ("sweep.api", "sweep.commands", "sweep.cli", "sweep")]
+         ("sweep.study",), ("sweep.engine", "sweep.twin"), ("sweep.analysis",),
+         ("sweep.execution",), ("sweep.workflows",),
+         ("sweep.api", "sweep.commands", "sweep.cli", "sweep")]
 
 
 def _room(module: str) -> int:

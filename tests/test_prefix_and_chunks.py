@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from sweep.engine.params import engine_params
-from sweep.engine.reference import simulate_reference, summarize_reference
+from sweep.twin import simulate_reference, summarize_reference
 from sweep.execution.batch import stack
 from sweep.physics import timing
 from sweep.study.design import Design

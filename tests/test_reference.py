@@ -1,4 +1,4 @@
-"""Hand-checkable scenarios for the event-driven twin (sweep/engine/reference.py).
+"""Hand-checkable scenarios for the event-driven twin (sweep/twin/).
 
 Every expected time is rebuilt here from ``timing.pass_time`` by listing the passes that
 docs/model.md prescribes, and accumulating the clock the same way (t = t + duration).
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from sweep.engine.params import engine_params
-from sweep.engine.reference import simulate_reference, summarize_reference
+from sweep.twin import simulate_reference, summarize_reference
 from sweep.physics import rng, timing
 from sweep.study.design import Design as _Design
 from sweep.study.workload import Lengths, Requests, Workload, sample

@@ -9,7 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sweep.engine.extensions import Cached, Plain
+from sweep.engine import features
+from sweep.engine.features import compose, slots
+from sweep.engine.features.plain import Plain
 from sweep.engine.params import engine_params
 from sweep.engine.passes import completion, the_pass, tokens
 from sweep.engine.scheduling import Step, admission, growth, idle_jump, readmission, stop
@@ -43,7 +45,7 @@ def step(p, arrival, prompt, output, end_time=math.inf, **state) -> Step:
                  output=jnp.asarray(output, jnp.int32), end_time=jnp.float64(end_time),
                  seed=jnp.uint32(0), prefix=jnp.full((n,), -1, jnp.int32),
                  prefix_tokens=jnp.int32(0))
-    s = initial_state(n, SEATS)
+    s = initial_state(n, SEATS, slots(("prefills",), n, SEATS))
     for k, v in state.items():
         old = getattr(s, k)
         if old.ndim:
@@ -155,5 +157,39 @@ def test_the_plain_hooks_add_nothing():
     assert Plain.growth(None, c.seats, need)[1] is need
     assert Plain.take(None, True, None) == (None, None)
     assert Plain.view(c.p, c.r, c.s, c.seats) is None and Plain.budget(c, None, None) is None
-    held = Cached.view(c.p, c.r, c.s, c.seats)
-    assert int(Cached.free(held, 7)) == 7  # no prefix held: nothing to take
+    cached = compose(("prefills",))
+    held = cached.view(c.p, c.r, c.s, c.seats)
+    assert int(cached.free(held, 7)) == 7  # no prefix held: nothing to take
+
+
+def test_features_compose_by_a_list(monkeypatch):
+    """Each hook comes from the one feature that replaces it, else the plain form; a batch's
+    state carries the slots of its features and no other; two features replacing one hook are
+    refused."""
+    every = tuple(f.NAME for f in features.FEATURES)
+    hooks = compose(every)
+    for f in features.FEATURES:
+        for name, value in vars(f.Hooks).items():
+            if not name.startswith("__"):
+                assert getattr(hooks, name) is getattr(f.Hooks, name), (f.NAME, name)
+    plain = compose(())
+    assert all(getattr(plain, h) is getattr(Plain, h) for h in vars(Plain) if h[0] != "_")
+    assert set(slots(every, 3, SEATS)) == {"prefills", "closed_loop"}  # expert parallelism: none
+    assert slots(("expert_parallel",), 3, SEATS) == {}
+
+    class Clash(Plain):
+        pass_time = staticmethod(lambda *a, **k: 0.0)
+
+    clash = type("clash", (), {"NAME": "clash", "Hooks": Clash})
+    monkeypatch.setitem(features._BY_NAME, "clash", clash)
+    with pytest.raises(TypeError, match="pass_time"):
+        compose(("expert_parallel", "clash"))
+
+
+def test_a_batch_compiles_only_the_features_it_uses():
+    """The compile gates: a plain batch has none; each lever turns on its feature alone."""
+    r = step(params(8), [0.0], [8], [4]).r._replace(clients=jnp.int32(0))
+    assert features.active(params(8), r) == ()
+    assert features.active(params(8, prefix_cache=True), r) == ("prefills",)
+    assert features.active(params(8, max_num_batched_tokens=256), r) == ("prefills",)
+    assert features.active(params(8), r._replace(clients=jnp.int32(2))) == ("closed_loop",)

@@ -10,7 +10,7 @@ from sweep.analysis.metrics import summarize
 from sweep.engine import ITL_LOG_WIDTH, simulate_batch
 from sweep.engine import topology
 from sweep.engine.params import engine_params
-from sweep.engine.reference import (simulate_disaggregated_reference, simulate_mixed_reference,
+from sweep.twin import (simulate_disaggregated_reference, simulate_mixed_reference,
                                     simulate_replicas_reference, summarize_reference)
 from sweep.execution.batch import stack
 from sweep.physics.hardware import get_gpu

@@ -8,7 +8,7 @@ import pytest
 
 from sweep.engine import ITL_LOG_WIDTH, simulate_batch
 from sweep.engine.params import engine_params
-from sweep.engine.reference import simulate_reference, summarize_reference
+from sweep.twin import simulate_reference, summarize_reference
 from sweep.execution.batch import stack
 from sweep.physics.models import Model
 from sweep.physics.timing import TimingParams

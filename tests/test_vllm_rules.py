@@ -8,7 +8,7 @@ import pytest
 
 from sweep.analysis.report import transferred_lines
 from sweep.engine.params import engine_params
-from sweep.engine.reference import simulate_reference, summarize_reference
+from sweep.twin import simulate_reference, summarize_reference
 from sweep.physics import timing
 from sweep.physics.hardware import CATALOG as GPU_CATALOG
 from sweep.physics.hardware import FITS, VLLM, get_gpu

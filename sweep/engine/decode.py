@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from sweep.engine.extensions import hooks
+from sweep.engine.features import compose
 from sweep.engine.params import EngineParams, context_blocks
 from sweep.engine.passes import accepted
 from sweep.engine.state import Aux, EngineState, itl_bin, needs_pass, unfinished
@@ -81,10 +81,10 @@ def _run_end(p: EngineParams, r: Requests, aux: Aux, s: EngineState, f: type, sk
     hist = s.itl_hist.at[itl_bin(run.dt)].add(passes_run)
     passes_done = (done_seat[:, None] & (seat_passes[:, None] - 1 == jnp.arange(
         took.shape[0], dtype=jnp.int32))).sum(axis=0, dtype=jnp.int32)
-    spawn = f.spawned_run(p, r, s, passes_done, ends)
-    tail_last = f.arrived(r, aux, spawn, run.starts[last])
+    features = f.spawned_run(p, r, s, passes_done, ends)
+    tail_last = f.arrived(r, aux, features, run.starts[last])
     return s._replace(
-        t=t_end, tail=f.arrived(r, aux, spawn, t_end), spawn=spawn,
+        t=t_end, tail=f.arrived(r, aux, features, t_end), features=features,
         seat_req=jnp.where(done_seat, -1, s.seat_req),
         seat_gen=jnp.where(done_seat, 0, gen_new),
         seat_npass=jnp.where(done_seat, 0, s.seat_npass + seat_passes),
@@ -105,7 +105,7 @@ def _run_end(p: EngineParams, r: Requests, aux: Aux, s: EngineState, f: type, sk
 
 
 def decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: int, unit: int,
-               ext: bool, ep: bool, closed: bool, s: EngineState) -> EngineState:
+               features: tuple[str, ...], s: EngineState) -> EngineState:
     """Up to ``lookahead`` decode-only passes at once (none if an event could intervene), taken
     exactly as consecutive runs of ``unit`` passes would be (``lookahead`` is a multiple of it),
     down to the step count: how runs are cut changes no result.
@@ -114,10 +114,10 @@ def decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: in
     counted as freed, which can only end a run early). What ends it is a pass at which the
     rules could admit (a free seat of a continuous batch and someone waiting or arriving), a
     KV block that may not fit, the end time, or an empty batch; in a closed loop a completion
-    sends a request, which ends the run like any arrival. With ``ext``, no run starts while a
-    seat is mid-prefill, and growth must fit beside every cached prefix (so the run never
-    evicts one)."""
-    f = hooks(ext, ep, closed)
+    sends a request, which ends the run like any arrival. Under prefix caching and chunked
+    prefill (the ``features``' hooks), no run starts while a seat is mid-prefill, and growth
+    must fit beside every cached prefix (so the run never evicts one)."""
+    f = compose(features)
     skipped, ok, next_arrival = _run_start(p, r, aux, f, s)
     running = (s.seat_req >= 0) & ~s.seat_pre
     prompt, output, gen, npass = s.seat_prompt, s.seat_output, s.seat_gen, s.seat_npass
@@ -159,14 +159,15 @@ def decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: in
                     blocks=jnp.where(seat_passes > 0, held[:, run.last], s.seat_blocks))
 
 
-def plain_run(p: EngineParams, r: Requests, aux: Aux, lookahead: int, unit: int, ep: bool,
-              closed: bool, s: EngineState) -> EngineState:
-    """``decode_run`` when no lane speculates and none caches prefixes or chunks prefills:
-    the same passes and results, to the bit, at a fraction of the cost. Every running seat
-    then emits one token per pass, so seat i decodes exactly the passes j < rem_i of the run
-    and every per-pass figure (batch, context, KV blocks) is a sum over seats of a closed form
-    in (i, j): a few fused reductions instead of a [seats, passes] state of tokens."""
-    f = hooks(False, ep, closed)
+def plain_run(p: EngineParams, r: Requests, aux: Aux, lookahead: int, unit: int,
+              features: tuple[str, ...], s: EngineState) -> EngineState:
+    """``decode_run`` when no lane speculates and the ``features`` allow it (their hooks'
+    ``closed_form_runs``): the same passes and results, to the bit, at a fraction of the
+    cost. Every running seat then emits one token per pass, so seat i decodes exactly the
+    passes j < rem_i of the run and every per-pass figure (batch, context, KV blocks) is a sum
+    over seats of a closed form in (i, j): a few fused reductions instead of a [seats, passes]
+    state of tokens."""
+    f = compose(features)
     skipped, ok, next_arrival = _run_start(p, r, aux, f, s)
     running = (s.seat_req >= 0) & ~s.seat_pre
     output, gen = s.seat_output, s.seat_gen

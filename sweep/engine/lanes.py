@@ -12,9 +12,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from sweep.engine.arrivals import closed_loop
 from sweep.engine.decode import decode_run, plain_run
-from sweep.engine.extensions import hooks, smallest_chunk, uses_expert_parallel, uses_extensions
+from sweep.engine.features import active, compose, slots
 from sweep.engine.params import EngineParams
 from sweep.engine.passes import accepted, general_pass
 from sweep.engine.state import (Aux, EngineOutput, EngineState, initial_state, make_aux, needs_pass,
@@ -37,15 +36,15 @@ DEFAULT_STATIC_LOOKAHEAD = 16
 
 
 def step(p: EngineParams, r: Requests, aux: Aux, s: EngineState, k_max: int, lookahead: int,
-         static_lookahead: int, ext: bool = False, ep: bool = True,
-         closed: bool = False) -> EngineState:
+         static_lookahead: int, features: tuple[str, ...] = ()) -> EngineState:
     """One step of a batch of simulations (leading axis: lanes): a general pass for those that
     ``needs_pass``, then a decode run of up to ``lookahead`` passes, or ``static_lookahead``
     when every running lane is a static batch (whose runs no arrival cuts short); the run is
     ``decode.plain_run`` when no lane running at the step's start speculates (then the general
     pass takes no draws either). The general pass is skipped altogether when no lane needs it
-    (it would leave each of them unchanged). None of these choices changes a result."""
-    general = jax.vmap(partial(general_pass, ext=ext, ep=ep, closed=closed))
+    (it would leave each of them unchanged). None of these choices changes a result.
+    ``features``: the compiled features (``features.active``)."""
+    general = jax.vmap(partial(general_pass, features=features))
     draws = jax.vmap(partial(accepted, k_max=k_max))
     speculates = ((p.draft_tokens > 0) & unfinished(aux, s)).any()
 
@@ -73,10 +72,10 @@ def step(p: EngineParams, r: Requests, aux: Aux, s: EngineState, k_max: int, loo
         return lambda c: lax.cond((p.static | ~unfinished(aux, c)).all(), of(static_lookahead),
                                   of(lookahead), c)
 
-    general_run = decode(partial(decode_run, k_max=k_max, ext=ext, ep=ep, closed=closed))
-    if ext:  # prefix caching and chunked prefill are the general run's alone
+    general_run = decode(partial(decode_run, k_max=k_max, features=features))
+    if not compose(features).closed_form_runs:
         return general_run(s)
-    plain = decode(partial(plain_run, ep=ep, closed=closed))
+    plain = decode(partial(plain_run, features=features))
     if k_max == 0:
         return plain(s)
     return lax.cond(speculates, general_run, plain, s)
@@ -105,8 +104,8 @@ def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
                    static_lookahead: int = DEFAULT_STATIC_LOOKAHEAD,
                    block_steps: int = DEFAULT_BLOCK_STEPS, max_steps=None, count=None,
                    compile_only: bool = False) -> EngineOutput:
-    """``_simulate_batch``, compiled with prefix caching and chunked prefill only if the
-    batch uses them. Only the first ``count`` simulations (default all) are simulated: the
+    """``_simulate_batch``, compiled with the features the batch uses (``features.active``)
+    and no other. Only the first ``count`` simulations (default all) are simulated: the
     rest are padding, whose results are left zero. ``compile_only`` compiles it for these
     arguments (into the cache a call uses) and returns the compiled executable without
     simulating."""
@@ -115,7 +114,7 @@ def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
                          f"lookahead ({lookahead})")
     static = dict(seats=seats, k_max=k_max, lanes=lanes, lookahead=lookahead,
                   static_lookahead=static_lookahead, block_steps=block_steps,
-                  ext=uses_extensions(p), ep=uses_expert_parallel(p), closed=closed_loop(r))
+                  features=active(p, r))
     cpu = jax.default_backend() == "cpu"
     with float64():
         count = jnp.int32(p.max_batch.shape[0] if count is None else count)
@@ -127,7 +126,7 @@ def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
 def _simulate_batch(p: EngineParams, r: Requests, count, *, seats: int, k_max: int,
                     lanes: int | None, lookahead: int, static_lookahead: int,
                     block_steps: int, max_steps,
-                    ext: bool, ep: bool, closed: bool) -> EngineOutput:
+                    features: tuple[str, ...]) -> EngineOutput:
     """Simulate the first ``count`` of the M simulations stacked along the leading axis of
     ``p`` and ``r``, ``lanes`` (default all) at a time: steps are vmapped over the lanes, and
     every ``block_steps`` steps the lanes whose simulation ended take the next ones, so a short
@@ -137,16 +136,15 @@ def _simulate_batch(p: EngineParams, r: Requests, count, *, seats: int, k_max: i
     m = p.max_batch.shape[0]
     lanes = min(lanes or m, m)
     n = r.arrival.shape[1]
-    aux_of = jax.vmap(lambda rr, pp: make_aux(rr, seats, max_steps,
-                                              smallest_chunk(pp) if ext else None))
+    f = compose(features)
+    aux_of = jax.vmap(lambda rr, pp: make_aux(rr, seats, max_steps, f.prefill_chunk(pp)))
     fresh = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (lanes,) + x.shape),
-                                   initial_state(n, seats))
+                                   initial_state(n, seats, slots(features, n, seats)))
     step_lanes = partial(step, k_max=k_max, lookahead=lookahead,
-                         static_lookahead=static_lookahead, ext=ext, ep=ep, closed=closed)
-    arrivals = hooks(ext, ep, closed).arrivals
+                         static_lookahead=static_lookahead, features=features)
 
     def output_of(s, r):
-        return output(s, r, arrivals(r, s.spawn))
+        return output(s, r, f.arrivals(r, s.features), f.prefix_counts(s))
 
     def load(ids):
         pp = jax.tree_util.tree_map(lambda x: x[ids], p)
@@ -181,8 +179,8 @@ def _simulate_batch(p: EngineParams, r: Requests, count, *, seats: int, k_max: i
     return lax.while_loop(lambda q: (q.sim >= 0).any(), block, pool).out
 
 
-_STATIC = ("seats", "k_max", "lanes", "lookahead", "static_lookahead", "block_steps", "ext",
-           "ep", "closed")
+_STATIC = ("seats", "k_max", "lanes", "lookahead", "static_lookahead", "block_steps",
+           "features")
 #: ``_simulate_batch`` compiled for a CPU (True) or an accelerator. XLA's CPU pipeline splits
 #: every reduction over more than 32 elements into a reduce-window and a reduce (for float
 #: accuracy): two kernels where one would do. The engine's float sums that reach results are

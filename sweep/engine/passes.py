@@ -1,7 +1,7 @@
 """Rules 6-9 of docs/model.md ("One step"): the pass, its tokens and completions, and the clock
 after it; and the general pass, the composition of all nine. Each rule is one pure function of
-the step (``scheduling.Step``) and the earlier rules' results; prefix caching and chunked
-prefill enter through the step's hooks (``extensions``)."""
+the step (``scheduling.Step``) and the earlier rules' results; the features enter through the
+step's hooks (``features``)."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -9,11 +9,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from sweep.engine.extensions import Budget, hooks
+from sweep.engine.features import compose
 from sweep.engine.params import EngineParams
 from sweep.engine.scheduling import (Admission, Growth, Readmission, Step, admission, growth,
                                      idle_jump, readmission, stop)
-from sweep.engine.state import Aux, EngineState, Extensions, needs_pass, seats_of
+from sweep.engine.state import Aux, EngineState, needs_pass, seats_of
 from sweep.physics.rng import uniform_bits
 from sweep.study.workload import Requests
 
@@ -38,7 +38,7 @@ class Pass(NamedTuple):
     t_end: jax.Array  # f64 the clock at its end
 
 
-def the_pass(c: Step, t, g: Growth, ra: Readmission, ad: Admission, b: Budget | None) -> Pass:
+def the_pass(c: Step, t, g: Growth, ra: Readmission, ad: Admission, b) -> Pass:
     """Rule 6: a pass from ``t`` prefills the admitted and readmitted requests (under chunked
     prefill, each prefilling seat's chunk) and decodes every seat that grew in rule 3; it takes
     ``timing.pass_time``."""
@@ -88,13 +88,13 @@ class Completion(NamedTuple):
     in_use: jax.Array  # i32 blocks in use after the pass's allocations, before finished seats free
     first: jax.Array  # f64[N+S] first-token times
     finish: jax.Array  # f64[N] finish times
-    ext: Extensions
+    features: dict  # the features' slots after the pass
 
 
 def completion(c: Step, g: Growth, ra: Readmission, ad: Admission, ps: Pass,
                tk: Tokens) -> Completion:
     """Rule 8: a seat whose g reaches o finishes at the end of the pass and frees its seat and
-    blocks. Under prefix caching the cache is then updated (``extensions.cache_after``)."""
+    blocks. Under prefix caching the cache is then updated (the hooks' ``cache_after``)."""
     s, n = c.s, c.r.arrival.shape[0]
     seat_req = jnp.where(ad.new, ad.req, s.seat_req)
     gen, first = c.f.first_tokens(c, ad, ps, tk, seat_req)
@@ -103,7 +103,7 @@ def completion(c: Step, g: Growth, ra: Readmission, ad: Admission, ps: Pass,
     return c.f.cache_after(c, ra, ad, tk, Completion(
         seat_req, gen, done, jnp.where(done, 0, blocks), g.seat_pre & ~ra.seat & ~done,
         blocks.sum(dtype=jnp.int32), first,
-        s.finish.at[jnp.where(done, seat_req, n)].set(ps.t_end, mode="drop"), s.ext))
+        s.finish.at[jnp.where(done, seat_req, n)].set(ps.t_end, mode="drop"), s.features))
 
 
 def advance(st: Step, live, halt, tail, g: Growth, ad: Admission, ps: Pass, tk: Tokens,
@@ -112,12 +112,12 @@ def advance(st: Step, live, halt, tail, g: Growth, ad: Admission, ps: Pass, tk: 
     of the state after the pass: its seats, and the counts it adds to. In a closed loop the
     pass's finishes send the next requests."""
     s = st.s
-    spawn = st.f.spawned(st.p, st.r, s, c.done, ps.t_end)
+    features = st.f.spawned(st.p, st.r, s._replace(features=c.features), c.done, ps.t_end)
     return s._replace(
         t=jnp.where(live, ps.t_end, s.t),
         head=s.head + ad.count,
-        tail=st.f.arrived(st.r, st.aux, spawn, ps.t_end),
-        spawn=spawn,
+        tail=st.f.arrived(st.r, st.aux, features, ps.t_end),
+        features=features,
         seat_req=jnp.where(c.done, -1, c.seat_req),
         seat_prompt=jnp.where(ad.new, ad.prompt, s.seat_prompt),
         seat_output=jnp.where(ad.new, ad.output, s.seat_output),
@@ -139,19 +139,17 @@ def advance(st: Step, live, halt, tail, g: Growth, ad: Admission, ps: Pass, tk: 
         overflow=s.overflow | ad.overflow,
         # An overflowed result is discarded (rerun wider), so it need not run on.
         done=s.done | (live & halt) | ad.overflow,
-        ext=c.ext,
     )
 
 
-def general_pass(p: EngineParams, r: Requests, aux: Aux, ext: bool, ep: bool, closed: bool,
+def general_pass(p: EngineParams, r: Requests, aux: Aux, features: tuple[str, ...],
                  s: EngineState, drafts) -> EngineState:
     """One engine pass (or one preemption) by the rules: docs/model.md, "One step", in which
-    each seat's draft accepts ``drafts`` tokens if it decodes. ``ext`` compiles in prefix
-    caching and chunked prefill (``extensions.Cached``); without it every hook is the plain
-    one and the pass is exactly the plain rules'. A simulation that does not ``needs_pass`` is
-    left as it is."""
+    each seat's draft accepts ``drafts`` tokens if it decodes, with the hooks of the compiled
+    ``features`` (``features.compose``; with none, the pass is exactly the plain rules'). A
+    simulation that does not ``needs_pass`` is left as it is."""
     live = needs_pass(p, aux, s)
-    f = hooks(ext, ep, closed)
+    f = compose(features)
     seats = seats_of(s)
     c = Step(p, r, aux, s, seats, f, f.view(p, r, s, seats))
     t, tail = idle_jump(c, live)

@@ -1,8 +1,8 @@
 """Rules 1-5 of docs/model.md ("One step"): the clock, then who takes part in the pass. Each
 rule is one pure function of the step (``Step``: the design, the requests, the state and its
 seats, and the features' hooks with their view of the pass) and the earlier rules' results.
-Prefix caching and chunked prefill enter only through ``c.f``'s hooks, whose plain form adds
-nothing (``extensions.Plain``)."""
+The features (prefix caching, chunked prefill, closed loops...) enter only through ``c.f``'s
+hooks, whose plain form adds nothing (``features.plain.Plain``)."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -11,7 +11,6 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from sweep.engine.extensions import Budget, Held
 from sweep.engine.params import EngineParams, context_blocks
 from sweep.engine.state import Aux, EngineState, Seats
 from sweep.study.workload import Requests
@@ -25,8 +24,8 @@ class Step(NamedTuple):
     aux: Aux
     s: EngineState  # the state at the step's start
     seats: Seats  # its seats
-    f: type  # the features' and the arrivals' hooks (``extensions.hooks``)
-    x: Held | None  # their view of the pass (``f.view``; None in the plain form)
+    f: type  # the compiled features' hooks (``features.compose``)
+    x: object  # their view of the pass (``f.view``; None in the plain form)
 
 
 def _next_arrival(c: Step):
@@ -42,7 +41,7 @@ def idle_jump(c: Step, live):
     next_arrival, idle = _next_arrival(c)
     t = jnp.where(live & idle & jnp.isfinite(next_arrival), jnp.maximum(c.s.t, next_arrival),
                   c.s.t)
-    return t, c.f.arrived(c.r, c.aux, c.s.spawn, t)
+    return t, c.f.arrived(c.r, c.aux, c.s.features, t)
 
 
 def stop(c: Step, t):
@@ -100,7 +99,7 @@ class Readmission(NamedTuple):
     left: jax.Array | None = None  # i32 prefill budget left after it
 
 
-def readmission(c: Step, g: Growth, b: Budget | None) -> Readmission:
+def readmission(c: Step, g: Growth, b) -> Readmission:
     """Rule 4: the earliest preempted request is readmitted if its blocks are free, to
     recompute its context in this pass. Under chunked prefill it starts only while prefill
     budget is left, and recomputes as much as the budget allows."""

@@ -12,7 +12,7 @@ from jax import lax
 
 from sweep.engine.params import EngineParams
 from sweep.physics.numerics import fixed_sum
-from sweep.study.workload import MAX_PREFIXES, Requests
+from sweep.study.workload import Requests
 
 #: Inter-token gaps go into a log-spaced histogram: bin 0 holds the zero gaps of multi-token
 #: (speculative) emissions, bins 1..ITL_BINS-1 span [ITL_LO_S, ITL_HI_S) (out-of-range gaps are
@@ -21,17 +21,6 @@ ITL_BINS = 1024
 ITL_LO_S = 1e-4
 ITL_HI_S = 1e2
 ITL_LOG_WIDTH = math.log(ITL_HI_S / ITL_LO_S) / (ITL_BINS - 1)
-
-
-class Extensions(NamedTuple):
-    """The state of prefix caching and chunked prefill (docs/model.md); untouched when the
-    engine is compiled without them."""
-
-    todo: jax.Array  # i32[S] prompt tokens still to prefill (0: decoding)
-    cached: jax.Array  # bool[MAX_PREFIXES] the prefix's KV is cached
-    stamp: jax.Array  # i32[MAX_PREFIXES] pass of the last prefill that referenced it
-    lookups: jax.Array  # i32 prefills of a sequence with a prefix, under prefix caching
-    hits: jax.Array  # i32 of which found it cached
 
 
 class EngineState(NamedTuple):
@@ -62,9 +51,7 @@ class EngineState(NamedTuple):
     overflow: jax.Array  # bool: the seat array, not max_batch, held back an admission
     done: jax.Array  # bool
     run_full: jax.Array  # bool: the last decode run took all its passes (see ``needs_pass``)
-    ext: Extensions
-    spawn: jax.Array  # f64[N+S] a closed loop's j-th finish plus think time (inf until then;
-    # ``arrivals``); S spare slots keep a pass's finishes inside the array
+    features: dict  # each compiled feature's own slot, by name (``features.slots``)
 
 
 class Aux(NamedTuple):
@@ -130,8 +117,8 @@ def _count_block(n: int) -> int:
 
 
 def make_aux(r: Requests, seats: int, max_steps, prefill_chunk=None) -> Aux:
-    """``prefill_chunk``: the smallest prefill chunk (``extensions.smallest_chunk``; None: no
-    chunking compiled in)."""
+    """``prefill_chunk``: the smallest prefill chunk (the hooks' ``prefill_chunk``; None: every
+    prefill is whole)."""
     real = jnp.isfinite(r.arrival)
     # Every pass emits a token and every preemption is undone by a readmission pass.
     bound = 2 * jnp.where(real, r.output, 0).sum() + seats + 16
@@ -150,7 +137,9 @@ def make_aux(r: Requests, seats: int, max_steps, prefill_chunk=None) -> Aux:
     return Aux(bound.astype(jnp.int32), blocks, blocks[:, -1], window)
 
 
-def initial_state(n: int, seats: int) -> EngineState:
+def initial_state(n: int, seats: int, features: dict | None = None) -> EngineState:
+    """The state of a simulation of ``n`` requests on ``seats`` seats at time 0, with the
+    features' slots ``features`` (``features.slots``; default none)."""
     i32 = jnp.int32
     zeros = jnp.zeros((seats,), i32)
     return EngineState(
@@ -164,9 +153,7 @@ def initial_state(n: int, seats: int) -> EngineState:
         peak_blocks=i32(0), busy=jnp.float64(0.0),
         itl_hist=jnp.zeros((ITL_BINS,), i32), itl_zero=i32(0), steps=i32(0), passes=i32(0),
         overflow=jnp.bool_(False), done=jnp.bool_(False), run_full=jnp.bool_(False),
-        ext=Extensions(todo=zeros, cached=jnp.zeros((MAX_PREFIXES,), bool),
-                       stamp=jnp.zeros((MAX_PREFIXES,), i32), lookups=i32(0), hits=i32(0)),
-        spawn=jnp.full((n + seats,), jnp.inf))
+        features=dict(features or {}))
 
 
 def arrived(aux: Aux, t, n: int):
@@ -201,8 +188,9 @@ def _area(arrival, finish, t_stop):
     return fixed_sum(jnp.where(real, jnp.maximum(end - arrival, 0.0), 0.0))
 
 
-def output(s: EngineState, r: Requests, arrival) -> EngineOutput:
-    """A simulation's results at its stop, its requests having arrived at ``arrival``."""
+def output(s: EngineState, r: Requests, arrival, prefix_counts) -> EngineOutput:
+    """A simulation's results at its stop, its requests having arrived at ``arrival`` (the
+    hooks' ``arrivals``), with the hooks' ``prefix_counts``."""
     n = r.arrival.shape[0]
     occupied = s.seat_req >= 0
     generated = jnp.where(jnp.isfinite(s.finish), r.output, 0)
@@ -213,4 +201,4 @@ def output(s: EngineState, r: Requests, arrival) -> EngineOutput:
         peak_blocks=s.peak_blocks, area=_area(arrival, s.finish, s.t), busy=s.busy,
         itl_hist=s.itl_hist.at[0].add(s.itl_zero),
         steps=s.steps, passes=s.passes, overflow=s.overflow, truncated=~s.done,
-        prefix_lookups=s.ext.lookups, prefix_hits=s.ext.hits, load_cv=jnp.zeros_like(s.t))
+        prefix_lookups=prefix_counts[0], prefix_hits=prefix_counts[1], load_cv=jnp.zeros_like(s.t))

@@ -18,7 +18,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from sweep.engine import ITL_BINS, ITL_LO_S, ITL_LOG_WIDTH, EngineOutput
-from sweep.engine.arrivals import closed_arrival
+from sweep.engine.features.closed_loop import closed_arrival
 from sweep.engine.params import EngineParams, engine_params
 from sweep.study.design import Design
 from sweep.study.fleet import MixedFleet
@@ -251,8 +251,8 @@ def decode_requests(r: Requests, ready) -> tuple[Requests, np.ndarray]:
 
 def closed_arrivals(r: Requests, finish, gap: float) -> np.ndarray:
     """A closed loop's arrivals as the finish times ``finish`` (in any order; nan: none) send
-    them, ``gap`` after each, by the engine's rule (``arrivals.closed_arrival``); +inf for a
-    request not yet sent."""
+    them, ``gap`` after each, by the engine's rule (``features.closed_loop.closed_arrival``);
+    +inf for a request not yet sent."""
     n = r.arrival.shape[0]
     done = np.sort(finish[np.isfinite(finish)])
     spawn = np.concatenate([done + gap, np.full(n - done.size, np.inf)])
@@ -285,7 +285,8 @@ def _combine(r: Requests, outs: list, gpus: list, first, finish, generated, hist
                           dtype=np.asarray(getattr(o0, name)).dtype)
 
     return EngineOutput(
-        arrival=np.asarray(r.arrival, np.float64), first=first, finish=finish, generated=generated.astype(o0.generated.dtype),
+        arrival=np.asarray(r.arrival, np.float64), first=first, finish=finish,
+        generated=generated.astype(o0.generated.dtype),
         t_stop=np.float64(t_stop), tokens=total("tokens"), preemptions=total("preemptions"),
         max_queue=np.asarray(max(int(o.max_queue) for o in outs), o0.max_queue.dtype),
         peak_blocks=total("peak_blocks"),

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from sweep.analysis.tables import call_metrics, call_requests
-from sweep.engine import uses_extensions
+from sweep.engine.features import prefills
 from sweep.engine import topology
 from sweep.execution.batch import stack
 from sweep.execution.budget import widest
@@ -130,7 +130,7 @@ class Scheduler:
         sims = (sorted(self.pending[group], key=self._kind)[:self.shapes[group].size]
                 if group in self.pending else bound[group])
         plans = [self.params[s.point] for s in sims]
-        return next((p for p in plans if uses_extensions(p.first[0])), plans[0])
+        return next((p for p in plans if prefills.uses(p.first[0])), plans[0])
 
     @float64()
     def _simulate(self, group: Group, part: list[Sim]):

@@ -383,5 +383,5 @@ def _pass_time_of(target):
 #: A pass of any design.
 pass_time = _pass_time_of(_target_time)
 #: The same for designs without expert parallelism, to the bit, without computing its form: an
-#: engine compiled for a batch with no such design uses it (``extensions.hooks``).
+#: engine compiled for a batch with no such design uses it (``features.plain``).
 dense_pass_time = _pass_time_of(_dense_time)

@@ -1,11 +1,11 @@
-"""Prefix caching and chunked prefill (docs/model.md: "Prefix caching", "Chunked prefill",
-"Token budget"): their part of each rule, as hooks the rules call (``Cached``), and their state
-(``EngineState.ext``). Each hook has a plain form (``Plain``) that adds nothing; the engine
-compiles the features in only for a batch in which some design uses them (``uses_extensions``),
-so without them every rule traces exactly the plain arithmetic. They add
-O(S^2 + S x MAX_PREFIXES) per pass (who shares whose prefix, who prefills first).
+"""Prefix caching, chunked prefill and the token budget (docs/model.md: "Prefix caching",
+"Chunked prefill", "Token budget"): how much of each prompt a pass prefills. A cache hit shortens
+a prefill and a budget spreads it over passes, so the two share one slot of the state (each
+seat's prompt tokens still to prefill, and the cached prefixes) and compile in together for a
+batch in which some design uses either. They add O(S^2 + S x MAX_PREFIXES) per pass (who shares
+whose prefix, who prefills first). The twin's rule: ``sweep.twin.prefills``.
 
-The rules' results they read (``ra``, ``ad``, ``ps``, ``tk``) are those of
+The rules' results the hooks read (``ra``, ``ad``, ``ps``, ``tk``) are those of
 ``scheduling.readmission``, ``scheduling.admission``, ``passes.the_pass`` and
 ``passes.tokens``."""
 from __future__ import annotations
@@ -15,31 +15,46 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from sweep.engine.arith import ceil_div, exclusive_cumsum
-from sweep.engine.arrivals import ClosedLoop, OpenLoop
+from sweep.engine.features.plain import Lookup, Plain
 from sweep.engine.params import EngineParams
-from sweep.engine.state import EngineState, Extensions, Seats, itl_bin
-from sweep.physics.timing import dense_pass_time, pass_time
+from sweep.engine.state import EngineState, Seats, itl_bin
 from sweep.study.workload import MAX_PREFIXES, Requests
 
-#: Prefill budget per pass when chunking is off: more than any pass can hold.
-NO_CHUNK = 2**30
+NAME = "prefills"
 
 
-def uses_expert_parallel(p: EngineParams) -> bool:
-    """Whether any design of a (concrete) batch shards its experts: only then are its passes
-    timed with that form compiled in."""
-    return bool(np.any(np.asarray(p.timing.ep) > 0.5))
+class Prefills(NamedTuple):
+    """The feature's slot of the state."""
+
+    todo: jax.Array  # i32[S] prompt tokens still to prefill (0: decoding)
+    cached: jax.Array  # bool[MAX_PREFIXES] the prefix's KV is cached
+    stamp: jax.Array  # i32[MAX_PREFIXES] pass of the last prefill that referenced it
+    lookups: jax.Array  # i32 prefills of a sequence with a prefix, under prefix caching
+    hits: jax.Array  # i32 of which found it cached
 
 
-def uses_extensions(p: EngineParams) -> bool:
-    """Whether any design of a (concrete) batch caches prefixes or chunks prefills: only then
-    is the engine compiled with them, so a batch without either runs the plain rules' code."""
+def uses(p: EngineParams, r=None) -> bool:
+    """Whether any design of a (concrete) batch caches prefixes, chunks prefills or has a
+    token budget."""
     return bool(np.any(np.asarray(p.prefix_cache))
                 or np.any(np.asarray(p.prefill_chunk_tokens) > 0)
                 or np.any(np.asarray(p.max_num_batched_tokens) > 0))
+
+
+def init(n: int, seats: int) -> Prefills:
+    i32 = jnp.int32
+    return Prefills(todo=jnp.zeros((seats,), i32), cached=jnp.zeros((MAX_PREFIXES,), bool),
+                    stamp=jnp.zeros((MAX_PREFIXES,), i32), lookups=i32(0), hits=i32(0))
+
+
+def _slot(s: EngineState) -> Prefills:
+    return s.features[NAME]
+
+
+#: Prefill budget per pass when chunking is off: more than any pass can hold.
+NO_CHUNK = 2**30
 
 
 def smallest_chunk(p: EngineParams):
@@ -88,7 +103,7 @@ class Held(NamedTuple):
 def held(p: EngineParams, r: Requests, s: EngineState, seats: Seats) -> Held:
     pfx = prefix_of(p, r, s.seat_req, seats.occupied)
     return Held(pfx, prefix_blocks(p, r), (onehot(pfx) & seats.running[:, None]).any(axis=0),
-                seats.running & (s.ext.todo > 0))
+                seats.running & (_slot(s).todo > 0))
 
 
 class Budget(NamedTuple):
@@ -106,25 +121,16 @@ def budget(p: EngineParams, s: EngineState, x: Held, decoding, work) -> Budget:
     after_decodes = budget - decoding.sum(dtype=jnp.int32) * (p.draft_tokens + 1)
     total = jnp.where(budget > 0, jnp.minimum(total, after_decodes), total)
     ahead = jnp.where(x.mid[None, :] & (s.seat_req[None, :] < s.seat_req[:, None]),
-                      s.ext.todo[None, :], 0).sum(axis=1)
-    mid_chunk = jnp.where(x.mid & work, jnp.clip(total - ahead, 0, s.ext.todo), 0)
+                      _slot(s).todo[None, :], 0).sum(axis=1)
+    mid_chunk = jnp.where(x.mid & work, jnp.clip(total - ahead, 0, _slot(s).todo), 0)
     return Budget(mid_chunk, total - mid_chunk.sum())
-
-
-class Lookup(NamedTuple):
-    """A prefill's prefix under prefix caching (rules 4 and 5)."""
-
-    need: jax.Array  # i32 blocks it must find free: its own, and its prefix's unless held
-    own: jax.Array  # i32 blocks it holds itself
-    hit: jax.Array  # bool its prefix was cached at the start of the pass
-    todo: jax.Array  # i32 tokens to prefill: less the prefix on a hit
 
 
 def readmission_lookup(r: Requests, s: EngineState, x: Held, index, length, need) -> Lookup:
     """The preempted seat ``index`` recomputing ``length`` tokens in ``need`` blocks."""
     pfx = x.pfx[index]
     slot = jnp.maximum(pfx, 0)
-    hit = (pfx >= 0) & s.ext.cached[slot]
+    hit = (pfx >= 0) & _slot(s).cached[slot]
     own = need - x.shared[index]
     return Lookup(jnp.where((pfx >= 0) & x.refs[slot], own, need), own, hit,
                   length - jnp.where(hit, r.prefix_tokens, 0))
@@ -139,7 +145,7 @@ def window_lookup(p: EngineParams, r: Requests, s: EngineState, x: Held, index, 
     n = r.arrival.shape[0]
     pfx = jnp.where(p.prefix_cache, r.prefix[jnp.minimum(s.head + index, n - 1)], -1)
     slot = jnp.maximum(pfx, 0)
-    hit = (pfx >= 0) & s.ext.cached[slot]
+    hit = (pfx >= 0) & _slot(s).cached[slot]
     earlier = ((pfx[None, :] == pfx[:, None]) & (index[None, :] < index[:, None])).any(1)
     own = need - jnp.where(pfx >= 0, x.pb, 0)
     # A transferred admission (a decode pool's) has nothing to prefill.
@@ -151,7 +157,7 @@ def chunks(s: EngineState, seats: Seats, x: Held, b: Budget, ra, ad):
     """Rule 6's prefills: each seat's prompt tokens left before the pass, its chunk, and the
     chunk's query-key pairs, after the tokens already in its KV."""
     todo = jnp.where(ad.new, ad.todo, jnp.where(ra.seat, ra.todo,
-                                                jnp.where(x.mid, s.ext.todo, 0)))
+                                                jnp.where(x.mid, _slot(s).todo, 0)))
     chunk = jnp.where(ad.new, ad.chunk, jnp.where(ra.seat, ra.chunk, b.mid_chunk))
     cached = jnp.where(ad.new, ad.prompt, seats.ctx) - todo
     c64 = chunk.astype(jnp.int64)
@@ -187,17 +193,17 @@ def cache_after(p: EngineParams, r: Requests, s: EngineState, seats: Seats, x: H
     hot = onehot(pfx)
     filled = jnp.where(ad.new, ad.prompt, seats.ctx) - tk.todo >= r.prefix_tokens
     starts = (ad.new | ra.seat) & (pfx >= 0)
-    stamp = jnp.where((hot & starts[:, None]).any(axis=0), s.passes, s.ext.stamp)
-    cached = s.ext.cached | (hot & filled[:, None]).any(axis=0)
+    stamp = jnp.where((hot & starts[:, None]).any(axis=0), s.passes, _slot(s).stamp)
+    cached = _slot(s).cached | (hot & filled[:, None]).any(axis=0)
     refs = (hot & ~c.done[:, None]).any(axis=0)
     evict = _evict(cached, refs, stamp,
                    p.total_blocks - c.blocks.sum() - x.pb * refs.sum(dtype=jnp.int32), x.pb)
     hits = (ad.new & ad.hit) | (ra.seat & ra.hit)
-    ext = Extensions(todo=jnp.where(c.done | ~alive, 0, tk.todo).astype(jnp.int32),
-                     cached=cached & ~evict, stamp=stamp,
-                     lookups=s.ext.lookups + starts.sum(dtype=jnp.int32),
-                     hits=s.ext.hits + (hits & starts).sum(dtype=jnp.int32))
-    return ext, x.pb * hot.any(axis=0).sum(dtype=jnp.int32)
+    slot = Prefills(todo=jnp.where(c.done | ~alive, 0, tk.todo).astype(jnp.int32),
+                    cached=cached & ~evict, stamp=stamp,
+                    lookups=_slot(s).lookups + starts.sum(dtype=jnp.int32),
+                    hits=_slot(s).hits + (hits & starts).sum(dtype=jnp.int32))
+    return slot, x.pb * hot.any(axis=0).sum(dtype=jnp.int32)
 
 
 def run_prefix_blocks(pfx, pb, alive):
@@ -208,110 +214,19 @@ def run_prefix_blocks(pfx, pb, alive):
     return pb * refs.sum(axis=0, dtype=jnp.int32)
 
 
-class Plain(OpenLoop):
-    """The rules' hooks with prefix caching and chunked prefill compiled out: each adds nothing
-    (a prefill is its whole prompt, found in no cache, within no budget), so the rules trace
-    exactly the plain engine's arithmetic. ``pass_time`` times a pass (any design's); the
-    arrivals are given in advance (``arrivals.OpenLoop``)."""
+class Hooks(Plain):
+    """The hooks of prefix caching, chunked prefill and the token budget."""
 
-    pass_time = staticmethod(pass_time)
+    #: A decode run is never computed in closed form: its seats' prefixes are counted per pass.
+    closed_form_runs = False
 
     @staticmethod
-    def view(p, r, s, seats) -> None:
-        return None
+    def prefill_chunk(p):
+        return smallest_chunk(p)
 
     @staticmethod
-    def budget(c, decoding, work) -> None:
-        return None
-
-    @staticmethod
-    def free(x, free):
-        return free
-
-    @staticmethod
-    def growth(x, seats, need):
-        """The seats that decode, and the blocks each needs of its own."""
-        return seats.running, need
-
-    @staticmethod
-    def readmission_lookup(c, index, length, need) -> Lookup:
-        return Lookup(need, need, None, None)
-
-    @staticmethod
-    def within_budget(b, ok):
-        return ok
-
-    @staticmethod
-    def take(b, ok, todo):
-        """The readmission's chunk and the prefill budget left after it."""
-        return None, None
-
-    @staticmethod
-    def window_lookup(c, ra, need, prompt, ok):
-        """The admission window's lookups, which of them may start, and the prefill tokens
-        ahead of each (None: no budget)."""
-        return Lookup(need, need, None, None), ok, None
-
-    @staticmethod
-    def admitted(ra, admit, look, ahead, slot, ad):
-        return ad
-
-    @staticmethod
-    def prefills(c, b, ra, ad, load):
-        """Each seat's prompt tokens left before the pass (None: all), its prefill in the pass,
-        and the prefill's query-key pairs."""
-        prefill = jnp.where(ad.new & ~load, ad.prompt, 0) + jnp.where(ra.seat, ra.length, 0)
-        return None, prefill, prefill.astype(jnp.int64) * (prefill + 1) // 2
-
-    @staticmethod
-    def completes(c, g, ra, ad, ps, n_decode):
-        """Prompt tokens left after the pass, the seats whose prefill completes, and the pass's
-        inter-token gaps (histogram bins and counts): every decode's, and a recompute's."""
-        done = ad.new | ra.seat
-        gaps = jnp.stack([itl_bin(ps.dt), itl_bin(ps.t_end - c.s.seat_last[ra.index])])
-        return None, done, gaps, jnp.stack([n_decode, ra.ok.astype(jnp.int32)])
-
-    @staticmethod
-    def first_tokens(c, ad, ps, tk, seat_req):
-        """Each seat's tokens after the pass, and the first-token times: every admission's
-        first token comes at the end of its pass (the admitted requests are the contiguous
-        window head..head+m-1: a slice update, no scatter)."""
-        s, nseat = c.s, c.seats.index.shape[0]
-        gen = jnp.where(ad.new, 1, s.seat_gen + tk.emitted)
-        window_first = lax.dynamic_slice(s.first, (s.head,), (nseat,))
-        return gen, lax.dynamic_update_slice(
-            s.first, jnp.where(c.seats.index < ad.count, ps.t_end, window_first), (s.head,))
-
-    @staticmethod
-    def cache_after(c, ra, ad, tk, done):
-        return done
-
-    @staticmethod
-    def run_ok(s, ok):
-        """Whether a decode run may start."""
-        return ok
-
-    @staticmethod
-    def run_view(p, r, s, running) -> None:
-        """What a decode run's hooks read: each running seat's prefix and a prefix's blocks."""
-        return None
-
-    @staticmethod
-    def run_need(v, need):
-        """Blocks each seat needs of its own at each pass of a decode run."""
-        return need
-
-    @staticmethod
-    def run_free(v, s, free):
-        return free
-
-    @staticmethod
-    def run_in_use(v, alive, in_use):
-        return in_use
-
-
-class Cached(Plain):
-    """The hooks of prefix caching and chunked prefill (and the token budget)."""
+    def prefix_counts(s):
+        return _slot(s).lookups, _slot(s).hits
 
     @staticmethod
     def view(p, r, s, seats) -> Held:
@@ -376,13 +291,14 @@ class Cached(Plain):
 
     @staticmethod
     def cache_after(c, ra, ad, tk, done):
-        ext, prefixes = cache_after(c.p, c.r, c.s, c.seats, c.x, ra, ad, tk, done)
-        return done._replace(ext=ext, in_use=done.in_use + prefixes)
+        slot, prefixes = cache_after(c.p, c.r, c.s, c.seats, c.x, ra, ad, tk, done)
+        return done._replace(features={**done.features, NAME: slot},
+                             in_use=done.in_use + prefixes)
 
     @staticmethod
     def run_ok(s, ok):
         """No run starts while a seat is mid-prefill."""
-        return ok & ~((s.ext.todo > 0) & (s.seat_req >= 0)).any()
+        return ok & ~((_slot(s).todo > 0) & (s.seat_req >= 0)).any()
 
     @staticmethod
     def run_view(p, r, s, running):
@@ -396,35 +312,8 @@ class Cached(Plain):
     @staticmethod
     def run_free(v, s, free):
         """Growth must fit beside every cached prefix, so a run never evicts one."""
-        return free - v[1] * s.ext.cached.sum(dtype=jnp.int32)
+        return free - v[1] * _slot(s).cached.sum(dtype=jnp.int32)
 
     @staticmethod
     def run_in_use(v, alive, in_use):
         return in_use + run_prefix_blocks(*v, alive)
-
-
-class PlainDense(Plain):
-    """``Plain`` for a batch with no expert-parallel design: its passes are timed without that
-    form (``timing.dense_pass_time``, the same figures to the bit)."""
-
-    pass_time = staticmethod(dense_pass_time)
-
-
-class CachedDense(Cached):
-    """``Cached`` for a batch with no expert-parallel design."""
-
-    pass_time = staticmethod(dense_pass_time)
-
-
-_HOOKS = {(True, True): Cached, (True, False): CachedDense, (False, True): Plain,
-          (False, False): PlainDense}
-_CLOSED = {k: type(v.__name__ + "Closed", (ClosedLoop, v), {"__doc__": v.__doc__
-                                                             + " Arrivals: a closed loop's."})
-           for k, v in _HOOKS.items()}
-
-
-def hooks(ext: bool, ep: bool = True, closed: bool = False) -> type:
-    """The hooks an engine compiled with (``ext``) or without the features uses, with (``ep``)
-    or without expert parallelism's pass time, and with (``closed``) or without closed-loop
-    arrivals (``arrivals.ClosedLoop``)."""
-    return (_CLOSED if closed else _HOOKS)[ext, ep]

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from sweep.engine.params import EngineParams
-from sweep.engine.reference_state import RefResult
+from sweep.twin.state import RefResult
 from sweep.study.workload import Requests
 
 

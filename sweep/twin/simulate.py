@@ -1,7 +1,8 @@
-"""Event-driven twin of the scan engine: a plain-Python simulator of docs/model.md.
+"""The twin's entries: one server step by step, and several servers (replicas behind a router,
+mixed fleets, disaggregated pools) as the engine's ``topology`` composes them.
 
 It is written for clarity, not speed, and follows docs/model.md's "One step" literally, one
-numbered rule at a time (``reference_rules``, one function per rule), so that it can be compared
+numbered rule at a time (``rules``, one function per rule), so that it can be compared
 request by request against the vectorised ``lax.scan`` engine (``sweep/engine/``). Both call the
 same ``timing.pass_time`` (here with ``xp=np`` on float64 scalars) and the same
 ``rng.uniform_bits`` draws.
@@ -17,13 +18,14 @@ import math
 import numpy as np
 
 from sweep.engine.params import EngineParams
-from sweep.engine.reference_metrics import summarize_reference
-from sweep.engine.reference_rules import (Pass, admission, budget, completion, continue_prefills,
-                                          evict, growth, idle_jump, readmission, sent_by, stop,
-                                          the_pass, tokens, used)
-from sweep.engine.reference_state import RefResult, columns, load, result
 from sweep.engine.topology import PREFIX_LOAD_CAP
 from sweep.study.workload import Requests
+from sweep.twin.closed_loop import closed_loop, gap
+from sweep.twin.metrics import summarize_reference
+from sweep.twin.prefills import Pass, budget, continue_prefills, evict, used
+from sweep.twin.rules import (admission, completion, growth, idle_jump, readmission, stop,
+                              the_pass, tokens)
+from sweep.twin.state import RefResult, columns, load, result
 
 __all__ = ["RefResult", "simulate_disaggregated_reference", "simulate_mixed_reference",
            "simulate_reference", "simulate_replicas_reference", "summarize_reference"]
@@ -73,7 +75,7 @@ def simulate_replicas_reference(params: EngineParams, req: Requests, replicas: i
     if replicas == 1:
         return simulate_reference(params, req)
     if int(np.asarray(req.clients)) > 0:
-        return _closed_loop(req, _gap(req, params), lambda r: simulate_replicas_reference(
+        return closed_loop(req, gap(req, params), lambda r: simulate_replicas_reference(
             params, r, replicas, router))
     arrival, _, _, n = columns(req)
     prefix = [int(c) for c in np.asarray(req.prefix).reshape(-1)]
@@ -194,7 +196,7 @@ def simulate_disaggregated_reference(prefill: EngineParams, decode: EngineParams
     generate then moves its prompt's KV over the link and joins the decode pool's queue in
     order of arrival there (``decode.transferred`` must be set)."""
     if int(np.asarray(req.clients)) > 0:
-        return _closed_loop(req, _gap(req, decode), lambda r: simulate_disaggregated_reference(
+        return closed_loop(req, gap(req, decode), lambda r: simulate_disaggregated_reference(
             prefill, decode, r, kv_bytes_per_token, link_bytes_per_s))
     arrival, prompt, output, n = columns(req)
     pre = simulate_reference(prefill, Requests(arrival, prompt, np.ones(n, np.int64),
@@ -221,44 +223,6 @@ def simulate_disaggregated_reference(prefill: EngineParams, decode: EngineParams
             gaps.append(float(dec.first_token[k]) - float(pre.first_token[i]))
     return _merged(arrival, [pre, dec], pre.first_token, finish, generated,
                    np.asarray(gaps, dtype=np.float64))
-
-
-def _gap(req: Requests, params: EngineParams) -> float:
-    """A closed loop's time from a finish to the next request's arrival."""
-    return float(np.asarray(req.think) + np.asarray(params.summary.request_overhead_s))
-
-
-def _sent(req: Requests, finish, gap: float) -> list:
-    """A closed loop's arrivals as the finish times ``finish`` send them, finish by finish in
-    time order, as a single server's ``send`` does (+inf: not yet sent)."""
-    own, _, _, n = columns(req)
-    c, w = int(np.asarray(req.clients)), int(np.asarray(req.warmup))
-    real = int(np.isfinite(own).sum())
-    arrival = [float(own[i]) if i < (min(c, w) if w > 0 else c) else math.inf for i in range(n)]
-    for j, t in enumerate(sorted(float(f) for f in finish if math.isfinite(f))):
-        for i in sent_by(j, c, w):
-            if i < real:
-                arrival[i] = t + gap
-    return arrival
-
-
-def _closed_loop(req: Requests, gap: float, serve) -> RefResult:
-    """A closed loop over several servers (docs/model.md "Closed loop"): its arrivals are the
-    fixed point of serving the requests open at the arrivals so far (``serve``; at first only
-    the clients' first requests are sent) and sending the next ones from the finishes, found
-    in rounds as a router's choices are."""
-    n = columns(req)[3]
-    arrival = _sent(req, [], gap)
-    for _ in range(n + 1):
-        res = serve(req._replace(arrival=np.asarray(arrival, dtype=np.float64),
-                                 clients=np.int32(0), warmup=np.int32(0)))
-        again = _sent(req, res.finish, gap)
-        if again == arrival:
-            break
-        arrival = again
-    res.truncated |= again != arrival
-    res.arrival = np.asarray(arrival, dtype=np.float64)
-    return res
 
 
 def _merged(arrival, parts: list[RefResult], first, finish, generated, gaps) -> RefResult:

@@ -1,29 +1,37 @@
-"""When requests arrive, as the rules read it (docs/model.md "Closed loop"): given in advance
-(``OpenLoop``: the sorted ``Requests.arrival``), or set by the simulation itself (``ClosedLoop``:
-``clients`` clients, each sending its next request when its last one returns).
+"""Closed-loop arrivals (docs/model.md "Closed loop"): ``clients`` clients, each sending its
+next request when its last one returns, instead of arrivals given in advance.
 
-In a closed loop the requests are sent in index order: the first ``clients`` at time 0, and
-request ``clients + j`` reaches the engine at the j-th finish plus the client's ``gap``: its
-think time and the request's time outside the passes (``request_overhead_s``: the response's
-way back and the next request's way in). Finishes come in time order and the gap is one per
-simulation, so arrivals stay sorted and the FIFO queue is still ``head..tail`` over the request
-index. The j-th finish plus the gap is ``EngineState.spawn[j]`` (+inf until it happens), written
-in the pass (or decode run) that finishes the request. The engine compiles this form in only for
-a batch with a closed loop (``closed_loop``); a lane of such a batch with 0 clients is open."""
+The requests are sent in index order: the first ``clients`` at time 0, and request
+``clients + j`` reaches the engine at the j-th finish plus the client's ``gap``: its think time
+and the request's time outside the passes (``request_overhead_s``: the response's way back and
+the next request's way in). Finishes come in time order and the gap is one per simulation, so
+arrivals stay sorted and the FIFO queue is still ``head..tail`` over the request index. The
+j-th finish plus the gap is the feature's slot, ``spawn[j]`` (+inf until it happens), written in
+the pass (or decode run) that finishes the request. A lane of a batch compiled with it that has
+0 clients is open. The twin's rule: ``sweep.twin.closed_loop``."""
 from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from sweep.engine.features.plain import Plain
 from sweep.engine.params import EngineParams
 from sweep.engine.state import Aux, EngineState, arrived
 from sweep.study.workload import Requests
 
+NAME = "closed_loop"
 
-def closed_loop(r: Requests) -> bool:
+
+def uses(p, r: Requests) -> bool:
     """Whether any simulation of a (concrete) batch is a closed loop."""
     return bool(np.any(np.asarray(r.clients) > 0))
+
+
+def init(n: int, seats: int):
+    """f64[N+S] the j-th finish plus the gap (inf until then); S spare slots keep a pass's
+    finishes inside the array."""
+    return jnp.full((n + seats,), jnp.inf)
 
 
 def gap(p: EngineParams, r: Requests):
@@ -52,72 +60,38 @@ def sent(r: Requests, spawn, t):
     return jnp.where(k >= r.warmup, r.clients + k, jnp.minimum(r.clients + k, r.warmup))
 
 
-class OpenLoop:
-    """Arrivals given in advance: the rules read ``Requests.arrival``."""
-
-    @staticmethod
-    def arrival_of(r: Requests, s: EngineState, i):
-        """Arrival of request ``i`` (+inf past the last)."""
-        n = r.arrival.shape[0]
-        return jnp.where(i < n, r.arrival[jnp.minimum(i, n - 1)], jnp.inf)
-
-    @staticmethod
-    def arrived(r: Requests, aux: Aux, spawn, t):
-        """Requests arrived by ``t``, as of the finishes in ``spawn``."""
-        return arrived(aux, t, r.arrival.shape[0])
-
-    @staticmethod
-    def spawned(p: EngineParams, r: Requests, s: EngineState, done, t_end):
-        """``spawn`` after a pass that finishes the seats ``done`` at ``t_end``."""
-        return s.spawn
-
-    @staticmethod
-    def spawned_run(p: EngineParams, r: Requests, s: EngineState, passes_done, ends):
-        """``spawn`` after a decode run whose pass j ends at ``ends[j]`` and finishes
-        ``passes_done[j]`` seats."""
-        return s.spawn
-
-    @staticmethod
-    def run_arrival(p: EngineParams, r: Requests, s: EngineState, next_arrival, finishes,
-                    ends):
-        """The next arrival a decode run must stop at: ``next_arrival``, or, in a closed loop,
-        the first that a finish in the run (``finishes``: bool[L], some seat finishes at pass
-        j) sends."""
-        return next_arrival
-
-    @staticmethod
-    def arrivals(r: Requests, spawn):
-        """Every request's arrival, as the simulation set them."""
-        return r.arrival
+def _with(s: EngineState, spawn) -> dict:
+    return {**s.features, NAME: spawn}
 
 
-class ClosedLoop(OpenLoop):
+class Hooks(Plain):
     """Arrivals set by finishes, for the lanes with clients (the others are open)."""
 
     @staticmethod
     def arrival_of(r: Requests, s: EngineState, i):
         n = r.arrival.shape[0]
-        return jnp.where(r.clients > 0, jnp.where(i < n, closed_arrival(r, s.spawn, i), jnp.inf),
-                         OpenLoop.arrival_of(r, s, i))
+        return jnp.where(r.clients > 0, jnp.where(i < n, closed_arrival(r, s.features[NAME], i),
+                                                  jnp.inf),
+                         Plain.arrival_of(r, s, i))
 
     @staticmethod
-    def arrived(r: Requests, aux: Aux, spawn, t):
+    def arrived(r: Requests, aux: Aux, features: dict, t):
         # Never past the real requests (their lower bound 0 has passed; padding's is +inf).
         given = arrived(aux, t, r.arrival.shape[0])
-        closed = jnp.minimum(sent(r, spawn, t), given)
+        closed = jnp.minimum(sent(r, features[NAME], t), given)
         return jnp.where(r.clients > 0, closed, given)
 
     @staticmethod
-    def spawned(p: EngineParams, r: Requests, s: EngineState, done, t_end):
+    def spawned(p: EngineParams, r: Requests, s: EngineState, done, t_end) -> dict:
         """The pass's finishes, all at ``t_end``, send the next requests in turn."""
         k = done.sum(dtype=jnp.int32)
         nseat = done.shape[0]
-        window = lax.dynamic_slice_in_dim(s.spawn, s.finished, nseat)
+        window = lax.dynamic_slice_in_dim(s.features[NAME], s.finished, nseat)
         new = jnp.where(jnp.arange(nseat) < k, t_end + gap(p, r), window)
-        return lax.dynamic_update_slice_in_dim(s.spawn, new, s.finished, 0)
+        return _with(s, lax.dynamic_update_slice_in_dim(s.features[NAME], new, s.finished, 0))
 
     @staticmethod
-    def spawned_run(p: EngineParams, r: Requests, s: EngineState, passes_done, ends):
+    def spawned_run(p: EngineParams, r: Requests, s: EngineState, passes_done, ends) -> dict:
         """Finish q of the run (in time order) is at the end of the first pass by which more
         than q seats have finished."""
         nseat = s.seat_req.shape[0]
@@ -125,9 +99,9 @@ class ClosedLoop(OpenLoop):
         q = jnp.arange(nseat, dtype=jnp.int32)
         pass_q = (by[None, :] <= q[:, None]).sum(axis=1)
         times = ends[jnp.minimum(pass_q, ends.shape[0] - 1)] + gap(p, r)
-        window = lax.dynamic_slice_in_dim(s.spawn, s.finished, nseat)
+        window = lax.dynamic_slice_in_dim(s.features[NAME], s.finished, nseat)
         new = jnp.where(q < by[-1], times, window)
-        return lax.dynamic_update_slice_in_dim(s.spawn, new, s.finished, 0)
+        return _with(s, lax.dynamic_update_slice_in_dim(s.features[NAME], new, s.finished, 0))
 
     @staticmethod
     def run_arrival(p: EngineParams, r: Requests, s: EngineState, next_arrival, finishes,
@@ -141,6 +115,6 @@ class ClosedLoop(OpenLoop):
         return jnp.where(sends, jnp.minimum(next_arrival, first), next_arrival)
 
     @staticmethod
-    def arrivals(r: Requests, spawn):
+    def arrivals(r: Requests, features: dict):
         i = jnp.arange(r.arrival.shape[0], dtype=jnp.int32)
-        return jnp.where(r.clients > 0, closed_arrival(r, spawn, i), r.arrival)
+        return jnp.where(r.clients > 0, closed_arrival(r, features[NAME], i), r.arrival)

@@ -1,0 +1,51 @@
+"""The engine's features, composed by a list (docs/internals.md, "Adding a feature").
+
+A feature is one module of this package holding, side by side:
+
+- ``NAME`` and ``uses(p, r)``: its compile gate, whether any simulation of a (concrete) batch
+  uses it; the engine is compiled with the features some simulation uses, and no other;
+- ``init(n, seats)``: its own slot of the state (``EngineState.features[NAME]``), or None when
+  it carries nothing from pass to pass;
+- ``Hooks``: a subclass of ``plain.Plain`` that replaces the hooks it changes; every other hook
+  keeps its plain form, which adds nothing.
+
+``FEATURES`` lists them; ``compose`` builds one batch's hooks from the active ones. A hook is
+replaced by at most one feature, so the order of the list changes nothing. The twin's rule of
+each feature is the module of the same name in ``sweep.twin``."""
+from __future__ import annotations
+
+from functools import cache
+
+from sweep.engine.features import closed_loop, expert_parallel, prefills
+from sweep.engine.features.plain import Plain
+
+#: Every feature of the engine: adding one is a module and a line here.
+FEATURES = (prefills, closed_loop, expert_parallel)
+_BY_NAME = {f.NAME: f for f in FEATURES}
+
+
+def active(p, r) -> tuple[str, ...]:
+    """The features some simulation of a (concrete) batch uses: the static part of its
+    compiled program."""
+    return tuple(f.NAME for f in FEATURES if f.uses(p, r))
+
+
+@cache
+def compose(names: tuple[str, ...]) -> type:
+    """The hooks of an engine compiled with the features ``names``: each hook from the one
+    feature that replaces it, else the plain one."""
+    mods = [_BY_NAME[n] for n in names]
+    owner: dict[str, str] = {}
+    for m in mods:
+        for hook in vars(m.Hooks):
+            if not hook.startswith("__"):
+                if hook in owner:
+                    raise TypeError(f"hook {hook}: replaced by both {owner[hook]} and {m.NAME}")
+                owner[hook] = m.NAME
+    return type("Hooks", tuple(m.Hooks for m in mods) + (Plain,),
+                {"__doc__": "The hooks of " + (" + ".join(names) or "the plain engine") + "."})
+
+
+def slots(names: tuple[str, ...], n: int, seats: int) -> dict:
+    """The state's slots of the features ``names`` at the start of a simulation."""
+    return {m: s for m in names if (s := _BY_NAME[m].init(n, seats)) is not None}

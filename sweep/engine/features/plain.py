@@ -1,0 +1,184 @@
+"""The plain hooks: every hook of the rules (``scheduling``, ``passes``, ``decode``, ``lanes``)
+as the engine is with no feature compiled in. Each adds nothing: a prefill is its whole prompt,
+found in no cache and within no budget; requests arrive when ``Requests.arrival`` says; a pass
+is timed without expert parallelism's form. A feature's ``Hooks`` subclasses ``Plain`` and
+replaces what it changes (``features.compose``)."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from sweep.engine.state import Aux, EngineState, arrived, itl_bin
+from sweep.physics.timing import dense_pass_time
+from sweep.study.workload import Requests
+
+
+class Lookup(NamedTuple):
+    """A prefill's blocks and tokens as the admission and readmission rules (4 and 5) see them;
+    the last two are prefix caching's (None in the plain form)."""
+
+    need: jax.Array  # i32 blocks it must find free: its own, and its prefix's unless held
+    own: jax.Array  # i32 blocks it holds itself
+    hit: jax.Array | None  # bool its prefix was cached at the start of the pass
+    todo: jax.Array | None  # i32 tokens to prefill: less the prefix on a hit
+
+
+class Plain:
+    """The hooks with no feature compiled in."""
+
+    #: Times a pass (``timing.dense_pass_time``: without expert parallelism's form, the same
+    #: figures to the bit for a design without it).
+    pass_time = staticmethod(dense_pass_time)
+    #: Whether a decode run may be computed in closed form when no lane speculates
+    #: (``decode.plain_run``).
+    closed_form_runs = True
+
+    # -- the step's bound and results ---------------------------------------------------------
+
+    @staticmethod
+    def prefill_chunk(p):
+        """The fewest prompt tokens a prefilling pass may prefill, for the step bound (None:
+        every prefill is whole)."""
+        return None
+
+    @staticmethod
+    def prefix_counts(s: EngineState):
+        """Prefills that looked a prefix up, and of which hit."""
+        return jnp.int32(0), jnp.int32(0)
+
+    # -- arrivals -----------------------------------------------------------------------------
+
+    @staticmethod
+    def arrival_of(r: Requests, s: EngineState, i):
+        """Arrival of request ``i`` (+inf past the last)."""
+        n = r.arrival.shape[0]
+        return jnp.where(i < n, r.arrival[jnp.minimum(i, n - 1)], jnp.inf)
+
+    @staticmethod
+    def arrived(r: Requests, aux: Aux, features: dict, t):
+        """Requests arrived by ``t``, as the features' slots ``features`` leave it."""
+        return arrived(aux, t, r.arrival.shape[0])
+
+    @staticmethod
+    def spawned(p, r: Requests, s: EngineState, done, t_end) -> dict:
+        """The features' slots after a pass that finishes the seats ``done`` at ``t_end``."""
+        return s.features
+
+    @staticmethod
+    def spawned_run(p, r: Requests, s: EngineState, passes_done, ends) -> dict:
+        """The features' slots after a decode run whose pass j ends at ``ends[j]`` and finishes
+        ``passes_done[j]`` seats."""
+        return s.features
+
+    @staticmethod
+    def run_arrival(p, r: Requests, s: EngineState, next_arrival, finishes, ends):
+        """The next arrival a decode run must stop at (``finishes``: bool[L], some seat
+        finishes at pass j)."""
+        return next_arrival
+
+    @staticmethod
+    def arrivals(r: Requests, features: dict):
+        """Every request's arrival, as the simulation set them."""
+        return r.arrival
+
+    # -- the rules' prefills ------------------------------------------------------------------
+
+    @staticmethod
+    def view(p, r, s, seats) -> None:
+        """What the other hooks of a pass read (``scheduling.Step.x``)."""
+        return None
+
+    @staticmethod
+    def budget(c, decoding, work) -> None:
+        return None
+
+    @staticmethod
+    def free(x, free):
+        return free
+
+    @staticmethod
+    def growth(x, seats, need):
+        """The seats that decode, and the blocks each needs of its own."""
+        return seats.running, need
+
+    @staticmethod
+    def readmission_lookup(c, index, length, need) -> Lookup:
+        return Lookup(need, need, None, None)
+
+    @staticmethod
+    def within_budget(b, ok):
+        return ok
+
+    @staticmethod
+    def take(b, ok, todo):
+        """The readmission's chunk and the prefill budget left after it."""
+        return None, None
+
+    @staticmethod
+    def window_lookup(c, ra, need, prompt, ok):
+        """The admission window's lookups, which of them may start, and the prefill tokens
+        ahead of each (None: no budget)."""
+        return Lookup(need, need, None, None), ok, None
+
+    @staticmethod
+    def admitted(ra, admit, look, ahead, slot, ad):
+        return ad
+
+    @staticmethod
+    def prefills(c, b, ra, ad, load):
+        """Each seat's prompt tokens left before the pass (None: all), its prefill in the pass,
+        and the prefill's query-key pairs."""
+        prefill = jnp.where(ad.new & ~load, ad.prompt, 0) + jnp.where(ra.seat, ra.length, 0)
+        return None, prefill, prefill.astype(jnp.int64) * (prefill + 1) // 2
+
+    @staticmethod
+    def completes(c, g, ra, ad, ps, n_decode):
+        """Prompt tokens left after the pass, the seats whose prefill completes, and the pass's
+        inter-token gaps (histogram bins and counts): every decode's, and a recompute's."""
+        done = ad.new | ra.seat
+        gaps = jnp.stack([itl_bin(ps.dt), itl_bin(ps.t_end - c.s.seat_last[ra.index])])
+        return None, done, gaps, jnp.stack([n_decode, ra.ok.astype(jnp.int32)])
+
+    @staticmethod
+    def first_tokens(c, ad, ps, tk, seat_req):
+        """Each seat's tokens after the pass, and the first-token times: every admission's
+        first token comes at the end of its pass (the admitted requests are the contiguous
+        window head..head+m-1: a slice update, no scatter)."""
+        s, nseat = c.s, c.seats.index.shape[0]
+        gen = jnp.where(ad.new, 1, s.seat_gen + tk.emitted)
+        window_first = lax.dynamic_slice(s.first, (s.head,), (nseat,))
+        return gen, lax.dynamic_update_slice(
+            s.first, jnp.where(c.seats.index < ad.count, ps.t_end, window_first), (s.head,))
+
+    @staticmethod
+    def cache_after(c, ra, ad, tk, done):
+        """Rule 8's completion, with what the features keep after the pass."""
+        return done
+
+    # -- decode runs --------------------------------------------------------------------------
+
+    @staticmethod
+    def run_ok(s, ok):
+        """Whether a decode run may start."""
+        return ok
+
+    @staticmethod
+    def run_view(p, r, s, running) -> None:
+        """What a decode run's hooks read."""
+        return None
+
+    @staticmethod
+    def run_need(v, need):
+        """Blocks each seat needs of its own at each pass of a decode run."""
+        return need
+
+    @staticmethod
+    def run_free(v, s, free):
+        return free
+
+    @staticmethod
+    def run_in_use(v, alive, in_use):
+        return in_use
