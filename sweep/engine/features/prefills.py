@@ -193,16 +193,17 @@ def cache_after(p: EngineParams, r: Requests, s: EngineState, seats: Seats, x: H
     hot = onehot(pfx)
     filled = jnp.where(ad.new, ad.prompt, seats.ctx) - tk.todo >= r.prefix_tokens
     starts = (ad.new | ra.seat) & (pfx >= 0)
-    stamp = jnp.where((hot & starts[:, None]).any(axis=0), s.passes, _slot(s).stamp)
-    cached = _slot(s).cached | (hot & filled[:, None]).any(axis=0)
+    old = _slot(s)
+    stamp = jnp.where((hot & starts[:, None]).any(axis=0), s.passes, old.stamp)
+    cached = old.cached | (hot & filled[:, None]).any(axis=0)
     refs = (hot & ~c.done[:, None]).any(axis=0)
     evict = _evict(cached, refs, stamp,
                    p.total_blocks - c.blocks.sum() - x.pb * refs.sum(dtype=jnp.int32), x.pb)
     hits = (ad.new & ad.hit) | (ra.seat & ra.hit)
     slot = Prefills(todo=jnp.where(c.done | ~alive, 0, tk.todo).astype(jnp.int32),
                     cached=cached & ~evict, stamp=stamp,
-                    lookups=_slot(s).lookups + starts.sum(dtype=jnp.int32),
-                    hits=_slot(s).hits + (hits & starts).sum(dtype=jnp.int32))
+                    lookups=old.lookups + starts.sum(dtype=jnp.int32),
+                    hits=old.hits + (hits & starts).sum(dtype=jnp.int32))
     return slot, x.pb * hot.any(axis=0).sum(dtype=jnp.int32)
 
 
