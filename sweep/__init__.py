@@ -17,6 +17,9 @@ or from designs in Python::
 are the other commands, each returning its tables. ``sweep.load_results(folder)`` reads a
 results folder back. The levers and the rules are in
 docs/config.md and docs/model.md.
+
+Each refuses a bad argument before anything runs or is written, with a one-line ``ValueError``
+naming it (the CLI's message for the same key), a ``TypeError`` for a value of the wrong type.
 """
 from sweep.version import __version__  # noqa: F401
 
@@ -36,6 +39,9 @@ def run(config, out=None, seeds: int | None = None, resume: bool = False, force:
     from sweep.execution.progress import default_progress
     from sweep.execution.study_run import run as run_config
 
+    _path("config", config)
+    _path("out", out, optional=True)
+    _flags(resume=resume, force=force, quiet=quiet)
     return run_config(config, out, seeds=seeds, resume=resume, force=force,
                       progress=None if quiet else default_progress(), **options).results
 
@@ -46,9 +52,16 @@ def capacity(config, out=None, seeds: int | None = None, target_rate: float | No
     fleets for ``target_rate``; returns a ``CapacityOutcome`` (``.capacity``, ``.fleet`` and,
     with ``[capacity] mixed_fleets``, ``.mixed`` tables, ``.meta``). A bad config raises
     ``ValueError`` with the CLI's one-line message."""
+    from sweep.errors import got
     from sweep.execution.progress import default_progress
     from sweep.workflows.capacity_study import capacity as search
 
+    _path("config", config)
+    _path("out", out, optional=True)
+    _flags(resume=resume, force=force, quiet=quiet)
+    if target_rate is not None and (isinstance(target_rate, bool)
+                                    or not isinstance(target_rate, (int, float))):
+        raise TypeError(f"target_rate: must be a number of requests/s, got {got(target_rate)}")
     return search(config, out, seeds=seeds, target_rate=target_rate, resume=resume,
                   force=force, progress=None if quiet else default_progress())
 
@@ -57,11 +70,22 @@ def validate(cases, out=None, seeds: int | None = None, quiet: bool = True):
     """``sweep validate`` from Python: predictions against measured runs; returns a
     ``Validation`` (``.table``, ``.text``, ``.paths``)."""
     import os
+    from collections.abc import Iterable
 
+    from sweep.errors import got
     from sweep.execution.progress import default_progress
     from sweep.workflows.validate import validate as compare
 
-    paths = [cases] if isinstance(cases, (str, os.PathLike)) else list(cases)
+    if isinstance(cases, (str, os.PathLike)):
+        paths = [cases]
+    elif isinstance(cases, Iterable) and not isinstance(cases, (bytes, dict)):
+        paths = list(cases)
+    else:
+        raise TypeError(f"cases: must be a path or a list of them, got {got(cases)}")
+    for i, p in enumerate(paths):
+        _path(f"cases[{i}]", p)
+    _path("out", out, optional=True)
+    _flags(quiet=quiet)
     return compare(paths, out, seeds, progress=None if quiet else default_progress())
 
 
@@ -72,7 +96,29 @@ def calibrate(measurements, out=None, **options):
     ``force``, as the command's flags."""
     from sweep.workflows.calibration import calibrate as fit
 
+    _path("measurements", measurements)
+    _path("out", out, optional=True)
     return fit(measurements, out, **options)
+
+
+def _path(name: str, value, optional: bool = False) -> None:
+    """A path argument that is not one, refused naming the argument."""
+    import os
+
+    from sweep.errors import got
+
+    if not (isinstance(value, (str, os.PathLike)) or optional and value is None):
+        raise TypeError(f"{name}: must be a path (str or os.PathLike"
+                        f"{', or None' if optional else ''}), got "
+                        f"{'None' if value is None else got(value)}")
+
+
+def _flags(**flags) -> None:
+    from sweep.errors import got
+
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"{name}: must be True or False, got {got(value)}")
 
 
 def __getattr__(name):  # the heavier modules load on first use

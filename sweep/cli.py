@@ -175,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into head or less, which closed early
         sys.stderr.close()
         return 0
+    except OSError as exc:  # the disk failed a read or write that no check foresaw
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"sweep {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

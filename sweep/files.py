@@ -114,17 +114,54 @@ def out_file(path: Path, force: bool, flag: str = "--out") -> Path:
     elif not _ancestor(path.parent).is_dir():
         raise UsageError(f"{flag}: {path} lies under {_ancestor(path.parent)}, which is not a "
                          "folder; allowed: a file path in a folder")
+    writable(path.parent, flag)
     return path
+
+
+def writable(path: Path, flag: str = "--out") -> Path:
+    """Refuse, before anything is written, a folder this process cannot write into: ``path``,
+    or where it does not exist yet the nearest folder above it, where it would be created. A
+    probe file is created and removed, as a read-only mount or a missing permission shows only
+    when a write is tried."""
+    top = _ancestor(path)
+    probe = top / f".servesweep-probe-{os.getpid()}"
+    try:
+        os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"{flag}: {path} cannot be written ({exc.strerror or exc}); allowed: "
+                         "a folder this user may write") from None
+    return path
+
+
+def disk_refusal(exc: OSError, path: Path, flag: str = "--out", kept: str = "") -> UsageError:
+    """A write that failed (a full disk, a folder made read-only meanwhile) as one line."""
+    return UsageError(f"{flag}: {path} cannot be written ({exc.strerror or exc})"
+                      + (f"; {kept}" if kept else "; nothing was left behind"))
+
+
+def write_all(files: dict, flag: str = "--out") -> None:
+    """Write every ``{path: write(binary file)}`` or none: each into a temporary sibling, then
+    all renamed into place; a failure (a full disk) removes the temporary files and is one
+    line."""
+    temps = {}
+    path = next(iter(files), Path("."))
+    try:
+        for path, write in files.items():
+            temps[path] = tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+            with open(tmp, "wb") as fh:
+                write(fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+        for path, tmp in temps.items():
+            os.replace(tmp, path)
+    except OSError as exc:
+        for tmp in temps.values():
+            tmp.unlink(missing_ok=True)
+        raise disk_refusal(exc, path, flag) from None
 
 
 def write_file(path: Path, text: str, flag: str = "--out") -> None:
     """``text`` into ``path`` whole: written beside it, then renamed over it."""
     make_folder(path.parent, flag)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(text)
-        tmp.replace(path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise UsageError(f"{flag}: {path} cannot be written ({exc.strerror or exc}); allowed: a "
-                         "file this user may write") from None
+    write_all({path: lambda fh: fh.write(text.encode())}, flag)

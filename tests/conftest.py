@@ -1,8 +1,14 @@
 """Fixtures shared by the test files: a small study, and sweeps run once per test run (a
 sweep's compiled engine and its results folder serve every test that asks for them)."""
 import pytest
+from hypothesis import settings
 
 from sweep.cli import main
+
+# Property-based tests draw the same examples on every run (a suite that passes passes again)
+# and keep no example database on disk.
+settings.register_profile("servesweep", derandomize=True, database=None)
+settings.load_profile("servesweep")
 
 #: 16 designs (2 rates x 2 batchings x 1-2 GPUs x 0/2 draft tokens) x 3 seeds, 40 short requests
 #: each into 8 seats: a sweep of a few seconds with every kind of lever column.

@@ -328,8 +328,11 @@ def test_sweep_capacity_writes_tables_reports_plots_and_resumes(tmp_path, capsys
     assert main(args + ["--force"]) == 130
     pd.testing.assert_frame_equal(pd.read_parquet(again / "capacity.parquet"), cap)
     monkeypatch.setattr(sweep.execution.runner, "simulate_rows", real)
+    (again / "mine").mkdir()
+    (again / "mine" / "notes.txt").write_text("kept\n")
     assert main(args + ["--force"]) == 0
     pd.testing.assert_frame_equal(pd.read_parquet(again / "capacity.parquet"), cap)
+    assert (again / "mine" / "notes.txt").read_text() == "kept\n"  # the user's, not ours
     assert sorted(p.name for p in tmp_path.iterdir()) == ["again", "cap", "tiny.toml"]
 
 

@@ -13,7 +13,7 @@ from sweep.execution.runner import simulate_rows
 from sweep.study.config import parse_study
 from sweep.study.design import Design
 from sweep.study.workload import Lengths, Workload, sample_n
-from sweep.workflows import capacity, capacity_tables
+from sweep.workflows import capacity, capacity_checks, capacity_tables
 from tests.helpers import capacity_refused, run_batch
 from tests.test_twin_agreement import CONTEXT, DISTS, K_MAX, OUTS, SEATS, _random_design
 
@@ -215,7 +215,7 @@ def test_capacity_of_a_closed_loop_brackets_the_most_clients_within_the_brief():
         {(3 * w.concurrency, w.concurrency) for w in probes}
     assert max(w.concurrency for w in probes) > 8
     with pytest.raises(capacity.CapacityError, match="--target-rate"):
-        capacity.check(study, 10.0)
+        capacity_checks.check(study, 10.0)
 
 
 @pytest.mark.parametrize("edit, key", [

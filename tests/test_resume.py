@@ -18,7 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sweep.analysis.results import ResultsError, load_results, staging
+from sweep.analysis.ownership import staging
+from sweep.analysis.results import ResultsError, load_results
 from sweep.cli import main
 
 REPO = Path(__file__).parents[1]
@@ -185,10 +186,18 @@ def test_strict_refuses_truncated_simulations(tmp_path, capsys):
     assert "WARNING: truncated" in capsys.readouterr().out
     assert load_results(tmp_path / "lax").runs["truncated"].all()
     assert main(["merge", str(tmp_path / "lax"), "--strict"]) == 3
-    # --force starts over: the old parts go, the new run's take their place (built beside).
+    # --force starts over: the old parts go, the new run's take their place (built beside);
+    # the user's own files stay, in finished results and in unfinished ones alike.
     stale = tmp_path / "lax" / "parts" / "runs-p00000-000099.parquet"
     stale.write_bytes(b"")
-    assert main(["run", str(cfg), "--out", str(tmp_path / "lax"), "--force", "--quiet"]) == 0
+    for folder in (tmp_path / "lax", tmp_path / "strict"):
+        (folder / "analysis").mkdir()
+        (folder / "analysis" / "plot.py").write_text("print('mine')\n")
+        (folder / "notes.txt").write_text("mine\n")
+        assert main(["run", str(cfg), "--out", str(folder), "--force", "--quiet"]) == 0
+        assert (folder / "notes.txt").read_text() == "mine\n"
+        assert (folder / "analysis" / "plot.py").read_text() == "print('mine')\n"
+        assert (folder / ".servesweep").is_file()
     assert not stale.exists() and len(load_results(tmp_path / "lax").runs) == 2
     assert not staging(tmp_path / "lax").exists()
     precious = tmp_path / "precious"

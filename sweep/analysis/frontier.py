@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from sweep.errors import listed
+from sweep.files import write_all
 
 #: Elements (rows x rows x objectives) compared at once by the blocked dominance check.
 _BLOCK_ELEMENTS = 1 << 22
@@ -156,7 +157,7 @@ def _log_axis(values: np.ndarray) -> bool:
 
 
 def plot_frontier(agg: pd.DataFrame, x: str, y: str, brief=(), path_png="frontier.png",
-                  path_svg=None, title=None) -> tuple[str, ...]:
+                  path_svg=None, title=None, also: dict | None = None) -> tuple[str, ...]:
     """Scatter every design (``x`` against ``y``), draw the Pareto frontier of (x, y) as a step
     line, mark the designs that meet ``brief`` (every limit met by the mean metrics, as in
     ``report.verdict``) apart from those that fail, and draw the brief's limits on x and y as
@@ -165,8 +166,9 @@ def plot_frontier(agg: pd.DataFrame, x: str, y: str, brief=(), path_png="frontie
     Designs with a non-finite x or y cannot be placed; the title says how many were left off.
 
     Uses matplotlib's object API on the Agg canvas (no pyplot, no global backend switch).
-    Writes the PNG (and the SVG when ``path_svg`` is given); returns the paths written, as
-    strings: ``(png,)`` or ``(png, svg)``.
+    Writes the PNG (and the SVG when ``path_svg`` is given), with the files of ``also``
+    (``{path: write(binary file)}``), all or none; returns the plots' paths, as strings:
+    ``(png,)`` or ``(png, svg)``.
     """
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -220,13 +222,15 @@ def plot_frontier(agg: pd.DataFrame, x: str, y: str, brief=(), path_png="frontie
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
-    written = []
-    Path(path_png).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path_png, format="png")
-    written.append(str(path_png))
-    if path_svg is not None:
-        Path(path_svg).parent.mkdir(parents=True, exist_ok=True)
+
+    def svg(fh):
         with matplotlib.rc_context({"svg.hashsalt": "servesweep"}):
-            fig.savefig(path_svg, format="svg", metadata={"Date": None})
-        written.append(str(path_svg))
-    return tuple(written)
+            fig.savefig(fh, format="svg", metadata={"Date": None})
+
+    plots = {Path(path_png): lambda fh: fig.savefig(fh, format="png")}
+    if path_svg is not None:
+        plots[Path(path_svg)] = svg
+    for path in plots:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    write_all({**(also or {}), **plots})
+    return tuple(map(str, plots))

@@ -13,11 +13,9 @@ final tables are joined from the parts and written the same way, ``runs.parquet`
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import re
-import shutil
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +24,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sweep.analysis.ownership import CAPACITY_PARTS, PARTS, mark
 from sweep.errors import clip, one_line
 from sweep.files import FileRefused, read_text, regular
 from sweep.study.config import Limit
@@ -34,8 +33,6 @@ from sweep.version import __version__
 SCHEMA_VERSION = 1
 META_KEY = b"servesweep"
 FILES = ("runs", "designs", "requests")
-PARTS = "parts"
-CAPACITY_PARTS = "capacity-parts"
 MANIFEST = "manifest.json"
 _PART = re.compile(r"(runs|requests)-p(\d{5})-(\d{6})\.parquet")
 
@@ -99,38 +96,6 @@ def _write_table(path: Path, df: pd.DataFrame, meta: dict) -> None:
     _write_file(path, lambda fh: pq.write_table(table, fh))
 
 
-def staging(out: Path) -> Path:
-    """Where a rerun of the finished results in ``out`` is built, beside them, until it is
-    complete (``replace_folder``)."""
-    return out.parent / f".{out.name}.new"
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two folders in one atomic step (Linux's renameat2 with RENAME_EXCHANGE); False
-    where the system has none."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        swap = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    return swap(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
-
-
-def replace_folder(new: Path, out: Path) -> None:
-    """Put the complete folder ``new`` in the place of ``out``, then remove ``out``'s former
-    contents. A kill at any moment leaves a complete result at ``out``: the old one or the new
-    one (where the swap is not atomic, a kill between its two renames leaves the old one
-    beside, as ``.NAME.old``)."""
-    if not _exchange(new, out):
-        aside = out.parent / f".{out.name}.old"
-        shutil.rmtree(aside, ignore_errors=True)
-        os.replace(out, aside)
-        os.replace(new, out)
-        new = aside
-    shutil.rmtree(new, ignore_errors=True)
-
-
 def write_results(out_dir: str | Path, tables: dict[str, pd.DataFrame], meta: dict,
                   last: str = "runs") -> Path:
     """Write the final tables into ``out_dir``, each file atomically and ``last`` (what marks a
@@ -138,8 +103,15 @@ def write_results(out_dir: str | Path, tables: dict[str, pd.DataFrame], meta: di
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"package": f"servesweep {__version__}", **meta}
-    for name in sorted(tables, key=lambda n: n == last):
-        _write_table(out / f"{name}.parquet", tables[name], meta)
+    written = []
+    try:
+        for name in sorted(tables, key=lambda n: n == last):
+            _write_table(out / f"{name}.parquet", tables[name], meta)
+            written.append(out / f"{name}.parquet")
+    except OSError:  # a full disk: no table of this call is left behind
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
     return out
 
 
@@ -147,6 +119,7 @@ def start_capacity_parts(out_dir: str | Path, manifest: dict) -> None:
     """Create ``out_dir/CAPACITY_PARTS`` with the manifest of a fresh capacity search."""
     parts = Path(out_dir) / CAPACITY_PARTS
     parts.mkdir(parents=True, exist_ok=True)
+    mark(Path(out_dir), "capacity")
     blob = json.dumps({"schema_version": SCHEMA_VERSION, **manifest}, default=str, indent=1)
     _write_file(parts / MANIFEST, lambda fh: fh.write(blob.encode()))
 
@@ -201,6 +174,7 @@ def start_parts(out_dir: str | Path, manifest: dict, grid: pd.DataFrame) -> None
     """Create ``out_dir/parts`` with the manifest and the grid of a fresh sweep."""
     parts = Path(out_dir) / PARTS
     parts.mkdir(parents=True, exist_ok=True)
+    mark(Path(out_dir), "run")
     _write_table(parts / "grid.parquet", grid, {})
     blob = json.dumps({"schema_version": SCHEMA_VERSION, **manifest}, default=str, indent=1)
     _write_file(parts / MANIFEST, lambda fh: fh.write(blob.encode()))

@@ -85,7 +85,10 @@ def typed(df: pd.DataFrame) -> pd.DataFrame:
         elif col in ("design", "seed"):
             df[col] = df[col].astype("int64")
         elif df[col].map(lambda v: isinstance(v, str)).any():
-            df[col] = pd.Categorical(df[col].astype(str), categories=list(dict.fromkeys(df[col])))
+            # A key that applies to some designs only (a trace beside sampled workloads) stays
+            # missing where it does not apply, rather than the text "None".
+            text = df[col].astype(str).where(df[col].notna())
+            df[col] = pd.Categorical(text, categories=list(dict.fromkeys(text.dropna())))
         elif df[col].isna().all():
             df[col] = df[col].astype("float64")
         elif all(isinstance(v, (bool, np.bool_)) for v in df[col]):

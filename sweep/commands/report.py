@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sweep.errors import checked
-from sweep.files import make_folder
+from sweep.files import make_folder, out_folder, writable
 
 
 def cmd_frontier(args) -> int:
@@ -18,13 +18,13 @@ def cmd_frontier(args) -> int:
     res = checked(load_results, args.results)
     objectives = [args.x, args.y] + ([args.z] if args.z else [])
     front = checked(frontier, res.designs, objectives)
-    out = make_folder(Path(args.out) if args.out else Path(args.results))
-    front.to_parquet(out / "frontier.parquet", index=False)
+    out = _out(args)
     paths = plot_frontier(res.designs, args.x, args.y, res.brief, out / "frontier.png",
-                          out / "frontier.svg", title=res.meta.get("name"))
+                          out / "frontier.svg", title=res.meta.get("name"),
+                          also=_table(front, out))
     shown = ["design"] + res.axes + [o.lstrip("-") for o in objectives] + ["p_pass"]
     with_cols = [c for c in dict.fromkeys(shown) if c in front.columns]
-    print(front[with_cols].to_string(index=False))
+    print(front[with_cols].to_string(index=False) if len(front) else "no design to draw")
     print(f"{len(front)} of {len(res.designs)} designs on the frontier -> "
           f"{out / 'frontier.parquet'}, {', '.join(map(str, paths))}")
     return 0
@@ -40,17 +40,28 @@ def _capacity_frontier(args) -> int:
     objectives = [x, y] + ([args.z] if args.z else [])
     carrying = cap[cap["max_rate"] > 0].reset_index(drop=True)
     front = checked(frontier, carrying, objectives)
-    out = make_folder(Path(args.out) if args.out else Path(args.results))
-    front.to_parquet(out / "frontier.parquet", index=False)
+    out = _out(args)
     paths = plot_frontier(carrying, x, y, [], out / "frontier.png",
                           out / "frontier.svg",
                           title=f"{meta.get('name')}: capacity of the {len(carrying)} designs "
-                                "that carry load")
+                                "that carry load", also=_table(front, out))
     shown = ["design"] + meta["axes"] + [o.lstrip("-") for o in objectives]
-    print(front[[c for c in dict.fromkeys(shown) if c in front.columns]].to_string(index=False))
+    print(front[[c for c in dict.fromkeys(shown) if c in front.columns]].to_string(index=False)
+          if len(front) else "no design carries load")
     print(f"{len(front)} of {len(carrying)} designs on the frontier -> "
           f"{out / 'frontier.parquet'}, {', '.join(map(str, paths))}")
     return 0
+
+
+def _out(args) -> Path:
+    """The frontier's folder (``--out``, else the results folder), writable or refused."""
+    out, flag = (Path(args.out), "--out") if args.out else (Path(args.results), "RESULTS")
+    return make_folder(writable(out_folder(out, flag), flag), flag)
+
+
+def _table(front, out: Path) -> dict:
+    """The frontier's table, written with its plots, all or none."""
+    return {out / "frontier.parquet": lambda fh: front.to_parquet(fh, index=False)}
 
 
 def cmd_report(args) -> int:

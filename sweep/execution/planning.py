@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 import jax
 
+from sweep.errors import got
 from sweep.execution.budget import (machine_bytes, memory_budget_bytes, simulation_bytes,
                                     study_bytes)
 from sweep.study.config import Study
@@ -99,7 +100,12 @@ class ChunkPlan(NamedTuple):
 
 def plan_chunks(study: Study, chunk_size: int | None = None) -> ChunkPlan:
     """The calls' shape within the memory budget, shared by the calls in flight at once; a
-    chunk size that cannot fit is refused before anything runs."""
+    chunk size that cannot fit is refused before anything runs, as is one that is not a
+    positive integer (the config's ``[run] chunk_size`` check, for a caller's argument)."""
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
+                                   or chunk_size < 1):
+        raise ValueError(f"run.chunk_size: must be a positive integer, got {got(chunk_size)}; "
+                         "allowed: an integer >= 1, or None (the study's)")
     workers = calls_in_flight()
     budget = memory_budget_bytes() / workers
     per_lane, per_sim = study_bytes(study)
@@ -138,6 +144,8 @@ def _check_one_fits(study: Study, one: float) -> None:
 
 def check_per_request(study: Study, per_request: bool) -> None:
     """Refuse per-request rows that the final table could not hold in memory."""
+    if not isinstance(per_request, bool):
+        raise ValueError(f"run.per_request: must be true or false, got {got(per_request)}")
     if not per_request:
         return
     rows = sum(p.workload.capacity for p in study.points) * len(study.seeds)

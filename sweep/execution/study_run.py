@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from sweep.errors import Truncated, UsageError, checked
-from sweep.files import out_folder
+from sweep.files import disk_refusal, out_folder, writable
 
 
 @dataclass
@@ -43,7 +43,8 @@ def run(config, out=None, *, seeds: int | None = None, chunk_size: int | None = 
     run's estimate)."""
     import jax
 
-    from sweep.analysis.results import next_part, read_parts, staging, write_part
+    from sweep.analysis.ownership import staging
+    from sweep.analysis.results import next_part, read_parts, write_part
     from sweep.execution.cluster import initialize
     from sweep.execution.planning import check_per_request
     from sweep.execution.runner import device_description, iter_chunks, plan_chunks
@@ -59,8 +60,8 @@ def run(config, out=None, *, seeds: int | None = None, chunk_size: int | None = 
         initialize(cluster)
     checked(plan_chunks, study, chunk_size)
     checked(check_per_request, study, per_request)
-    processes = processes or default_processes(
-        len(study.points) * len(study.seeds) // jax.process_count())
+    if processes is None:
+        processes = default_processes(len(study.points) * len(study.seeds) // jax.process_count())
     checked(check_processes, processes)
     _say_when_long(study, config, echo)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -68,50 +69,80 @@ def run(config, out=None, *, seeds: int | None = None, chunk_size: int | None = 
     fresh = _check_out(out, resume, force, manifest)
     # A forced rerun of finished results runs beside them, replacing them once complete.
     final, out = out, staging(out) if force and (out / "runs.parquet").exists() else out
-    _prepare(out, force, fresh, study)
+    writable(final)
+    if out != final:
+        writable(out.parent)
+    existed = final.exists()
     for _, reason in study.skipped:
         echo(f"skipped: {reason}")
-    saved = read_parts(out, requests=False).metrics
-    pid, total = jax.process_index(), len(study.points) * len(study.seeds)
-    number = next_part(out, pid)
-    info = {"started": started, "device": manifest["meta"]["device"], "jax": jax.__version__}
-    chunks = iter_chunks(study, chunk_size=chunk_size, per_request=per_request,
-                         skip=set(zip(saved["design"], saved["seed"])),
-                         share=(pid, jax.process_count()), progress=progress, stop=stop,
-                         processes=processes)
-    done = len(saved)
-    for chunk in chunks:
-        if len(chunk.metrics):
-            write_part(out, pid, number, chunk.metrics, chunk.requests,
-                       {**info, "seconds": chunk.seconds})
-            number += 1
-            done += len(chunk.metrics)
-        if strict:
-            _refuse_truncated(chunk.metrics, out)
-    outcome = RunOutcome(final, None, done, total, out, stopped=stop())
-    if not outcome.stopped:
-        outcome.saved = len(read_parts(out, requests=False).metrics)
-        if outcome.saved == total:
-            outcome.results = finish(out, strict, final=final)
+    try:
+        _prepare(out, force, fresh, study, beside=out != final)
+        saved = read_parts(out, requests=False).metrics
+        pid, total = jax.process_index(), len(study.points) * len(study.seeds)
+        number = next_part(out, pid)
+        info = {"started": started, "device": manifest["meta"]["device"],
+                "jax": jax.__version__}
+        chunks = iter_chunks(study, chunk_size=chunk_size, per_request=per_request,
+                             skip=set(zip(saved["design"], saved["seed"])),
+                             share=(pid, jax.process_count()), progress=progress, stop=stop,
+                             processes=processes)
+        done = len(saved)
+        for chunk in chunks:
+            if len(chunk.metrics):
+                write_part(out, pid, number, chunk.metrics, chunk.requests,
+                           {**info, "seconds": chunk.seconds})
+                number += 1
+                done += len(chunk.metrics)
+            if strict:
+                _refuse_truncated(chunk.metrics, out)
+        outcome = RunOutcome(final, None, done, total, out, stopped=stop())
+        if not outcome.stopped:
+            outcome.saved = len(read_parts(out, requests=False).metrics)
+            if outcome.saved == total:
+                outcome.results = finish(out, strict, final=final)
+    except OSError as exc:  # a full disk: one line, and the folder as it was
+        undo = fresh is not None and jax.process_count() == 1
+        raise disk_refusal(exc, final, kept=_undo(out, final, existed) if undo else
+                           f"the finished chunks stay in {out / 'parts'} for --resume") from None
     outcome.seconds = time.perf_counter() - t0
     return outcome
+
+
+def _undo(out: Path, final: Path, existed: bool) -> str:
+    """Remove what a fresh run wrote (its folder too, where it created it)."""
+    from sweep.analysis.ownership import clear
+
+    if out != final:
+        shutil.rmtree(out, ignore_errors=True)
+        return "the finished results are as they were"
+    clear(out)
+    if not existed and not any(out.iterdir()):
+        out.rmdir()
+    return "nothing was left behind"
 
 
 def merge(results, strict: bool = False):
     """Join the parts every process of a run saved into the final tables (a forced rerun's,
     beside finished results, then takes their place); returns the ``Results``."""
-    from sweep.analysis.results import PARTS, staging
+    from sweep.analysis.ownership import PARTS, staging
 
     final = Path(results)
     out = staging(final) if (staging(final) / PARTS).is_dir() else final
-    return finish(out, strict, final=final)
+    writable(out, "RESULTS")
+    if out != final:
+        writable(final.parent, "RESULTS")
+    try:
+        return finish(out, strict, final=final)
+    except OSError as exc:
+        raise disk_refusal(exc, final, "RESULTS", f"the parts stay in {out / PARTS}") from None
 
 
 def finish(out: Path, strict: bool, final: Path | None = None):
     """Join every process's parts in ``out`` into the final tables, written and returned as
     ``Results`` (not read back); a run built beside finished results (``final``) then takes
     their place."""
-    from sweep.analysis.results import Results, read_parts, replace_folder, write_results
+    from sweep.analysis.ownership import replace_folder
+    from sweep.analysis.results import Results, read_parts, write_results
     from sweep.analysis.tables import aggregate, requests_table, runs_table
     from sweep.study.config import Limit
 
@@ -130,7 +161,7 @@ def finish(out: Path, strict: bool, final: Path | None = None):
     meta["processes"] = len({i["process"] for i in partial.infos})
     write_results(out, tables, meta)
     if final is not None and final != out:
-        replace_folder(out, final)
+        replace_folder(out, final, last="runs.parquet")
     return Results(tables["runs"], tables["designs"], tables.get("requests"), meta)
 
 
@@ -176,12 +207,12 @@ def _manifest(study, per_request: bool, started: str, device: str) -> dict:
 def _check_out(out: Path, resume: bool, force: bool, manifest: dict) -> dict | None:
     """Refuse an output folder the run may not use; the manifest to start with, or None when
     resuming a matching partial run."""
-    from sweep.analysis.results import MANIFEST, PARTS, read_manifest
+    from sweep.analysis.ownership import is_results
+    from sweep.analysis.results import read_manifest
 
-    if force and out.is_dir() and any(out.iterdir()) and not (
-            (out / "runs.parquet").exists() or (out / PARTS / MANIFEST).exists()):
-        raise UsageError(f"{out}: not a servesweep results folder; --force deletes only those "
-                         "(allowed: an empty, new or results folder)")
+    if force and out.is_dir() and any(out.iterdir()) and not is_results(out):
+        raise UsageError(f"{out}: not a servesweep results folder; --force replaces results "
+                         "only there (allowed: an empty, new or results folder)")
     if not out.exists() or force:
         return manifest
     if not resume:
@@ -195,23 +226,23 @@ def _check_out(out: Path, resume: bool, force: bool, manifest: dict) -> dict | N
     return None
 
 
-def _prepare(out: Path, force: bool, manifest: dict | None, study) -> None:
-    """Start the parts of a fresh run (process 0; the others wait for it)."""
+def _prepare(out: Path, force: bool, manifest: dict | None, study, beside: bool) -> None:
+    """Start the parts of a fresh run (process 0; the others wait for it): ``force`` removes
+    servesweep's entries of ``out`` (all of it, where the run is ``beside`` finished results)."""
     import jax
 
+    from sweep.analysis.ownership import clear
     from sweep.analysis.results import start_parts
     from sweep.analysis.tables import grid_table
     from sweep.execution.cluster import barrier
 
     barrier("servesweep: output checked")
     if jax.process_index() == 0 and manifest is not None:
-        try:
-            if force and out.exists():
-                shutil.rmtree(out)
-            start_parts(out, manifest, grid_table(study))
-        except OSError as exc:
-            raise UsageError(f"{out}: cannot create the results folder: "
-                             f"{exc.strerror or exc}") from None
+        if force and beside:
+            shutil.rmtree(out, ignore_errors=True)
+        elif force:
+            clear(out)
+        start_parts(out, manifest, grid_table(study))
     barrier("servesweep: output ready")
 
 

@@ -22,6 +22,8 @@ import sys
 from multiprocessing.connection import wait
 from typing import Iterator
 
+from sweep.errors import show
+
 #: Simulations (of this machine's share) from which ``sweep run`` splits a CPU run over one
 #: worker per core unless told (``--processes``): on 2 cores with executables kept, half the
 #: Serve a Model study's simulations ran faster in one process (the workers' start-up outweighs
@@ -45,13 +47,14 @@ def check(processes: int) -> None:
     would share cores, each with its own ~1 GB runtime, and only slow the run)."""
     import jax
 
-    if processes > 1 and jax.default_backend() != "cpu":
+    cores = len(os.sched_getaffinity(0))
+    whole = isinstance(processes, int) and not isinstance(processes, bool)
+    if whole and processes > 1 and jax.default_backend() != "cpu":
         raise ValueError(f"--processes: {processes}; allowed: 1 on a {jax.default_backend()} "
                          f"(worker processes split a CPU's cores)")
-    cores = len(os.sched_getaffinity(0))
-    if processes > cores:
-        raise ValueError(f"--processes: {processes}; allowed: 1 to {cores} (one worker per core "
-                         "this process may use)")
+    if not whole or not 1 <= processes <= cores:
+        raise ValueError(f"--processes: {show(processes)}; allowed: 1 to {cores} (one worker per "
+                         "core this process may use)")
 
 
 def in_processes(study, processes: int, *, share: tuple[int, int], skip, progress, stop,

@@ -6,19 +6,17 @@ the publishers' modelling code (transformers' and vLLM's model files). A field t
 the model's size in a way read here is refused in one line naming it, never guessed."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sweep.errors import FieldError, clip, one_line
+from sweep.errors import clip
+from sweep.physics.config_file import Reading, positive, read_json, shown
 from sweep.physics.models import Model
 from sweep.physics.quantisation import checkpoint_precision
 
-#: The largest integer a config.json field may hold (sizes and counts are int32 in the engine).
-MAX_FIELD = 2**31 - 1
-
-#: What the loader sizes.
-SUPPORTED = "full, windowed, latent, linear or Mamba attention; dense or expert MLPs"
+#: The names of the routed experts' count and of the experts each token is routed to.
+EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "top_k_experts")
 
 #: Layer kinds ``layer_types`` may name, and what each is read as.
 LAYER_TYPES = {"full_attention": "full", "sliding_attention": "window",
@@ -64,34 +62,8 @@ UNREAD = (("audio_config", "an audio tower's weights"),
           ("cross_attention_layers", "cross-attention layers"))
 
 
-def _positive(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_FIELD
-
-
 def _nonzero(v) -> bool:
     return v not in (None, 0, False, [], {}, "")
-
-
-@dataclass
-class _Reading:
-    """One config's fields, read with the file named in every refusal."""
-
-    cfg: dict
-    where: str
-
-    def refuse(self, key: str, reason: str, allowed: str = SUPPORTED):
-        raise FieldError("model.config_json", f"{self.where}: {key} {reason}", allowed)
-
-    def int(self, key: str, default=None, *alias: str) -> int:
-        for k in (key, *alias):
-            v = self.cfg.get(k)
-            if v is not None:
-                if not _positive(v):
-                    self.refuse(k, f"is not an integer in [1, {MAX_FIELD}]")
-                return v
-        if default is None:
-            self.refuse(key, f"is missing (an integer in [1, {MAX_FIELD}])")
-        return default
 
 
 @dataclass
@@ -110,7 +82,7 @@ class _Count:
         return sum(self.by_module.values())
 
 
-def _layer_kinds(r: _Reading, layers: int, moe: bool) -> list[tuple[str, str]]:
+def _layer_kinds(r: Reading, layers: int, moe: bool) -> list[tuple[str, str]]:
     """(attention kind, MLP kind) of every layer."""
     c = r.cfg
     if c.get("hybrid_override_pattern") is not None:
@@ -120,11 +92,10 @@ def _layer_kinds(r: _Reading, layers: int, moe: bool) -> list[tuple[str, str]]:
             r.refuse("hybrid_override_pattern", f"is not {layers} of the letters "
                      f"{''.join(HYBRID_LETTERS)} (found {clip(', '.join(bad) or '-', 20)})")
         return [HYBRID_LETTERS[ch] for ch in pattern]
-    attention = _attention_kinds(r, layers)
-    return [(a, _mlp_kind(r, i, moe)) for i, a in enumerate(attention)]
+    return list(zip(_attention_kinds(r, layers), _mlp_kinds(r, layers, moe)))
 
 
-def _attention_kinds(r: _Reading, layers: int) -> list[str]:
+def _attention_kinds(r: Reading, layers: int) -> list[str]:
     c = r.cfg
     latent = "mla" if _nonzero(c.get("kv_lora_rank")) else "full"
     minimax = c.get("attn_type_list")  # MiniMax: 1 softmax attention, 0 lightning (linear)
@@ -153,7 +124,7 @@ def _attention_kinds(r: _Reading, layers: int) -> list[str]:
         return ["window" if used else "full" for used in no_rope[:layers]]
     if _windowed(c):
         pattern = c.get("sliding_window_pattern")  # Gemma-3: every pattern-th layer full
-        if _positive(pattern):
+        if positive(pattern):
             return ["full" if (i + 1) % pattern == 0 else "window" for i in range(layers)]
         first = r.int("max_window_layers", 0) if _nonzero(c.get("max_window_layers")) else 0
         return [latent if i < first else "window" for i in range(layers)]
@@ -169,31 +140,37 @@ def _windowed(c: dict) -> bool:
             and c.get("use_sliding_window", True) is not False)
 
 
-def _mlp_kind(r: _Reading, i: int, moe: bool) -> str:
-    """Routed experts or dense, as each family's code places them."""
+def _indices(r: Reading, key: str, default: list) -> set:
+    """A list of layer indices (``moe_layers``, ``mlp_only_layers``) as a set."""
+    v = r.cfg.get(key)
+    v = default if v is None else v
+    if not isinstance(v, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in v):
+        r.refuse(key, "is not a list of layer indices")
+    return set(v)
+
+
+def _mlp_kinds(r: Reading, layers: int, moe: bool) -> list[str]:
+    """Routed experts or dense in each layer, as each family's code places them."""
     c = r.cfg
     if not moe or (c.get("enable_moe_block") is False):
-        return "dense"
-    listed = c.get("moe_layers")  # Llama-4's newer configs list the expert layers
-    if listed is not None:
-        if not isinstance(listed, list) or not all(
-                isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in listed):
-            r.refuse("moe_layers", "is not a list of layer indices")
-        return "moe" if i in listed else "dense"
+        return ["dense"] * layers
+    if c.get("moe_layers") is not None:  # Llama-4's newer configs list the expert layers
+        listed = _indices(r, "moe_layers", [])
+        return ["moe" if i in listed else "dense" for i in range(layers)]
     dense_first = c.get("first_k_dense_replace") or 0
     freq = c.get("moe_layer_freq", 1) or 1
     step = c.get("decoder_sparse_step", 1) or 1
     every = c.get("interleave_moe_layer_step", 1) or 1
-    only = c.get("mlp_only_layers") or []
-    if not all(isinstance(v, int) for v in (dense_first, freq, step, every)) or not isinstance(
-            only, list):
+    if not all(isinstance(v, int) for v in (dense_first, freq, step, every)):
         r.refuse("moe_layer_freq", "or a field placing the expert layers is not an integer")
-    routed = (i >= dense_first and i % freq == 0 and (i + 1) % step == 0
-              and i % every == every - 1 and i not in only)
-    return "moe" if routed else "dense"
+    only = _indices(r, "mlp_only_layers", [])
+    return ["moe" if (i >= dense_first and i % freq == 0 and (i + 1) % step == 0
+                      and i % every == every - 1 and i not in only) else "dense"
+            for i in range(layers)]
 
 
-def _attention(r: _Reading, kind: str, hidden: int, count: _Count, m: dict) -> None:
+def _attention(r: Reading, kind: str, hidden: int, count: _Count, m: dict) -> None:
     """One layer's attention: its weights, the values it caches per token, its FLOPs per pair."""
     c = r.cfg
     heads = r.int("num_attention_heads")
@@ -204,8 +181,9 @@ def _attention(r: _Reading, kind: str, hidden: int, count: _Count, m: dict) -> N
         (_linear if kind == "linear" else _mamba)(r, hidden, count, m)
         return
     glob = kind == "full" and c.get("global_head_dim") is not None  # Gemma-4's global layers
-    hd = r.int("global_head_dim" if glob else "head_dim", hidden // heads)
-    kv = r.int("num_global_key_value_heads" if glob else "num_key_value_heads", heads)
+    hd = r.int("global_head_dim") if glob else _head_dim(r, hidden, heads)
+    kv = _divisor(r, "num_global_key_value_heads" if glob else "num_key_value_heads",
+                  "num_attention_heads", heads, heads)
     k_is_v = glob and c.get("attention_k_eq_v") is True
     gated = c.get("attn_output_gate") or c.get("model_type") == "qwen3_next"
     q = heads * hd * (2 if gated else 1)  # a gate beside each query (Qwen3-Next's always)
@@ -229,7 +207,28 @@ def _attention(r: _Reading, kind: str, hidden: int, count: _Count, m: dict) -> N
         m["decode_attn_flops_per_pair"] += pair
 
 
-def _latent(r: _Reading, heads: int, hidden: int, count: _Count, m: dict) -> None:
+def _head_dim(r: Reading, hidden: int, heads: int) -> int:
+    """``head_dim`` where stated, else ``hidden_size / num_attention_heads``, which must then be
+    whole (rounded down, the model would be mis-sized)."""
+    if r.cfg.get("head_dim") is not None:
+        return r.int("head_dim")
+    if hidden % heads:
+        r.refuse("hidden_size", f"= {hidden} is not a multiple of num_attention_heads = {heads} "
+                                "and head_dim is not stated", "head_dim stated, or a "
+                                "hidden_size that num_attention_heads divides")
+    return hidden // heads
+
+
+def _divisor(r: Reading, key: str, of_key: str, of: int, default=None) -> int:
+    """A head count that divides ``of_key``'s: KV heads (or key heads, or state groups) each
+    serve an equal group of query heads (value heads, state heads)."""
+    v = r.int(key, default)
+    if of % v:
+        r.refuse(key, f"= {v} does not divide {of_key} = {of}", f"a divisor of {of_key}")
+    return v
+
+
+def _latent(r: Reading, heads: int, hidden: int, count: _Count, m: dict) -> None:
     """Multi-head latent attention (DeepSeek-V2/V3): one compressed ``kv_lora_rank`` latent and
     a shared rotary key cached per token. Prefill attends in the expanded form (per head: keys
     of ``nope + rope``, values of ``v_head_dim``); decode in the absorbed form vLLM runs, each
@@ -258,10 +257,11 @@ def _state_bytes(c: dict, key: str) -> int:
     return STATE_DTYPE_BYTES.get(str(c.get(key, "float32")), 4)
 
 
-def _linear(r: _Reading, hidden: int, count: _Count, m: dict) -> None:
+def _linear(r: Reading, hidden: int, count: _Count, m: dict) -> None:
     """Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5): a ``key x value`` state per value
     head, updated and read once per token, and a short convolution's last inputs."""
-    kh, vh = r.int("linear_num_key_heads"), r.int("linear_num_value_heads")
+    vh = r.int("linear_num_value_heads")
+    kh = _divisor(r, "linear_num_key_heads", "linear_num_value_heads", vh)
     dk, dv = r.int("linear_key_head_dim"), r.int("linear_value_head_dim")
     kernel = r.int("linear_conv_kernel_dim", 4)
     key_dim, value_dim = kh * dk, vh * dv
@@ -273,11 +273,11 @@ def _linear(r: _Reading, hidden: int, count: _Count, m: dict) -> None:
     m["state_flops_per_token"] += 4.0 * vh * dk * dv
 
 
-def _mamba(r: _Reading, hidden: int, count: _Count, m: dict) -> None:
+def _mamba(r: Reading, hidden: int, count: _Count, m: dict) -> None:
     """A Mamba-2 mixer (Nemotron-H): a ``head_dim x state`` state per head and a convolution's
     last inputs."""
     heads, hd = r.int("mamba_num_heads"), r.int("mamba_head_dim")
-    state, groups = r.int("ssm_state_size"), r.int("n_groups", 1)
+    state, groups = r.int("ssm_state_size"), _divisor(r, "n_groups", "mamba_num_heads", heads, 1)
     kernel = r.int("conv_kernel", 4)
     inner = heads * hd
     conv = inner + 2 * groups * state
@@ -288,7 +288,7 @@ def _mamba(r: _Reading, hidden: int, count: _Count, m: dict) -> None:
     m["state_flops_per_token"] += 4.0 * inner * state
 
 
-def _mlp(r: _Reading, kind: str, hidden: int, count: _Count, e: dict) -> None:
+def _mlp(r: Reading, kind: str, hidden: int, count: _Count, e: dict) -> None:
     """One layer's MLP: dense, or routed experts (top-k of them active) with shared ones."""
     c = r.cfg
     mats = 2 if str(c.get("mlp_hidden_act", c.get("hidden_act"))) in UNGATED else 3
@@ -312,7 +312,7 @@ def _mlp(r: _Reading, kind: str, hidden: int, count: _Count, e: dict) -> None:
     count.add("gate", hidden * experts + (experts if c.get("model_type") == "gpt_oss" else 0))
 
 
-def _shared_ffn(r: _Reading, ffn: int) -> int:
+def _shared_ffn(r: Reading, ffn: int) -> int:
     """The shared experts' width: DeepSeek's ``n_shared_experts`` of the experts' width,
     Qwen's and Nemotron's own field, Llama-4's one of ``intermediate_size`` (always there)."""
     c = r.cfg
@@ -324,37 +324,37 @@ def _shared_ffn(r: _Reading, ffn: int) -> int:
     return r.int("n_shared_experts", 1) * ffn if _nonzero(c.get("n_shared_experts")) else 0
 
 
-def _vision(cfg: dict) -> float:
+def _vision(outer: Reading) -> float:
     """A vision tower's weights, estimated from its size: per block attention (4 h^2) and a
     two-matrix MLP (2 h i), and the patch embedding. Zero where the config gives no size."""
-    v = cfg.get("vision_config")
+    v = outer.cfg.get("vision_config")
     if not isinstance(v, dict):
         return 0.0
-    h = v.get("hidden_size") or v.get("vt_hidden_size")  # Kimi's MoonViT: vt_*
-    i = v.get("intermediate_size") or v.get("vt_intermediate_size")
-    depth = v.get("depth") or v.get("num_hidden_layers") or v.get("vt_num_hidden_layers")
-    if not all(_positive(x) for x in (h, i, depth)):
+    r = Reading(v, f"{outer.where}: vision_config")
+    keys = [r.first(*k) for k in (("hidden_size", "vt_hidden_size"),  # Kimi's MoonViT: vt_*
+                                  ("intermediate_size", "vt_intermediate_size"),
+                                  ("depth", "num_hidden_layers", "vt_num_hidden_layers"))]
+    if any(v.get(k) is None for k in keys):
         return 0.0
-    sizes = [v.get(k) or d for k, d in (("patch_size", 14), ("in_channels", 3),
-                                         ("temporal_patch_size", 1))]
-    if not all(_positive(x) for x in sizes):
-        return 0.0
-    patch = sizes[0] ** 2 * sizes[1] * sizes[2]
+    h, i, depth = (r.int(k) for k in keys)
+    patch = r.int("patch_size", 14) ** 2 * r.int("in_channels", 3) * r.int(
+        "temporal_patch_size", 1)
     return float(depth * (4 * h * h + 2 * h * i) + patch * h)
 
 
-def _read(path: Path) -> dict:
-    try:
-        cfg = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:  # JSON, UTF-8 and int-size errors are ValueErrors
-        raise FieldError("model.config_json", f"cannot read {clip(str(path))}: "
-                                              f"{clip(one_line(exc), 100)}") from None
-    if not isinstance(cfg, dict):
-        raise FieldError("model.config_json", f"{clip(str(path))} is not a JSON object")
-    return cfg
+def _experts(r: Reading) -> tuple[int, int]:
+    """Routed experts and the experts each token is routed to (a dense model: 1 and 1); never
+    more of these than of those."""
+    key, per = r.first(*EXPERT_KEYS), r.first(*TOP_K_KEYS)
+    experts, top_k = r.int(key, 1), r.int(per, 1)
+    if top_k > experts:
+        stated = f"{key} = {experts}" if r.cfg.get(key) is not None else \
+            "the routed experts (1: none stated)"
+        r.refuse(per, f"= {top_k} exceeds {stated}", "at most the routed experts")
+    return experts, top_k
 
 
-def _language_model(cfg: dict, r: _Reading) -> dict:
+def _language_model(cfg: dict, r: Reading) -> dict:
     """The language model's fields: a multimodal checkpoint's ``text_config``, which inherits
     what it leaves to the outer config (tied embeddings, the quantisation)."""
     text = cfg.get("text_config")
@@ -366,14 +366,21 @@ def _language_model(cfg: dict, r: _Reading) -> dict:
     return {**{k: cfg[k] for k in inherited if k in cfg}, **text}
 
 
+def _given_name(c: dict) -> str | None:
+    """``_name_or_path`` where it is a name that prints on one line and, unescaped, in a TOML
+    string (a fitted profile names its model)."""
+    n = c.get("_name_or_path")
+    return n if isinstance(n, str) and n.isprintable() and not set(n) & set('"\\') else None
+
+
 def load_hf_config(path: str | Path, name: str | None = None) -> Model:
     """Build a Model from a local Hugging Face ``config.json``; a config with anything the
     loader does not size is refused in one line naming the field."""
     path = Path(path)
-    outer = _read(path)
-    where = clip(str(path))
-    c = _language_model(outer, _Reading(outer, where))
-    r = _Reading(c, where)
+    outer = read_json(path)
+    where = shown(path)
+    c = _language_model(outer, Reading(outer, where))
+    r = Reading(c, where)
     for key, what in UNREAD:
         if _nonzero(c.get(key)) or _nonzero(outer.get(key)):
             r.refuse(key, f"({what}) is not modelled, so the model would be mis-sized")
@@ -384,8 +391,7 @@ def load_hf_config(path: str | Path, name: str | None = None) -> Model:
     layers, hidden = r.int("num_hidden_layers"), r.int("hidden_size")
     heads, vocab = r.int("num_attention_heads"), r.int("vocab_size")
     context = r.int("max_position_embeddings")
-    experts = r.int("num_local_experts", 1, "num_experts", "n_routed_experts")
-    top_k = min(experts, r.int("num_experts_per_tok", 1, "experts_per_token", "top_k_experts"))
+    experts, top_k = _experts(r)
     kinds = _layer_kinds(r, layers, experts > 1)
     count, layers_of = _Count(), {}
     m = dict(kv_split=[heads], kv_values=0.0, attn_flops_per_pair=0.0,
@@ -405,7 +411,7 @@ def load_hf_config(path: str | Path, name: str | None = None) -> Model:
     count.add("embed_tokens", vocab * hidden)
     if not c.get("tie_word_embeddings", False):
         count.add("lm_head", vocab * hidden)
-    count.add("vision", _vision(outer), 0.0)
+    count.add("vision", _vision(Reading(outer, where)), 0.0)
     split = m.pop("kv_split")
     if not m["kv_values"]:
         r.refuse("layer_types", "has no full-attention layer (a KV cache that grows with the "
@@ -415,14 +421,15 @@ def load_hf_config(path: str | Path, name: str | None = None) -> Model:
                                      () if outer_quant else ("vision",))
     latent = _nonzero(c.get("kv_lora_rank"))
     head_dim = (r.int("qk_nope_head_dim") + r.int("qk_rope_head_dim")) if latent \
-        else r.int("head_dim", hidden // heads)
+        else _head_dim(r, hidden, heads)
     if _nonzero(c.get("qk_head_dim")) and r.int("qk_head_dim") != head_dim:  # GLM-5's copy
         r.refuse("qk_head_dim", f"= {c['qk_head_dim']}, not the query-key head size read here "
                                 f"({head_dim}), so the model would be mis-sized")
     return Model(
-        name=name or c.get("_name_or_path") or path.parent.name or path.stem,
+        name=name or _given_name(c) or path.parent.name or path.stem,
         params=count.total, active_params=count.active, layers=layers, hidden=hidden,
-        heads=heads, kv_heads=heads if latent else r.int("num_key_value_heads", heads),
+        heads=heads, kv_heads=heads if latent else _divisor(
+            r, "num_key_value_heads", "num_attention_heads", heads, heads),
         head_dim=head_dim, ffn=r.int("intermediate_size", c.get("moe_intermediate_size"),
                                      "moe_intermediate_size"), vocab=vocab, max_context=context,
         experts=experts, experts_per_token=top_k, expert_params=e["params"] if experts > 1

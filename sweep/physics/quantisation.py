@@ -14,12 +14,12 @@ Embeddings and norms are not linear layers, so no format converts them; a skip l
 (``modules_to_not_convert``, ``ignore``, ``exclude_modules``) keeps more at 16 bits."""
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from sweep.errors import FieldError, clip
+from sweep.errors import FieldError, clip, one_line, show
+from sweep.physics.config_file import read_json
 
 #: Modules no format converts: the token embedding, the norms and the routers (kept at 16 bits
 #: in every checkpoint here, listed or not).
@@ -34,6 +34,13 @@ MODULE_WORDS = (("lm_head", "lm_head"), ("embed", "embed_tokens"), ("visual", "v
 UNLOADED = ("mtp", "nextn")
 #: The formats read, for the refusal of any other.
 METHODS = ("fp8", "mxfp4", "modelopt", "awq", "gptq", "compressed-tensors")
+#: Weight bits each integer format's kernels take (vLLM's: GPTQ 2, 3, 4 or 8; AWQ 4, and 8
+#: through AWQ-Marlin; compressed-tensors' WNA16 and W8A8 schemes 4 or 8): any other is no
+#: checkpoint that exists.
+INT_BITS = {"gptq": (2, 3, 4, 8), "awq": (4, 8), "compressed-tensors": (4, 8)}
+#: The fewest weights one scale serves: NVFP4's 16, the finest group of any format; a finer
+#: one would count more bits of scales than of weights.
+MIN_GROUP = 16
 
 
 @dataclass(frozen=True)
@@ -77,8 +84,8 @@ def _activation(q: dict, method: str) -> int:
     return 16
 
 
-def _refuse(source: str, where: str, reason: str):
-    raise FieldError("model.config_json", f"{where}: {source} {reason}", ", ".join(METHODS))
+def _refuse(source: str, where: str, reason: str, allowed: str = ", ".join(METHODS)):
+    raise FieldError("model.config_json", one_line(f"{where}: {source} {reason}"), allowed)
 
 
 def _quant_config(cfg: dict, path: Path, where: str) -> tuple[dict | None, str]:
@@ -92,22 +99,31 @@ def _quant_config(cfg: dict, path: Path, where: str) -> tuple[dict | None, str]:
         p = path.parent / sibling
         if sibling != "hf_quant_config.json" and not stem:
             continue
-        if p.is_file():
-            try:
-                doc = json.loads(p.read_text())
-            except (OSError, ValueError):
-                _refuse("hf_quant_config.json", where, "cannot be read as JSON")
-            q = doc.get("quantization") if isinstance(doc, dict) else None
+        if p.exists() or p.is_symlink():  # a pipe or a device is refused, not skipped
+            q = read_json(p).get("quantization")
             if not isinstance(q, dict):
                 _refuse("hf_quant_config.json", where, "has no quantization table")
             return {"quant_method": "modelopt", **q}, "hf_quant_config.json"
     return None, ""
 
 
-def _number(q: dict, key: str, default, source: str, where: str):
+def _bits(q: dict, key: str, default, method: str, source: str, where: str) -> int:
+    """Bits per quantised weight, one of those the format has."""
     v = q.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-        _refuse(source, where, f"{key} = {clip(repr(v), 30)} is not a positive number")
+    if isinstance(v, bool) or v not in INT_BITS[method]:
+        _refuse(source, where, f"{key} = {show(v)} is not a weight precision {method} has",
+                ", ".join(map(str, INT_BITS[method])))
+    return int(v)
+
+
+def _group(v, key: str, source: str, where: str, per_channel: bool = False) -> int:
+    """Weights per scale: an integer of at least ``MIN_GROUP``, or -1 (one scale per output
+    channel, nothing per weight: 0 returned) where the format has it."""
+    if per_channel and v == -1 and not isinstance(v, bool):
+        return 0
+    if isinstance(v, bool) or not isinstance(v, int) or v < MIN_GROUP:
+        _refuse(source, where, f"{key} = {show(v)} is not a group of weights per scale",
+                f"an integer >= {MIN_GROUP}" + (" or -1 (per channel)" if per_channel else ""))
     return v
 
 
@@ -115,11 +131,11 @@ def _format(q: dict, method: str, source: str, where: str) -> tuple[float, int, 
     """Bits per weight, the lever's name for them and the skip list."""
     skip = q.get("modules_to_not_convert") or q.get("ignored_layers") or []
     if method == "fp8":
-        block = q.get("weight_block_size") or [1 << 30, 1]
-        if not (isinstance(block, list) and len(block) == 2):
-            _refuse(source, where, "weight_block_size is not two numbers")
-        area = _number({"b": block[0]}, "b", 0, source, where) * _number(
-            {"b": block[1]}, "b", 0, source, where)
+        block = q.get("weight_block_size") or [1 << 30, 1]  # none: one scale per tensor
+        if not (isinstance(block, list) and len(block) == 2 and all(
+                isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
+            _refuse(source, where, "weight_block_size is not two positive integers")
+        area = _group(block[0] * block[1], "weight_block_size's area", source, where)
         return 8.0 + 32.0 / area, 8, skip
     if method == "mxfp4":
         return 4.25, 4, skip
@@ -129,16 +145,18 @@ def _format(q: dict, method: str, source: str, where: str) -> tuple[float, int, 
         if algo == "FP8":
             return 8.0, 8, skip
         if algo == "NVFP4":
-            return 4.0 + 8.0 / _number(q, "group_size", 16, source, where), 4, skip
+            return 4.0 + 8.0 / _group(q.get("group_size", 16), "group_size", source, where), \
+                4, skip
         if algo in ("W4A8_AWQ", "W4A16_AWQ", "INT4_AWQ"):
-            return 4.0 + 20.0 / _number(q, "group_size", 128, source, where), 4, skip
+            return 4.0 + 20.0 / _group(q.get("group_size", 128), "group_size", source, where), \
+                4, skip
         _refuse(source, where, f"quant_algo {clip(algo, 30)!r} is not modelled (known: FP8, "
                                "NVFP4, W4A8_AWQ, W4A16_AWQ, INT4_AWQ)")
     if method in ("awq", "gptq"):
-        bits = _number(q, "bits", q.get("w_bit", 4), source, where)
-        group = q.get("group_size", q.get("q_group_size", 128))
-        per_group = (16.0 + bits) / group if isinstance(group, int) and group > 0 else 0.0
-        return bits + per_group, 4 if bits <= 4 else 8, skip
+        bits = _bits(q, "bits", q.get("w_bit", 4), method, source, where)
+        group = _group(q.get("group_size", q.get("q_group_size", 128)), "group_size", source,
+                       where, per_channel=True)
+        return bits + ((16.0 + bits) / group if group else 0.0), 4 if bits <= 4 else 8, skip
     if method == "compressed-tensors":
         return (*_compressed(q, source, where), q.get("ignore") or skip)
     _refuse(source, where, f"quant_method {clip(method or '-', 30)!r} is not modelled")
@@ -150,13 +168,13 @@ def _compressed(q: dict, source: str, where: str) -> tuple[float, int]:
         if isinstance(groups, dict) else []
     if not weights or not all(isinstance(w, dict) for w in weights):
         _refuse(source, where, "config_groups has no weights table")
-    bits = {_number(w, "num_bits", 0, source, where) for w in weights}
+    bits = {_bits(w, "num_bits", None, "compressed-tensors", source, where) for w in weights}
     if len(bits) != 1:
         _refuse(source, where, "config_groups holds weights at several precisions")
     w, (b,) = weights[0], bits
-    group = w.get("group_size") if w.get("strategy") == "group" else None
-    return b + (16.0 / group if isinstance(group, int) and group > 0 else 0.0), \
-        4 if b <= 4 else 8
+    group = _group(w.get("group_size"), "group_size", source, where, per_channel=True) \
+        if w.get("strategy") == "group" else 0
+    return b + (16.0 / group if group else 0.0), 4 if b <= 4 else 8
 
 
 def _module(entry: str) -> str | None:
@@ -176,8 +194,9 @@ def _kept(skip, by_module: dict, layers_of: dict, source: str, where: str,
     whole = set(NEVER_CONVERTED) | set(kept)
     some: dict[str, set] = {}
     for entry in skip:
-        layer = re.search(r"layers\.(\d+)", str(entry))
-        if layer and int(layer.group(1)) >= layers:
+        layer = re.search(r"layers\.(\d+)", str(entry))  # past 10 digits: past every layer
+        index = int(layer.group(1).lstrip("0")[:10] or "0") if layer else None
+        if index is not None and index >= layers:
             continue  # a layer the served model does not load
         module = _module(str(entry))
         if module is None:
@@ -188,7 +207,7 @@ def _kept(skip, by_module: dict, layers_of: dict, source: str, where: str,
         if module == "experts":
             _refuse(source, where, "keeps the routed experts at 16 bits, which is not modelled")
         if layer and module not in whole:
-            some.setdefault(module, set()).add(int(layer.group(1)))
+            some.setdefault(module, set()).add(index)
         else:
             whole.add(module)
     kept = sum(by_module.get(m, 0.0) for m in whole)

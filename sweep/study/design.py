@@ -5,7 +5,7 @@ import dataclasses
 import inspect
 import math
 
-from sweep.errors import DoesNotFit, FieldError
+from sweep.errors import DoesNotFit, FieldError, got, listed, show
 from sweep.physics.catalog import get_model
 from sweep.physics.hardware import GPU, get_gpu
 from sweep.physics.memory import DEFAULT_PROFILE_TOKENS, memory_budget
@@ -21,12 +21,52 @@ TIMING_KEYS = tuple(k for k, v in inspect.signature(timing_params).parameters.it
 #: Checked value by value; ``gpu`` and ``model`` may be catalog objects and are checked by
 #: resolving them.
 _CHECKED = tuple(f for attr, f in DESIGN_FIELDS.items() if attr not in ("gpu", "model"))
+#: Each declared kind: the Python types a value of it may have and how a refusal says so.
+KINDS = {"num": ((int, float), "a number"), "int": ((int,), "an integer"),
+         "bool": ((bool,), "true or false"), "str": ((str,), "a string")}
+#: Keys that also take a catalog object.
+_OBJECTS = {"gpu": GPU, "model": Model}
+#: Integers from here on are printed by their digits (``errors.show``); no key takes one.
+_BIG_INTEGER = 10**40
+
+
+class KindError(FieldError, TypeError):
+    """A value of the wrong type for its key: a ``TypeError``, and a ``FieldError`` (so a
+    ``ValueError``) like every other refused value."""
+
+
+def check_kind(f, value, types: tuple, what: str) -> None:
+    """Refuse ``value`` for ``f`` unless it is one of ``types`` (or None where ``f`` may be
+    unset), as the config's reader refuses a value of the wrong TOML type; its range is
+    ``check``'s. So is an integer of 40 digits or more, which the range check would print
+    whole."""
+    if value is None and f.may_be_unset:
+        return
+    allowed = listed(f.choices) if f.choices else f.range.text(f.kind) if f.range else what
+    if f.may_be_unset:
+        allowed += ", or None (unset)"
+    allowed = None if allowed == what else allowed
+    key = f"{f.section}.{f.key}"
+    if isinstance(value, bool) != (bool in types) or not isinstance(value, types):
+        raise KindError(key, f"must be {what}, got {'None' if value is None else got(value)}",
+                        allowed, value)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= _BIG_INTEGER:
+        raise KindError(key, f"must be {what} of fewer than 40 digits, got {show(value)}",
+                        allowed, value)
 
 
 class _Design:
     """One serving design: an attribute per declared key of ``[hardware]``, ``[model]`` and
     ``[levers]`` (``sweep.study.fields``: what each means, its unit, range and default).
-    ``gpu`` and ``model`` are catalog names (or objects)."""
+    ``gpu`` and ``model`` are catalog names (or objects). A value of the wrong type is refused
+    when the design is made (``KindError``), every other in ``validate``."""
+
+    def __post_init__(self):
+        for attr, f in DESIGN_FIELDS.items():
+            types, what = KINDS[f.kind]
+            if attr in _OBJECTS:
+                types, what = types + (_OBJECTS[attr],), f"{what} (a catalog name)"
+            check_kind(f, getattr(self, attr), types, what)
 
     @property
     def gpu_spec(self) -> GPU:

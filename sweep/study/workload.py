@@ -6,6 +6,7 @@ seed.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from functools import partial
 from typing import NamedTuple
@@ -17,13 +18,20 @@ import numpy as np
 from sweep.errors import FieldError
 from sweep.physics.numerics import float64, running_sum
 from sweep.runtime import executables
-from sweep.study.fields import ARRIVALS, WORKLOAD_FIELDS, check, declared_class
+from sweep.study.design import KINDS, check_kind
+from sweep.study.fields import ARRIVALS, WORKLOAD_FIELDS, check, declared, declared_class
 from sweep.study.lengths import DISTS, Lengths
+from sweep.study.trace import Trace
 
 _KINDS = ARRIVALS + ("trace",)
 POISSON, CONSTANT, GAMMA, CLOSED, TRACE = range(5)
 #: Distinct shared prefixes a workload may have: the engine keeps one cache slot per prefix.
 MAX_PREFIXES = WORKLOAD_FIELDS["prefix_count"].range.hi
+#: The Python types of a workload's values, by kind (``design.KINDS`` and its own two).
+_KIND_TYPES = {**KINDS, "lengths": ((Lengths,), "a Lengths (sweep.study.lengths)"),
+               "trace": ((Trace,), "a Trace (sweep.study.trace.load_trace)")}
+#: A length distribution's attributes: their kinds.
+_LENGTH_KINDS = {"dist": "str", "mean": "num", "low": "int", "high": "int", "sigma": "num"}
 
 
 class _Workload:
@@ -43,7 +51,27 @@ class _Workload:
 
     ``closed`` arrivals: ``concurrency`` clients send ``warmup_requests`` then ``num_requests``
     requests in turn, each its next one ``think_time_s`` after its last one finished (the
-    engine times them: docs/model.md "Closed loop"); the run ends when every one is done."""
+    engine times them: docs/model.md "Closed loop"); the run ends when every one is done.
+
+    ``duration_s`` left out is 60 s, or unset where ``num_requests``, a closed loop or a trace
+    sets the length of the run, as a config needs. A value of the wrong type is refused when
+    the workload is made (``KindError``), every other in ``validate``."""
+
+    def __post_init__(self):
+        if self.duration_s is _DURATION:
+            length_set = (self.num_requests is not None or self.trace is not None
+                          or self.arrival in ("closed", "trace"))
+            object.__setattr__(self, "duration_s",
+                               None if length_set else WORKLOAD_FIELDS["duration_s"].default)
+        for attr, f in WORKLOAD_FIELDS.items():
+            value = getattr(self, attr)
+            check_kind(f, value, *_KIND_TYPES[f.kind])
+            if f.kind == "lengths":
+                for k, kind in _LENGTH_KINDS.items():
+                    types, what = KINDS[kind]
+                    part = f._replace(key=f"{f.key}.{k}", kind=kind,
+                                      choices=DISTS if k == "dist" else ())
+                    check_kind(part, getattr(value, k), types, what)
 
     def validate(self) -> None:
         """Every value against its declaration (``sweep.study.fields``), then the combinations;
@@ -98,7 +126,22 @@ class _Workload:
         return int(math.ceil(mean + 6.0 * spread * math.sqrt(mean) + 16))
 
 
-Workload = declared_class("Workload", WORKLOAD_FIELDS, _Workload, __name__)
+class _Duration:
+    """``duration_s`` left out (``_Workload.__post_init__`` resolves it)."""
+
+    def __repr__(self) -> str:
+        return (f"{WORKLOAD_FIELDS['duration_s'].default} unless num_requests, a closed loop "
+                "or a trace")
+
+
+_DURATION = _Duration()
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload(declared_class("Workload", WORKLOAD_FIELDS, _Workload, __name__)):
+    __doc__ = _Workload.__doc__
+    duration_s: float | None = dataclasses.field(default=_DURATION,
+                                                 metadata=declared("duration_s").metadata)
 
 
 class Requests(NamedTuple):

@@ -41,6 +41,7 @@ from sweep.physics.hardware import CATALOG, GPU, get_gpu
 from sweep.physics.timing import (allreduce_time, pass_time, pass_work, serial_expert_work,
                                   timing_params)
 from sweep.study.fields import GPUS, KV_BITS, WEIGHT_BITS
+from sweep.study.vllm_bench import DAY_S
 
 PASS_COLUMNS = ("prefill_tokens", "decode_seqs", "context_tokens", "seconds")
 REQUEST_COLUMNS = ("prompt_tokens", "output_tokens", "ttft_s", "e2e_s")
@@ -86,6 +87,15 @@ def _fail(path, what: str) -> ValueError:
     return ValueError(f"{path}: {what}")
 
 
+#: The most a column may hold: a time at most one day (``vllm_bench.DAY_S``: a pass or a request
+#: slower than that is a unit mix-up or a corrupt file), a count of tokens, sequences or
+#: requests at most 1e12 (a thousand times a batch of a thousand 1e6-token contexts); a value
+#: beyond them would make the fit's arithmetic overflow or run without end.
+_HIGH = {"seconds": DAY_S, "ttft_s": DAY_S, "e2e_s": DAY_S, "prompt_time": DAY_S * 1e3,
+         "token_time": DAY_S * 1e3}
+MAX_COUNT = 1e12
+
+
 def _column(df, path, name, integer: bool, low: float) -> np.ndarray:
     import pandas as pd
 
@@ -94,12 +104,15 @@ def _column(df, path, name, integer: bool, low: float) -> np.ndarray:
     except OverflowError:  # an integer beyond float64: infinite, refused below
         x = np.array([float(str(v)) if str(v).lstrip("-").isdigit() else np.nan
                       for v in df[name]])
-    bad = ~(np.isfinite(x) & (x >= low)) | ((x != np.floor(x)) if integer else False)
+    high = _HIGH.get(name, MAX_COUNT)
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.isfinite(x) & (x >= low) & (x <= high)) | (
+            (x != np.floor(x)) if integer else False)
     if bad.any():
         i = int(np.argmax(bad))
         kind = "an integer" if integer else "a number"
         raise _fail(path, f"column {name}: row {i} is {clip(repr(str(df[name].iloc[i])), 30)}; "
-                          f"allowed: {kind} >= {low:g}")
+                          f"allowed: {kind} >= {low:g} and <= {high:g}")
     return x
 
 

@@ -31,11 +31,9 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from sweep.errors import show
 from sweep.execution.planning import Planned, request_slots
 from sweep.physics.timing import pass_time
 from sweep.study.config import Limit, Point, Study
-from sweep.study.grid import closed_requests
 from sweep.study.metric_names import METRICS
 
 #: Metrics that more load improves: checked at capacity, not during the search.
@@ -47,6 +45,9 @@ IMPROVES_WITH_LOAD = ("cost_per_mtok", "tokens_per_s", "goodput_rps", "utilizati
 AT_CAPACITY_RUNS = ("goodput_rps", "utilization", "requests_per_s")
 #: Default search range, as multiples of a design's roofline rate (``roofline_rate``).
 RATE_MIN_FRACTION = 1 / 8
+#: The fewest requests an open-loop probe is expected to send (rate x duration_s): its
+#: percentiles are read from them. As many as a benchmark sends per client.
+MIN_PROBE_REQUESTS = 10
 RATE_MAX_FACTOR = 2.0
 SCREEN_POINTS = 11  # rates of a screening round up to the roofline, the lowest included
 SCREEN_SPLITS = 12  # parts each later screening round cuts a bracket into, at most
@@ -84,81 +85,6 @@ class Search:
     guide: float = math.nan  # the roofline rate, within the range: where screening stops first
     done: bool = False
     tried: set = dataclasses.field(default_factory=set)  # rates run on every seed
-
-
-def check(study: Study, target_rate: float | None) -> None:
-    """Refuse what the search cannot answer, before anything is written."""
-    metric = [lim for lim in study.brief if lim.key in METRICS]
-    if not study.brief and not study.slo:
-        raise CapacityError("brief: a capacity search needs a [brief] with at least one metric "
-                            "limit; allowed: limits such as p95_ttft_s = { max = 0.5 }")
-    if not metric and not study.slo:
-        raise CapacityError("brief: has only lever limits, which no load changes; allowed: at "
-                            "least one metric limit such as p95_ttft_s = { max = 0.5 }")
-    if any(p.workload.trace is not None for p in study.points):
-        raise CapacityError("workload.trace: a trace sets its own arrivals; allowed: poisson, "
-                            "constant or gamma arrivals for a capacity search")
-    if len({p.closed for p in study.points}) > 1:
-        raise CapacityError("workload.arrival: a capacity search varies one kind of load; "
-                            "allowed: closed loops only, or open arrivals only")
-    if target_rate is not None and any(p.closed for p in study.points):
-        raise CapacityError("--target-rate: a closed loop's rate is its clients', not a "
-                            "target; allowed: poisson, constant or gamma arrivals for a fleet")
-    if study.capacity["mixed_fleets"] and target_rate is None:
-        raise CapacityError("capacity.mixed_fleets: mixes designs into fleets for a target "
-                            "load; allowed: with [capacity] target_rate or --target-rate, of "
-                            "open arrivals")
-    if target_rate is not None and not (math.isfinite(target_rate) and target_rate > 0):
-        raise CapacityError(f"--target-rate: {target_rate!r} is out of range; allowed: a "
-                            "positive number of requests/s")
-    _check_requests(study)
-
-
-def _check_requests(study: Study) -> None:
-    """Refuse a rate range whose top asks for more requests per simulation than [run]
-    max_requests: one zero too many would otherwise run for hours or exhaust memory."""
-    cap = study.capacity
-    for s in brackets(study):
-        wl = s.point.workload
-        if s.done:
-            continue
-        if s.point.closed:
-            _check_clients(study, s)
-            continue
-        if wl.duration_s is None or wl.num_requests is not None:
-            continue
-        n = s.rate_max * wl.duration_s
-        if n <= study.max_requests:
-            continue
-        if cap["rate_max"]:
-            key, what = "capacity.rate_max", f"rate_max = {show(cap['rate_max'])}"
-        elif cap["rate_min"] and s.rate_max == cap["rate_min"] * 16:
-            key, what = "capacity.rate_min", f"rate_min = {show(cap['rate_min'])} (x16)"
-        else:
-            key, what = "workload.duration_s", f"the roofline's top rate {s.rate_max:.3g}/s"
-        raise CapacityError(f"{key}: {what} over duration_s = {show(wl.duration_s)} asks for "
-                            f"about {n:.3g} requests per simulation; allowed: at most "
-                            f"{study.max_requests} (lower the rate or duration_s, or raise "
-                            "[run] max_requests)")
-
-
-def _check_clients(study: Study, s: Search) -> None:
-    """Refuse a closed loop whose clients outnumber its measured requests (each probe would be
-    one burst, not a loop), or whose top probe sends more than [run] max_requests."""
-    wl = s.point.workload
-    if wl.num_requests < wl.concurrency:
-        raise CapacityError(f"workload.num_requests: {wl.num_requests} measured requests for "
-                            f"{wl.concurrency} clients send one burst, not a loop; allowed: at "
-                            "least concurrency (each probe sends the configured requests per "
-                            "client; benchmarks send 10)")
-    top = closed_requests(wl, math.ceil(s.rate_max))
-    n = top["num_requests"] + top["warmup_requests"]
-    if n > study.max_requests:
-        key = "capacity.rate_max" if study.capacity["rate_max"] else "workload.num_requests"
-        raise CapacityError(f"{key}: {math.ceil(s.rate_max)} clients sending the configured "
-                            f"requests per client ask for {n} requests per simulation; allowed: "
-                            f"at most {study.max_requests} (fewer clients or requests, or raise "
-                            "[run] max_requests)")
 
 
 def missed_lever(study: Study, point: Point) -> Limit | None:
@@ -316,6 +242,9 @@ def brackets(study: Study) -> list[Search]:
         guide = roofline_clients(p) if p.closed else roofline_rate(p)
         lo = cap["rate_min"] or (1.0 if p.closed else guide * RATE_MIN_FRACTION)
         hi = cap["rate_max"] or guide * RATE_MAX_FACTOR
+        wl = p.workload
+        if not (p.closed or cap["rate_min"] or wl.duration_s is None or wl.num_requests):
+            lo = max(lo, MIN_PROBE_REQUESTS / wl.duration_s)  # enough arrivals to judge
         if lo >= hi:  # a given rate_max below the guide's rate_min (or the reverse)
             lo, hi = (hi / 16, hi) if cap["rate_max"] else (lo, lo * 16)
         out.append(Search(p, lo, hi, guide=min(max(guide, lo), hi)))
@@ -356,6 +285,10 @@ class Rounds:
         for i, _, _, r in jobs:
             for s in seeds:
                 row = self.runner.rows.get((i, 0, r, s))
+                if row is not None and not row["requests"]:  # no metric to judge
+                    raise CapacityError(f"workload.duration_s: seed {s} sent no request at "
+                                        f"{r:.3g}/s; allowed: a longer duration_s or a higher "
+                                        "[capacity] rate_min")
                 if row is not None:
                     self.ran.setdefault((i, s), {})[r] = not failures(row, self.limits)
 

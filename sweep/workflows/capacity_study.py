@@ -13,7 +13,7 @@ from typing import Callable
 import pandas as pd
 
 from sweep.errors import UsageError, checked
-from sweep.files import out_folder
+from sweep.files import disk_refusal, out_folder, writable
 
 
 @dataclass
@@ -38,21 +38,19 @@ def capacity(config, out=None, *, seeds: int | None = None, target_rate: float |
     ``results/<name>-capacity``). ``resume`` continues an interrupted search (a finished one of
     the same config is kept); ``force`` replaces a finished one once the new tables are
     complete. A refusal is a one-line ``UsageError`` raised before anything is written."""
-    import jax
-
-    from sweep.analysis.results import (CAPACITY_PARTS, load_mixed, replace_folder,
-                                        write_capacity_part, write_results)
-    from sweep.execution.runner import device_description, simulate_rows
+    from sweep.analysis.results import load_mixed, write_capacity_part
+    from sweep.execution.runner import simulate_rows
     from sweep.study.config import load_study
-    from sweep.workflows import capacity as search, capacity_tables, mixed_fleets
+    from sweep.workflows import capacity as search, capacity_checks
 
     t0 = time.perf_counter()
     study = checked(load_study, config, seeds=seeds)
     target = target_rate if target_rate is not None else study.capacity["target_rate"]
-    checked(search.check, study, target)
+    checked(capacity_checks.check, study, target)
     out = out_folder(Path(out) if out else Path("results") / f"{study.name}-capacity")
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     identity = {"config_text": study.text, "seeds": study.seeds, "target_rate": target}
+    existed = out.exists()
     work, saved = _capacity_out(out, resume, force, identity)
     if work is None:  # a finished search of the same config: kept, as read
         return CapacityOutcome(*saved, out, kept=True, mixed=load_mixed(out))
@@ -70,7 +68,28 @@ def capacity(config, out=None, *, seeds: int | None = None, target_rate: float |
 
     runner = search.Runner(study, run, saved=None if saved is None else saved.drop(
         columns="round"), on_round=on_round)
-    found = search.search(study, runner, limits)
+    try:
+        found = search.search(study, runner, limits)
+        return _finish(study, runner, found, limits, target, work, out,
+                       {"started": started, "t0": t0})
+    except (OSError, search.CapacityError) as exc:  # a full disk, a probe that sent nothing
+        kept = (_undo(work, out, existed) if saved is None else
+                f"the finished rounds stay in {work / 'capacity-parts'} for --resume")
+        if isinstance(exc, OSError):
+            raise disk_refusal(exc, out, kept=kept) from None
+        raise UsageError(f"{exc}; {kept}") from None
+
+
+def _finish(study, runner, found, limits, target, work: Path, out: Path,
+            clock: dict) -> CapacityOutcome:
+    """The search's tables, written into ``work`` and put in the place of ``out``."""
+    import jax
+
+    from sweep.analysis.ownership import replace_folder
+    from sweep.analysis.results import CAPACITY_PARTS, write_results
+    from sweep.execution.runner import device_description
+    from sweep.workflows import capacity as search, capacity_tables, mixed_fleets
+
     table = capacity_tables.table(study, runner, found, limits)
     tables = {"capacity": table}
     if target is not None:
@@ -79,18 +98,18 @@ def capacity(config, out=None, *, seeds: int | None = None, target_rate: float |
             tables["mixed_fleet"] = mixed_fleets.mixed_fleets(study, table, found, runner,
                                                               target, limits)
     tables["search"] = runner.table()
-    seconds = time.perf_counter() - t0
+    seconds = time.perf_counter() - clock["t0"]
     meta = {"kind": "capacity", "name": study.name, "config_path": study.path,
             "config_text": study.text, "axes": [a for a in study.axes if a not in search.LOADS],
             "seeds": study.seeds,
             "brief": [{"key": lim.key, "min": lim.min, "max": lim.max} for lim in study.brief],
             "slo": study.slo, "capacity": study.capacity, "target_rate": target,
-            "jax": jax.__version__, "device": device_description(), "started": started,
-            "seconds": round(seconds, 3)}
+            "jax": jax.__version__, "device": device_description(),
+            "started": clock["started"], "seconds": round(seconds, 3)}
     write_results(work, tables, meta, last="capacity")
     shutil.rmtree(work / CAPACITY_PARTS, ignore_errors=True)
     if work != out:
-        replace_folder(work, out)
+        replace_folder(work, out, last="capacity.parquet")
     return CapacityOutcome(table, tables.get("fleet"), meta, out,
                            simulations=len(tables["search"]), seconds=seconds,
                            mixed=tables.get("mixed_fleet"))
@@ -101,8 +120,9 @@ def _capacity_out(out: Path, resume: bool, force: bool, identity: dict):
     resumed search or None). A finished search is kept: ``--resume`` of the same config finds
     it done (folder None, and its tables as read), and ``--force`` searches beside it
     (``staging``), replacing it only once the new tables are complete."""
+    from sweep.analysis.ownership import clear, staging
     from sweep.analysis.results import (CAPACITY_PARTS, load_capacity, read_capacity_parts,
-                                        staging, start_capacity_parts)
+                                        start_capacity_parts)
 
     finished = (out / "capacity.parquet").is_file() and not (out / CAPACITY_PARTS).is_dir()
     ours = finished or (out / CAPACITY_PARTS).is_dir()
@@ -131,11 +151,29 @@ def _capacity_out(out: Path, resume: bool, force: bool, identity: dict):
                              "start over")
         return out, rows
     work = staging(out) if force and finished else out
-    try:
-        if work.exists() and (force or resume):
-            shutil.rmtree(work)
+    writable(out)
+    if work != out:
+        writable(out.parent)
+    existed = out.exists()
+    try:  # a fresh search's start
+        if work != out:
+            shutil.rmtree(work, ignore_errors=True)
+        elif force or resume:
+            clear(work)
         start_capacity_parts(work, {"identity": identity})
     except OSError as exc:
-        raise UsageError(f"{out}: cannot create the results folder: "
-                         f"{exc.strerror or exc}") from None
+        raise disk_refusal(exc, out, kept=_undo(work, out, existed)) from None
     return work, None
+
+
+def _undo(work: Path, out: Path, existed: bool) -> str:
+    """Remove what a fresh search wrote (its folder too, where it created it)."""
+    from sweep.analysis.ownership import clear
+
+    if work != out:
+        shutil.rmtree(work, ignore_errors=True)
+        return "the finished search is as it was"
+    clear(out)
+    if not existed and out.is_dir() and not any(out.iterdir()):
+        out.rmdir()
+    return "nothing was left behind"

@@ -148,14 +148,18 @@ def at_target(study: Study, rows: list[dict], usd: float, target: float, limits:
                     "; one more replica tried" if retry else ""))
 
 
+#: A fleet's own columns (``fleet.parquet``), before its design's levers and capacity.
+FLEET_DTYPES = {"design": "int64", "replicas": "int64", "confirmed": bool, "p_pass": "float64",
+                "fleet_usd_per_hour": "float64", "cost_per_mtok": "float64",
+                "p95_ttft_s": "float64", "note": object}
+
+
 def fleets(study: Study, cap: pd.DataFrame, found: list[Search], runner: Runner,
            target: float, limits: list[Limit]) -> pd.DataFrame:
     """The cheapest fleets for ``target`` requests/s: ``ceil(target / max_rate)`` replicas of a
     design, the ``[capacity] fleets`` cheapest simulated whole behind the design's router at the
     target (one more replica where that misses the brief); confirmed ones first, cheapest first."""
     ok = cap[cap["max_rate"] > 0].copy()
-    if ok.empty:
-        return pd.DataFrame()
     ok["replicas_needed"] = np.ceil(target / ok["max_rate"] - 1e-9).astype(int)
     ok["fleet_usd_per_hour"] = ok["replicas_needed"] * ok["usd_per_hour"]
     ok = ok.sort_values(["fleet_usd_per_hour", "cost_per_mtok_at_max", "design"],
@@ -192,7 +196,8 @@ def fleets(study: Study, cap: pd.DataFrame, found: list[Search], runner: Runner,
         tries = missed
         if not tries:
             break
-    out = pd.DataFrame(recs)
+    # Typed columns even without a row (no design carries load): read back as written.
+    out = pd.DataFrame(recs, columns=list(FLEET_DTYPES)).astype(FLEET_DTYPES)
     levers = cap.drop(columns=[c for c in ("replicas",) if c in cap.columns])
     out = out.merge(levers[["design"] + [c for c in levers.columns if c not in (
         "design", "fleet_usd_per_hour")]], on="design", how="left")

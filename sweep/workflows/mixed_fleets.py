@@ -146,7 +146,9 @@ def mixed_fleets(study: Study, cap: pd.DataFrame, found: list[Search], runner: R
         if not tries:
             break
     out = pd.DataFrame(recs, columns=MIXED_COLUMNS).astype(
-        {"mix": "int64", "design": "int64", "replicas": "int64", "confirmed": bool})
+        {"mix": "int64", "design": "int64", "replicas": "int64", "confirmed": bool,
+         **{c: "float64" for c in ("share", "p_pass", "fleet_usd_per_hour", "cost_per_mtok",
+                                   "p95_ttft_s")}})
     out = out.sort_values(["confirmed", "fleet_usd_per_hour", "mix", "design"],
                           ascending=[False, True, True, True], kind="stable")
     return out.reset_index(drop=True)

@@ -21,9 +21,9 @@ Usage::
 Each CASE is a ``.toml`` file or a folder (every ``*.toml`` file in it or its subfolders,
 sorted).
 Every case is checked before anything is simulated; a bad one (no ``[measured]``, an unknown
-metric, a value that is not a number, a grid of more than one design) stops the command with a
-one-line error and exit status 2, and nothing is written. Then each case is simulated for its
-``[run] seeds`` (``--seeds N`` overrides them; cases that share their seeds run together) at
+metric, a value that is not a number or that no real server could measure, ``check_measured``,
+a grid of more than one design) stops the command with a one-line error and exit status 2, and
+nothing is written. Then each case is simulated for its ``[run] seeds`` (``--seeds N`` overrides them; cases that share their seeds run together) at
 the central factors, and, where ``[run] model_error`` draws the model's error for the case's GPU,
 its first seed again at that error's 5% and 95% quantiles (``Simulated``). Compared: the
 predicted value of a metric is its mean over the seeds, its error ``(predicted - measured) /
@@ -38,7 +38,9 @@ the folder holding each case, such as ``fit`` and ``holdout``), the signed bias 
 coverage, the same by group, GPU and tensor-parallel degree, the coverage over every measured
 number, and how many flag checks passed (``validation_report``). Large errors are findings, not
 failures: the exit status is 0 whenever the comparison ran. ``--out`` (default
-``results/validation``, created or updated; only these files are replaced) receives:
+``results/validation``, created or updated; only these files are replaced) receives, all
+three or none (a failure writing any of them leaves none, with a one-line error and exit
+status 2):
 
 - ``validation.parquet``: one row per case and metric: ``case`` (the config's name),
   ``file``, ``group``, ``gpu``, ``gpus`` (its tensor-parallel degree), ``metric``, ``measured``
@@ -66,9 +68,9 @@ import numpy as np
 import pandas as pd
 
 from sweep.analysis.tables import Z90, widened
-from sweep.errors import UsageError, checked
+from sweep.errors import UsageError, checked, clip, one_line, show
 from sweep.files import out_folder
-from sweep.study import model_error
+from sweep.study import model_error, vllm_bench
 from sweep.study.config import ConfigError, Study, load_study
 from sweep.workflows.validation_report import FLAGS, plot, render
 
@@ -138,12 +140,44 @@ def load_cases(paths, seeds: int | None = None) -> list[Case]:
             raise ConfigError(f"{path}: measured: missing; a validation case needs a [measured] "
                               "table of measured metrics (e.g. p50_ttft_s = 0.05)",
                               path=str(path))
+        check_measured(path, study)
         if study.name in names:
             raise ConfigError(f"{path}: name: {study.name!r} also names {names[study.name]}; "
                               "allowed: distinct case names", path=str(path))
         names[study.name] = path
         cases.append(Case(Path(path), Path(path).resolve().parent.name, study))
     return cases
+
+
+def peak_rate(design) -> float:
+    """The most output tokens per second ``design``'s GPUs could compute: every token costs at
+    least 2 FLOPs per active parameter, at twice each GPU's best dense tensor peak (sparse
+    tensor cores double it). A completed request is at least one token, so it bounds requests
+    per second too."""
+    pools = (design.prefill_pool(), design.decode_pool()) if design.disaggregated else (design,)
+    flops = sum(p.total_gpus * 2e12 * max(p.gpu_spec.tflops_16bit, p.gpu_spec.tflops_8bit,
+                                          p.gpu_spec.tflops_4bit) for p in pools)
+    return flops / (2 * design.model_spec.active_params) if flops > 0 else math.inf
+
+
+def check_measured(path: Path, study: Study) -> None:
+    """Refuse a measured number no real server could have measured (``vllm_bench.plausible``),
+    or a rate beyond what the case's GPUs can compute (``peak_rate``), naming the case and key:
+    stated in ``[measured]`` or read from a file, it would otherwise reach the comparison's
+    divisions and the plot's log axes."""
+    design = study.points[0].design
+    peak = peak_rate(design)
+    for metric, v in study.measured.items():
+        if metric in FLAGS:
+            continue
+        why = vllm_bench.plausible(metric, float(v))
+        if why is None and metric in vllm_bench.RATES and v > peak:
+            why = (f"above {peak:.3g}/s, what {design.total_gpus} x "
+                   f"{design.gpu_spec.name} compute at their peak (2 FLOPs per active parameter "
+                   "a token)")
+        if why:
+            raise ConfigError(f"{path}: measured.{metric}: {show(v)}: {why}", path=str(path),
+                              key=f"measured.{metric}")
 
 
 def batches(cases: list[Case]) -> list[tuple[Study, list[int]]]:
@@ -337,14 +371,31 @@ def false_alarms(cases: list[Case], sims: list[Simulated]) -> list[str]:
 
 
 def write(out: Path, table: pd.DataFrame, meta: dict) -> tuple[str, ...]:
-    """The report files in ``out`` (created if missing), each written atomically."""
+    """The report files in ``out`` (created if missing), all or none: each is written beside
+    its name and replaces the old one only once all are whole. On any failure this run's files
+    are removed (and ``out``, if this run created it and it is empty), and the error raised."""
     from sweep.analysis.results import _write_table
     from sweep.version import __version__
 
-    out.mkdir(parents=True, exist_ok=True)
-    _write_table(out / FILES[0], table, {"package": f"servesweep {__version__}",
-                                         "kind": "validation", **meta})
-    return (str(out / FILES[0]),) + plot(table, out / FILES[1], out / FILES[2])
+    created = not out.exists()
+    final = [out / name for name in FILES]
+    staged = [p.with_name(f".{p.name}.new") for p in final]
+    placed = False
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        _write_table(staged[0], table, {"package": f"servesweep {__version__}",
+                                        "kind": "validation", **meta})
+        plot(table, staged[1], staged[2])
+        for new, old in zip(staged, final):
+            new.replace(old)
+            placed = True
+    except BaseException:
+        for p in staged + (final if placed else []):  # no mix of this run's and an old one's
+            p.unlink(missing_ok=True)
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        raise
+    return tuple(map(str, final))
 
 
 @dataclass
@@ -373,8 +424,10 @@ def validate(paths, out: str | Path | None = None, seeds: int | None = None,
     table = compare(cases, sims)
     try:
         written = write(out, table, metadata(cases))
-    except OSError as exc:
-        raise UsageError(f"{out}: cannot write the report: {exc.strerror or exc}") from None
+    except Exception as exc:  # a disk's or the plot's error: one line, and nothing written
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise UsageError(f"{out}: cannot write the report ({type(exc).__name__}: "
+                         f"{clip(one_line(why), 120)}); nothing written") from None
     return Validation(table, render(table, overloaded(cases, sims) + false_alarms(cases, sims)),
                       written)
 
