@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import difflib
 import re
 
 _NO_VALUE = object()
@@ -53,9 +54,13 @@ def clip(s: str, n: int = 60) -> str:
 LISTED = 8
 
 
-def listed(values, docs: str = "docs/config.md") -> str:
-    """Allowed values for a refusal: up to ``LISTED`` of them, then where the rest are."""
+def listed(values, docs: str = "docs/config.md", near: str | None = None) -> str:
+    """Allowed values for a refusal: up to ``LISTED`` of them, those closest to the value given
+    (``near``) first, then where the rest are."""
     values = [str(v) for v in values]
+    if near is not None:
+        close = difflib.get_close_matches(str(near), values, n=LISTED, cutoff=0.5)
+        values = close + [v for v in values if v not in close]
     if len(values) <= LISTED:
         return ", ".join(values)
     return ", ".join(values[:LISTED]) + f", ... ({len(values)} in all: {docs})"

@@ -181,8 +181,8 @@ def test_the_search_finds_the_seeds_quantile_and_runs_only_seeds_it_cannot_imply
             for seed in sub.seeds:
                 if (k, seed) not in skip:
                     own = base[point.design.max_batch] * factor[seed]
-                    recs.append({**dict.fromkeys(METRICS, 0.0), "design": k, "seed": seed,
-                                 "unstable": point.workload.arrival_rate > own})
+                    recs.append({**dict.fromkeys(METRICS, 0.0), "requests": 40, "design": k,
+                                 "seed": seed, "unstable": point.workload.arrival_rate > own})
         return pd.DataFrame(recs)
 
     runner = capacity.Runner(study, run)

@@ -19,6 +19,7 @@ from sweep.cli import main
 
 REPO = Path(__file__).parents[1]
 PASSES = REPO / "configs" / "calibration" / "h100_llama3_8b_passes.csv"
+CASE = sorted((REPO / "validation" / "fit").glob("*.toml"))[0]
 
 
 def _one_line(capsys, *needles: str) -> str:
@@ -113,7 +114,8 @@ def test_a_read_only_destination_is_refused_before_anything_runs(mount, small_ru
                  ["frontier", str(done), "--out", str(point / "front")],
                  ["merge", str(point / "partial")],
                  ["calibrate", str(PASSES), "--gpu", "H100-SXM", "--model", "Llama-3-8B",
-                  "--out", str(point / "h100.toml")]):
+                  "--out", str(point / "h100.toml")],
+                 ["validate", str(CASE), "--out", str(point / "validation")]):
         assert main(argv + ["--quiet"] * (argv[0] == "run")) == 2, argv
         _one_line(capsys, "Read-only file system", str(point))
     assert _tree(point) == before
@@ -152,3 +154,18 @@ def test_fleet_tables_without_a_row_are_read_back(tmp_path):
     write_results(tmp_path, {"capacity": table,
                              "fleet": fleet, "mixed_fleet": mixed}, meta, last="capacity")
     assert load_capacity(tmp_path)[1].empty and load_mixed(tmp_path).empty
+
+
+def test_a_mount_point_results_folder_is_rerun_in_place(mount, small_run):
+    """A results folder that is itself a mount point cannot be swapped: its rerun is built
+    inside it and moved into place entry by entry, the user's files kept."""
+    cfg, done = small_run
+    point = mount("16m")
+    args = ["run", str(cfg), "--out", str(point), "--per-request", "--quiet", "--force"]
+    assert main(args) == 0  # (the folder exists: --force, as it is empty)
+    (point / "notes.txt").write_text("mine")
+    assert main(args) == 0
+    assert (point / "notes.txt").read_text() == "mine"
+    assert not (point / ownership.INSIDE).exists()
+    pd.testing.assert_frame_equal(pd.read_parquet(point / "runs.parquet"),
+                                  pd.read_parquet(done / "runs.parquet"))

@@ -1,4 +1,4 @@
-"""The config.json loader on twenty real 2025-2026 model configurations (tests/data/hf_configs):
+"""The config.json loader on 21 real 2025-2026 model configurations (tests/data/hf_configs):
 each loads with its published size or is refused in one line naming the field it cannot size,
 never silently mis-sized. Fast."""
 from __future__ import annotations
@@ -16,15 +16,17 @@ from sweep.physics.hf_config import load_hf_config
 
 CONFIGS = Path(__file__).parent / "data" / "hf_configs"
 
-#: Published total and active parameters, billions, and whether the publisher's active count
-#: leaves out the input embedding (a lookup, no FLOPs): OpenAI's does (gpt-oss model card,
-#: 5.13B of 116.83B), as the figures of DeepSeek-V3 and Kimi-K2 do within their rounding;
-#: Qwen, Meta, Google and NVIDIA count both embedding matrices. Within 2%. Sources: each
-#: model's Hugging Face card; DeepSeek-V3 technical report (arXiv:2412.19437: 671B/37B without
-#: its 14B multi-token-prediction module, which is not counted here); Kimi-K2 technical report
-#: (arXiv:2507.20534: 1.04T/32B); gpt-oss model card (116.8B/5.1B, 20.9B/3.6B); Llama-4 card
-#: (Scout 109B/17B, Maverick 400B/17B); Nemotron-3-Nano card (31.6B, 3.6B with embeddings);
-#: Gemma-4 card (26B A4B: 25.2B/3.8B); Qwen3.5 card (35B/3B).
+#: Published total and active parameters, billions, and how many embedding matrices the
+#: publisher's active count leaves out (True: the input one, a lookup with no FLOPs): OpenAI's
+#: does (gpt-oss model card, 5.13B of 116.83B), as the figures of DeepSeek-V3 and Kimi-K2 do
+#: within their rounding; MiniMax's leaves out both (9.80B counted: "10B"); Qwen, Meta, Google
+#: and NVIDIA count both. Within 2%. Sources: each model's Hugging Face card; DeepSeek-V3
+#: technical report (arXiv:2412.19437: 671B/37B without its 14B multi-token-prediction module,
+#: which is not counted here); Kimi-K2 technical report (arXiv:2507.20534: 1.04T/32B); gpt-oss
+#: model card (116.8B/5.1B, 20.9B/3.6B); Llama-4 card (Scout 109B/17B, Maverick 400B/17B);
+#: Nemotron-3-Nano card (31.6B, 3.6B with embeddings); Gemma-4 card (26B A4B: 25.2B/3.8B);
+#: Qwen3.5 card (35B/3B); MiniMax-M2.5's Hugging Face page (229B parameters) and the M2 card
+#: (10B active; M2.5 keeps its architecture), without its 3 multi-token-prediction modules.
 PUBLISHED = {
     "Qwen--Qwen3-8B": (8.2, 8.2, False),
     "Qwen--Qwen3-32B": (32.8, 32.8, False),
@@ -46,6 +48,7 @@ PUBLISHED = {
     "openai--gpt-oss-20b": (20.9, 3.6, True),
     "google--gemma-4-26B-A4B": (25.2, 3.8, False),
     "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": (31.6, 3.6, False),
+    "MiniMaxAI--MiniMax-M2.5": (229.0, 10.0, 2),
 }
 
 
@@ -62,8 +65,8 @@ def test_every_shared_config_is_covered():
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_every_config_loads_with_its_published_size(name):
     m = _load(name)
-    total, active, without_input_embedding = PUBLISHED[name]
-    counted = m.active_params - (m.vocab * m.hidden if without_input_embedding else 0)
+    total, active, embeddings_left_out = PUBLISHED[name]
+    counted = m.active_params - m.vocab * m.hidden * embeddings_left_out
     assert m.params / 1e9 == pytest.approx(total, rel=0.02)
     assert counted / 1e9 == pytest.approx(active, rel=0.02)
 
@@ -161,13 +164,117 @@ def test_a_skip_list_keeps_its_modules_at_16_bits():
     assert qwen.kept_params == 2 * 151936 * 2048 + 48 * 2 * 2048 + 2048 + gates
 
 
+#: Every quantisation format of the real configs (tests/data/hf_configs, the packaged ones in
+#: sweep/physics/model_configs and the shared ones): its checkpoint, bits per weight with the
+#: scales, the lever's name for them, the precision it computes in where the GPU has it.
+REAL_FORMATS = {
+    ("fp8", None): ("deepseek-ai--DeepSeek-V3", 8 + 32 / 128**2, 8, 8),
+    ("mxfp4", None): ("openai--gpt-oss-120b", 4.25, 4, 16),
+    ("modelopt", "FP8"): ("nvidia--Llama-3.1-70B-Instruct-FP8", 8.0, 8, 8),
+}
+
+
+def _formats(folder: Path) -> set:
+    """(quant_method, quant_algo) of every config.json in ``folder`` (or its hf_quant_config)."""
+    found = set()
+    for p in folder.glob("*.json"):
+        cfg = json.loads(p.read_text())
+        q = (cfg.get("text_config") or cfg).get("quantization_config") or cfg.get("quantization")
+        if isinstance(q, dict):
+            method = q.get("quant_method", "modelopt" if "quant_algo" in q else None)
+            found.add((method, q.get("quant_algo")))
+    return found
+
+
+def test_every_real_quantisation_format_is_read_from_its_file():
+    shared = Path(__file__).parents[2] / "shared" / "data" / "aic-silicon" / "models"
+    packaged = Path(__file__).parents[1] / "sweep" / "physics" / "model_configs"
+    assert _formats(CONFIGS) | _formats(packaged) | _formats(shared) == set(REAL_FORMATS)
+    for name, bits, nominal, activation in REAL_FORMATS.values():
+        m = _load(name)
+        assert (m.native_bits, m.native_nominal_bits, m.native_activation_bits) == (
+            pytest.approx(bits), nominal, activation)
+    for name in ("MiniMaxAI--MiniMax-M2.5", "Qwen--Qwen3-30B-A3B-FP8", "deepseek-ai--DeepSeek-R1",
+                 "deepseek-ai--DeepSeek-V3.2", "moonshotai--Kimi-K2-Instruct"):  # fp8 too
+        assert _load(name).native_nominal_bits == 8
+
+
+def test_minimax_m25_keeps_its_router_and_lm_head_and_notes_the_bias():
+    """MiniMax-M2.5's FP8 skip list: "gate" (each layer's router, 256 x 3072), "lm_head", and
+    "e_score_correction_bias" (the router's bias, no weight the loader sizes: noted)."""
+    m = _load("MiniMaxAI--MiniMax-M2.5")
+    gates, norms = 62 * 256 * 3072, (2 * 62 + 1) * 3072
+    assert m.kept_params == 2 * 200064 * 3072 + gates + norms
+    assert (m.moe_layers, m.experts, m.experts_per_token, m.kv_split) == (62, 256, 8, 8)
+    assert "'e_score_correction_bias'" in m.source and "'gate'" not in m.source
+
+
+@pytest.mark.parametrize("skip,kept", [
+    (["model.layers.*.self_attn.q_proj", "lm_head"], 32 * 4096 * 4096 + 128256 * 4096),
+    (["model.layers.0.self_attn.qkv_proj"], 4096 * (4096 + 2 * 1024)),  # fused: q, k and v
+    (["model.layers.3.mlp"], 3 * 4096 * 14336),  # one layer's MLP
+    (["model.layers.3"], 3 * 4096 * 14336 + 4096 * 6144 + 4096 * 4096),  # all of layer 3
+    (["re:.*mlp\\.(gate|up)_proj.*"], 32 * 2 * 4096 * 14336),  # a regular expression
+    (["model.layers.0.self_attn.q_norm", "rotary_emb", "mtp.fc", "model.layers.40.mlp"], 0),
+])
+def test_a_skip_list_holds_what_it_names(tmp_path, skip, kept):
+    """Parts of modules and single layers are held at their own sizes; norms, rotary tables,
+    multi-token-prediction and absent layers name no modelled weight and are left unread."""
+    cfg = json.loads((CONFIGS / "meta-llama--Meta-Llama-3.1-8B_config.json").read_text())
+    m = _write_and_load(tmp_path, cfg | {"quantization_config": {
+        "quant_method": "fp8", "ignored_layers": skip}})
+    embed, norms = 128256 * 4096, (2 * 32 + 1) * 4096
+    assert m.kept_params == embed + norms + kept
+    assert ("left unread" in m.source) == (kept == 0)
+
+
+def test_a_skip_list_names_hybrid_layers_as_their_checkpoints_do(tmp_path):
+    """Nemotron-H calls each layer's token mixer "mixer", an attention layer's too; Qwen3-Next
+    names Qwen3.5's linear-attention input projections fused (``in_proj_ba``: a and b)."""
+    nemo = json.loads((CONFIGS / "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16_config.json"
+                       ).read_text())
+    attention = [i for i, kind in enumerate(nemo["hybrid_override_pattern"]) if kind == "*"]
+    m = _write_and_load(tmp_path / "a", nemo | {"quantization_config": {
+        "quant_method": "fp8", "modules_to_not_convert": ["backbone.layers.0.mixer.conv1d"] + [
+            f"backbone.layers.{i}.mixer" for i in attention]}})
+    plain = _write_and_load(tmp_path / "b", nemo | {"quantization_config": {"quant_method": "fp8"}})
+    assert m.kept_params - plain.kept_params == 6 * 2688 * 128 * (32 + 2 * 2 + 32)
+    assert "'backbone.layers.0.mixer.conv1d'" in m.source
+    qwen = json.loads((CONFIGS / "Qwen--Qwen3.5-35B-A3B_config.json").read_text())
+    q = {"quant_method": "fp8", "modules_to_not_convert": ["model.visual"]}
+    fused, split = ({**q, "modules_to_not_convert": ["model.visual", *names]}
+                    for names in (["linear_attn.in_proj_ba"],
+                                  ["linear_attn.in_proj_a", "linear_attn.in_proj_b"]))
+    kept = [_write_and_load(tmp_path / str(i), qwen | {"quantization_config": c}).kept_params
+            for i, c in enumerate((q, fused, split))]
+    assert kept[1] == kept[2] == kept[0] + 30 * 2 * 2048 * 32
+
+
+def test_weights_a_skip_list_names_that_cannot_be_held_are_refused_past_a_thousandth(tmp_path):
+    """One routed expert of 62 x 256 is 0.006% of MiniMax-M2.5's weight bytes: noted; every
+    layer's experts at 16 bits (98% of them) are refused naming the file, the key and the
+    entry."""
+    cfg = json.loads((CONFIGS / "MiniMaxAI--MiniMax-M2.5_config.json").read_text())
+    q = cfg["quantization_config"]
+    small = _write_and_load(tmp_path / "a", cfg | {"quantization_config": q | {
+        "modules_to_not_convert": ["gate", "model.layers.0.block_sparse_moe.experts.0"]}})
+    assert "experts.0" in small.source
+    with pytest.raises(FieldError) as info:
+        _write_and_load(tmp_path / "b", cfg | {"quantization_config": q | {
+            "modules_to_not_convert": ["block_sparse_moe.experts"]}})
+    reason = info.value.reason
+    assert "config.json: quantization_config modules_to_not_convert entry " in reason
+    assert "'block_sparse_moe.experts'" in reason and "\n" not in reason
+
+
 @pytest.mark.parametrize("change,field", [
     ({"layer_types": ["full_attention"] * 31 + ["cross_attention"]}, "layer_types"),
     ({"quantization_config": {"quant_method": "bitsandbytes"}}, "quantization_config"),
     ({"quantization_config": "fp8"}, "quantization_config"),
     ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 0]}},
      "quantization_config"),
-    ({"quantization_config": {"quant_method": "fp8", "modules_to_not_convert": ["foo"]}},
+    ({"quantization_config": {"quant_method": "fp8",  # a part of layer 0's attention unsized
+                              "modules_to_not_convert": ["model.layers.0.self_attn.foo"]}},
      "quantization_config"),
     ({"audio_config": {"hidden_size": 1024}}, "audio_config"),
     ({"moe_num_experts": 64, "moe_k": 6}, "moe_k"),  # a family's own names (sorted)

@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from sweep.analysis.report import levers_text, limit_text, transferred_lines, wrap
+from sweep.analysis.report import launch_lines, levers_text, limit_text, transferred_lines, wrap
 from sweep.study.config import Limit
 
 
@@ -18,7 +18,8 @@ def render_capacity(cap: pd.DataFrame, fleet: pd.DataFrame | None, meta: dict,
                     shown: int = 10, mixed: pd.DataFrame | None = None) -> str:
     """A capacity search in plain words: the cheapest confirmed fleet for the target (and
     mixed fleet, with ``mixed``), or the designs by their cost at capacity; then what stops
-    the designs that carry nothing."""
+    the designs that carry nothing. Each fleet, or without a target each design that carries
+    load, with the commands that serve it (where its table has them)."""
     levers = [c for c in meta.get("axes", []) if c in cap.columns]
     conf = meta["capacity"]["confidence"]
     lines = [f"Capacity of {len(cap)} designs, {len(meta['seeds'])} seeds each: a design carries "
@@ -48,10 +49,11 @@ def render_capacity(cap: pd.DataFrame, fleet: pd.DataFrame | None, meta: dict,
                         f"{_money(row['cost_per_mtok'])} per million tokens")
                 lines += wrap(f"To serve {target:g} requests/s within the brief: {text}."
                               if k == 0 else f"next: {text}", indent="" if k == 0 else "  ")
+                lines += launch_lines(row)
         if fleet is not None and len(fleet):
             for _, row in fleet[~fleet["confirmed"]].iterrows():
                 lines += wrap(f"not confirmed: {int(row['replicas'])} x "
-                              f"({design_text(row)}): {row['note']}")
+                              f"({design_text(row)}): {row['note']}") + launch_lines(row)
         if mixed is not None:
             lines += _mixed_lines(mixed, design_text, good)
     lines.append(f"{len(carrying)} designs carry load within the brief; by cost at capacity:"
@@ -61,6 +63,8 @@ def render_capacity(cap: pd.DataFrame, fleet: pd.DataFrame | None, meta: dict,
                       f"{_money(row['cost_per_mtok_at_max'])} per million tokens "
                       f"at capacity, {_money(row['usd_per_hour'])}/hour; bound by "
                       f"{row['binding']} | {levers_text(row, levers)}")
+        if target is None:
+            lines += launch_lines(row)
     if len(carrying) > shown:
         lines.append(f"  ... and {len(carrying) - shown} more (capacity.parquet)")
     none = cap[cap["max_rate"] <= 0]
@@ -90,7 +94,8 @@ def _mixed_lines(mixed: pd.DataFrame, design_text, good) -> list[str]:
         than = (f" ({_money(single - usd)}/hour less than one design's)" if usd < single
                 else f" (no cheaper than one design's, {_money(single)}/hour)")
     return wrap(f"Mixed fleet: {' + '.join(parts)}, {_money(usd)}/hour{than}, "
-                f"{_money(float(mix['cost_per_mtok'].iloc[0]))} per million tokens.", indent="")
+                f"{_money(float(mix['cost_per_mtok'].iloc[0]))} per million tokens.", indent="") \
+        + [line for _, r in mix.iterrows() for line in launch_lines(r)]
 
 
 def _load_text(row) -> str:

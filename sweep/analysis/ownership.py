@@ -19,9 +19,11 @@ from pathlib import Path
 MARKER = ".servesweep"
 PARTS = "parts"
 CAPACITY_PARTS = "capacity-parts"
+#: Where a rerun of finished results is built when the folder is a mount point (``staging``).
+INSIDE = ".servesweep.new"
 #: Every name servesweep writes at the top of a results folder.
 OWNED = frozenset({
-    MARKER, PARTS, CAPACITY_PARTS,
+    MARKER, PARTS, CAPACITY_PARTS, INSIDE,
     *(f"{t}.parquet" for t in ("runs", "designs", "requests", "capacity", "fleet",
                                 "mixed_fleet", "search", "frontier")),
     "frontier.png", "frontier.svg"})
@@ -55,12 +57,13 @@ def is_results(folder: Path) -> bool:
         MARKER, "runs.parquet", f"{PARTS}/manifest.json", "capacity.parquet", CAPACITY_PARTS))
 
 
-def clear(folder: Path) -> None:
-    """Remove servesweep's entries from ``folder``; the user's stay as they are."""
+def clear(folder: Path, keep: Path | None = None) -> None:
+    """Remove servesweep's entries from ``folder`` (but ``keep``); the user's stay as they
+    are."""
     if not folder.is_dir():
         return
     for entry in folder.iterdir():
-        if owned(entry.name):
+        if owned(entry.name) and entry != keep:
             _remove(entry)
 
 
@@ -73,8 +76,9 @@ def _remove(path: Path) -> None:
 
 def staging(out: Path) -> Path:
     """Where a rerun of the finished results in ``out`` is built, beside them, until it is
-    complete (``replace_folder``)."""
-    return out.parent / f".{out.name}.new"
+    complete (``replace_folder``): on the same filesystem, so inside a folder that is a mount
+    point."""
+    return out / INSIDE if os.path.ismount(out) else out.parent / f".{out.name}.new"
 
 
 def replace_folder(new: Path, out: Path, last: str) -> None:
@@ -85,11 +89,13 @@ def replace_folder(new: Path, out: Path, last: str) -> None:
     files that cannot be linked) entry by entry, ``last`` (the file that marks the results
     finished) removed first and written last, so that a kill leaves an unfinished folder that
     ``--resume`` or ``sweep merge`` completes."""
-    try:
-        _carry(out, new)
-        swapped = _exchange(new, out)
-    except OSError:
-        swapped = False
+    swapped = False
+    if new.parent != out:  # beside the folder, not inside it: the two can be swapped
+        try:
+            _carry(out, new)
+            swapped = _exchange(new, out)
+        except OSError:  # a file that cannot be linked: entry by entry, below
+            swapped = False
     if swapped:
         trash = out.parent / f".{out.name}.old"
         shutil.rmtree(trash, ignore_errors=True)
@@ -97,7 +103,7 @@ def replace_folder(new: Path, out: Path, last: str) -> None:
         shutil.rmtree(trash, ignore_errors=True)
         return
     (out / last).unlink(missing_ok=True)
-    clear(out)
+    clear(out, keep=new)
     for entry in sorted(new.iterdir(), key=lambda e: e.name == last):
         if owned(entry.name):
             os.replace(entry, out / entry.name)

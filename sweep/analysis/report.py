@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from sweep.analysis.launch import LAUNCH_COLUMNS
 from sweep.physics.hardware import CATALOG
 from sweep.study.metric_names import METRICS
 
 #: Suffixes of the per-metric statistics in an aggregate.
 STAT_SUFFIXES = ("_std", "_ci_low", "_ci_high")
 #: Columns of an aggregate that are neither levers nor metrics.
-BOOKKEEPING = ("design", "seed", "seeds", "p_pass", "passes", "meets_brief")
+BOOKKEEPING = ("design", "seed", "seeds", "p_pass", "passes", "meets_brief", *LAUNCH_COLUMNS)
 #: Metrics shown for every design listed, before the brief's own metrics.
 SHOWN_METRICS = ("cost_per_mtok", "p95_ttft_s", "p95_itl_ms")
 WIDTH = 119
@@ -299,6 +300,31 @@ def _design_lines(row, metrics, levers) -> list[str]:
     return wrap(text, "  ", "      ")
 
 
+def launch_lines(row, indent: str = "      ") -> list[str]:
+    """The row's launch commands where its table has them: each a shell command whose lines
+    end in a backslash where it wraps (a flag and its value kept together), then its note as
+    comment lines."""
+    lines = []
+    for col in LAUNCH_COLUMNS:
+        text = row.get(col)
+        if not isinstance(text, str):
+            continue
+        for command in text.split("\n"):
+            command, _, note = command.partition("  # ")
+            head, *flags = command.split(" --")
+            line = indent + head
+            for flag in flags:
+                if len(line) + len(flag) + 3 > WIDTH - 2:
+                    lines.append(line + " \\")
+                    line = indent + "    --" + flag
+                else:
+                    line += " --" + flag
+            lines.append(line)
+            if note:
+                lines += wrap(note, indent + "# ", indent + "# ")
+    return lines
+
+
 def _metric_list(brief, agg) -> list[str]:
     out = [m for m in SHOWN_METRICS if m in agg.columns]
     out += [lim.key for lim in brief if is_metric(lim.key) and lim.key not in out
@@ -318,10 +344,11 @@ def _ci(row, key) -> str:
 def render(v: Verdict, brief, columns=None, max_passing: int = 50) -> str:
     """A plain-text report (lines < 120 characters, deterministic): the brief; the starting
     design, its metrics and the limits it misses; the designs that meet the brief, cheapest
-    first; each failing family with its label, count and examples; a warning for
-    truncated simulations; and a note for GPUs whose factors were transferred. ``columns``: the lever columns to consider (default: every lever
-    column of the aggregate); only those that vary across designs are shown per design.
-    At most ``max_passing`` passing designs are listed (the cheapest), then a count."""
+    first, each with its launch commands; each failing family with its label, count and
+    examples; a warning for truncated simulations; and a note for GPUs whose factors were
+    transferred. ``columns``: the lever columns to consider (default: every lever column of
+    the aggregate); only those that vary across designs are shown per design. At most
+    ``max_passing`` passing designs are listed (the cheapest), then a count."""
     brief = list(brief or [])
     agg = v.agg if v.agg is not None else pd.concat([v.passing, v.truncated])
     levers = varying(agg, lever_columns(agg) if columns is None else list(columns))
@@ -381,11 +408,12 @@ def _baseline_lines(v: Verdict, brief, levers, metrics) -> list[str]:
 
 
 def _passing_lines(v: Verdict, levers, metrics, max_passing: int) -> list[str]:
+    """The passing designs, cheapest first, each with the commands that serve it."""
     lines = [f"Designs that meet the brief ({len(v.passing)}), cheapest first:"]
     if len(v.passing) == 0:
         lines.append("  none")
     for _, row in v.passing.head(max_passing).iterrows():
-        lines += _design_lines(row, metrics, levers)
+        lines += _design_lines(row, metrics, levers) + launch_lines(row)
     if len(v.passing) > max_passing:
         lines.append(f"  ... and {len(v.passing) - max_passing} more "
                      "(Verdict.passing has them all)")

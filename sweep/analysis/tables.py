@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from sweep.analysis.launch import launch_columns
 from sweep.study.config import Study
 from sweep.study.metric_names import METRICS
 
@@ -149,8 +150,9 @@ def aggregate(runs: pd.DataFrame, brief, drawn=(), tail_sd=None) -> pd.DataFrame
     (its 5% and 95% quantiles over the seeds: a 90% prediction interval that holds the model's
     error where the seeds draw it; a tail metric's ends widened by its own error, ``tail_sd``:
     metric -> relative sd, in quadrature on a log scale around the mean); ``p_pass`` (share of
-    seeds whose run meets the brief) and ``meets_brief`` (the means meet every limit). The
-    columns ``drawn`` (factors drawn per seed) hold their mean over the seeds."""
+    seeds whose run meets the brief), ``meets_brief`` (the means meet every limit), and the
+    command lines that serve it (``launch_vllm``, ``launch_sglang``). The columns ``drawn``
+    (factors drawn per seed) hold their mean over the seeds."""
     lever_cols = [c for c in runs.columns if c not in METRICS and c != "seed"]
     runs = runs.assign(_pass=meets(runs, brief).astype("float64"))
     g = runs.groupby("design", sort=True, observed=True)
@@ -178,4 +180,4 @@ def aggregate(runs: pd.DataFrame, brief, drawn=(), tail_sd=None) -> pd.DataFrame
     out["p_pass"] = g["_pass"].mean().to_numpy()
     agg = pd.concat([first, pd.DataFrame(out)], axis=1)
     agg["meets_brief"] = meets(agg, brief).to_numpy()
-    return agg
+    return agg.assign(**launch_columns(first.to_dict("records")))

@@ -81,6 +81,6 @@ def get_model(name: str) -> Model:
         return CATALOG[name]
     except KeyError:
         raise ValueError(
-            f"model.name: unknown model {name!r}; allowed: {listed(sorted(CATALOG))} "
+            f"model.name: unknown model {name!r}; allowed: {listed(CATALOG, near=name)} "
             "(or model.config_json)"
         ) from None

@@ -1,4 +1,5 @@
-"""Hardware catalog: accelerators with the datasheet figures a pass-time model needs.
+"""Hardware catalog: accelerators with the datasheet figures a pass-time model needs
+(``gpu_catalog``'s rows).
 
 Units are in the field names. Compute figures are *dense* (no structured sparsity) tensor-core
 peaks. Memory is in GiB: vendors' "80 GB" parts expose 80 GiB-class HBM (nvidia-smi reports
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sweep.errors import listed
+from sweep.physics.gpu_catalog import SHEETS
 
 #: A datasheet entry's roofline factors until the catalog gives it a fitted GPU's (``_served``):
 #: the 'Serve a Model' document's "60% of peak compute and 80% of peak bandwidth plus 0.2 ms per
@@ -278,52 +280,13 @@ def transfer_source(gpu: "GPU", fitted: dict) -> str:
     return min(pool, key=lambda n: (abs(math.log(fitted[n].bandwidth_tbs / gpu.bandwidth_tbs)), n))
 
 
-#: Datasheet figures; every roofline entry then takes the serving engine's host terms and a
-#: fitted GPU's factors (``_served``).
-_DATASHEETS = (
-    GPU("H100-SXM", 80, 3.35, 989.4, 1978.9, 1978.9, 450, _NVLINK_AR_US, 2.0, generation="Hopper",
-        source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): 3.35 TB/s HBM3, BF16 989 TF, "
-               "FP8 1979 TF dense; NVLink 4 900 GB/s bidirectional; no INT4 tensor cores; "
-               "$2/GPU-h per the 'Serve a Model' document"),
-    GPU("H200", 141, 4.8, 989.4, 1978.9, 1978.9, 450, _NVLINK_AR_US, 3.0, generation="Hopper",
-        source="NVIDIA H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, same compute as H100; "
-               "price an assumed cloud on-demand rate"),
-    GPU("A100-80GB", 80, 2.039, 312.0, 624.0, 1248.0, 300, _NVLINK_AR_US, 1.5,
-        generation="Ampere",
-        source="NVIDIA A100 datasheet (80GB SXM): 2,039 GB/s HBM2e, BF16 312 TF, INT8 624 TOPS, "
-               "INT4 1248 TOPS dense; NVLink 3 600 GB/s bidirectional; price assumed"),
-    GPU("L40S", 46068 / 1024, 0.864, 362.05, 733.0, 733.0, 32, _PCIE_AR_US, 1.0,
-        generation="Ada",
-        source="NVIDIA L40S datasheet: 48 GB GDDR6, 864 GB/s, BF16 362 TF, FP8 733 TF dense; "
-               "PCIe Gen4 x16 64 GB/s bidirectional; nvidia-smi reports 46,068 MiB (ECC on, "
-               "its default: github.com/akash-network/provider-configs pull 99); price assumed"),
-    GPU("B200", 180, 8.0, 2250.0, 4500.0, 9000.0, 900, _NVLINK_AR_US, 5.0, generation="Blackwell",
-        source="NVIDIA HGX B200 datasheet: 180 GB HBM3e, 8 TB/s, BF16 2.25 PF, FP8 4.5 PF, "
-               "FP4 9 PF dense; NVLink 5 1.8 TB/s bidirectional; price assumed"),
-    GPU("MI300X", 192, 5.3, 1307.4, 2614.9, 2614.9, 448, _NVLINK_AR_US, 2.5, generation="CDNA3",
-        source="AMD Instinct MI300X datasheet: 192 GB HBM3, 5.3 TB/s, FP16 1307 TF, FP8 2615 TF "
-               "dense; 7 Infinity Fabric links, 896 GB/s aggregate; no INT4 peak; price assumed"),
-    GPU("B300", 288, 8.0, 2250.0, 4500.0, 13125.0, 900, _NVLINK_AR_US, 6.0,
-        generation="Blackwell",
-        source="NVIDIA HGX B300 datasheet (8 Blackwell Ultra GPUs): 288 GB HBM3e and 8 TB/s per "
-               "GPU; per 8 GPUs BF16 36 PF, FP8 72 PF (sparse: 2.25 and 4.5 PF dense per GPU), "
-               "FP4 144 PF sparse, 105 PF dense (13.1 PF per GPU); NVLink 5 1.8 TB/s "
-               "bidirectional; price assumed"),
-    GPU("GB200", 186, 8.0, 2500.0, 5000.0, 10000.0, 900, _NVLINK_AR_US, 6.0,
-        generation="Blackwell",
-        source="NVIDIA GB200 NVL72 specifications, one of its 72 GPUs: 13.4 TB HBM3e (186 GB "
-               "per GPU) at 576 TB/s (8 TB/s); FP4 1,440 PF, FP8 720 PF, BF16 360 PF with "
-               "sparsity per rack (10, 5 and 2.5 PF dense per GPU); NVLink 5 1.8 TB/s "
-               "bidirectional per GPU; price assumed"),
-    GPU("MI325X", 256, 6.0, 1307.4, 2614.9, 2614.9, 448, _NVLINK_AR_US, 3.0, generation="CDNA3",
-        source="AMD Instinct MI325X datasheet: 256 GB HBM3E, 6 TB/s, FP16 1307.4 TF, FP8 "
-               "2614.9 TF dense (MI300X's compute); 7 Infinity Fabric links, 896 GB/s "
-               "aggregate; no 4-bit peak; price assumed"),
-    GPU("MI355X", 288, 8.0, 2516.6, 5033.2, 10066.3, 538, _NVLINK_AR_US, 4.0,
-        generation="CDNA4",
-        source="AMD Instinct MI355X datasheet: 288 GB HBM3E, 8 TB/s, FP16 2.5 PF, FP8 5.0 PF, "
-               "MXFP4 10.1 PF dense; 7 Infinity Fabric links of 153.6 GB/s (1,075 GB/s "
-               "aggregate); price assumed"),
+#: Datasheet figures (``gpu_catalog``) and the Apple laptop's linear fit; every roofline entry
+#: then takes the serving engine's host terms and a fitted GPU's factors (``_served``).
+_LINK_AR_US = {"nvlink": _NVLINK_AR_US, "pcie": _PCIE_AR_US}
+_DATASHEETS = tuple(
+    GPU(s.name, s.memory_gib, s.bandwidth_tbs, s.tflops_16bit, s.tflops_8bit, s.tflops_4bit,
+        s.interconnect_gbs, _LINK_AR_US[s.link], s.price_per_gpu_hour,
+        generation=s.generation, source=s.source) for s in SHEETS) + (
     GPU("Apple-M3-Max", 48, 0.4, 14.2, 14.2, 14.2, 0.0, 0.0, 0.1,
         timing="linear", linear=M3_MAX_LINEAR_FIT, generation="Apple",
         source="Apple M3 Max (16-core CPU, 40-core GPU) specifications: 400 GB/s unified memory, "
@@ -440,5 +403,5 @@ def get_gpu(name: str) -> GPU:
         return CATALOG[name]
     except KeyError:
         raise ValueError(
-            f"hardware.gpu: unknown GPU {name!r}; allowed: {listed(sorted(CATALOG))}"
+            f"hardware.gpu: unknown GPU {name!r}; allowed: {listed(CATALOG, near=name)}"
         ) from None

@@ -12,7 +12,7 @@ from pathlib import Path
 from sweep.errors import clip
 from sweep.physics.config_file import Reading, positive, read_json, shown
 from sweep.physics.models import Model
-from sweep.physics.quantisation import checkpoint_precision
+from sweep.physics.quantisation import Weights, checkpoint_precision
 
 #: The names of the routed experts' count and of the experts each token is routed to.
 EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
@@ -68,14 +68,20 @@ def _nonzero(v) -> bool:
 
 @dataclass
 class _Count:
-    """Parameters by module, for the total, the active set and the skip lists."""
+    """Parameters by module and by part of a module (the projections a skip list may name),
+    for the total, the active set and the skip lists."""
 
     by_module: dict = field(default_factory=dict)
+    parts: dict = field(default_factory=dict)
     active: float = 0.0
 
-    def add(self, module: str, n: float, active: float | None = None) -> None:
+    def add(self, module: str, n: float, active: float | None = None,
+            parts: dict | None = None) -> None:
         self.by_module[module] = self.by_module.get(module, 0.0) + n
         self.active += n if active is None else active
+        into = self.parts.setdefault(module, {})
+        for part, size in (parts or {}).items():
+            into[part] = into.get(part, 0.0) + size
 
     @property
     def total(self) -> float:
@@ -187,12 +193,15 @@ def _attention(r: Reading, kind: str, hidden: int, count: _Count, m: dict) -> No
     k_is_v = glob and c.get("attention_k_eq_v") is True
     gated = c.get("attn_output_gate") or c.get("model_type") == "qwen3_next"
     q = heads * hd * (2 if gated else 1)  # a gate beside each query (Qwen3-Next's always)
-    n = hidden * q + hidden * kv * hd * (1 if k_is_v else 2) + heads * hd * hidden
+    parts = {"q_proj": hidden * q, "k_proj": hidden * kv * hd, "o_proj": heads * hd * hidden}
+    if not k_is_v:
+        parts["v_proj"] = hidden * kv * hd
+    n = sum(parts.values())
     if c.get("attention_bias"):
         n += q + 2 * kv * hd + hidden
     if c.get("model_type") == "gpt_oss":
         n += heads  # one attention sink per head
-    count.add("self_attn", n)
+    count.add("self_attn", n, parts=parts)
     values, pair = 2.0 * kv * hd, 4.0 * heads * hd
     m["kv_split"].append(kv)
     if kind == "window":
@@ -238,16 +247,17 @@ def _latent(r: Reading, heads: int, hidden: int, count: _Count, m: dict) -> None
     nope, v = r.int("qk_nope_head_dim"), r.int("v_head_dim")
     q_lora = r.int("q_lora_rank") if _nonzero(c.get("q_lora_rank")) else None
     qk = nope + rope
-    q = ((hidden * q_lora + q_lora + q_lora * heads * qk) if _nonzero(q_lora)
-         else hidden * heads * qk)
-    n = q + hidden * (lora + rope) + lora + lora * heads * (nope + v) + heads * v * hidden
+    parts = ({"q_a_proj": hidden * q_lora, "q_b_proj": q_lora * heads * qk} if _nonzero(q_lora)
+             else {"q_proj": hidden * heads * qk})
+    parts.update(kv_a_proj_with_mqa=hidden * (lora + rope), kv_b_proj=lora * heads * (nope + v),
+                 o_proj=heads * v * hidden)
     if _nonzero(c.get("index_n_heads")):  # DeepSeek-V3.2's indexer: its own keys per token
         ih, ihd = r.int("index_n_heads"), r.int("index_head_dim")
-        n += (q_lora or hidden) * ih * ihd + hidden * ihd + 2 * ihd + hidden * ih
+        parts["indexer"] = (q_lora or hidden) * ih * ihd + hidden * ihd + 2 * ihd + hidden * ih
         m["kv_values"] += ihd
         m["attn_flops_per_pair"] += 2.0 * ih * ihd
         m["decode_attn_flops_per_pair"] += 2.0 * ih * ihd
-    count.add("self_attn", n)
+    count.add("self_attn", sum(parts.values()) + (q_lora or 0) + lora, parts=parts)
     m["kv_values"] += lora + rope
     m["attn_flops_per_pair"] += heads * (2.0 * qk + 2.0 * v)
     m["decode_attn_flops_per_pair"] += heads * (2.0 * (lora + rope) + 2.0 * lora)
@@ -266,8 +276,9 @@ def _linear(r: Reading, hidden: int, count: _Count, m: dict) -> None:
     kernel = r.int("linear_conv_kernel_dim", 4)
     key_dim, value_dim = kh * dk, vh * dv
     conv = 2 * key_dim + value_dim
-    count.add("linear_attn", hidden * (2 * key_dim + 2 * value_dim) + hidden * 2 * vh
-              + conv * kernel + 2 * vh + dv + value_dim * hidden)
+    parts = {"in_proj_qkv": hidden * (2 * key_dim + value_dim), "in_proj_z": hidden * value_dim,
+             "in_proj_b": hidden * vh, "in_proj_a": hidden * vh, "out_proj": value_dim * hidden}
+    count.add("linear_attn", sum(parts.values()) + conv * kernel + 2 * vh + dv, parts=parts)
     m["state_bytes"] += (vh * dk * dv * _state_bytes(r.cfg, "mamba_ssm_dtype")
                          + conv * (kernel - 1) * 2)
     m["state_flops_per_token"] += 4.0 * vh * dk * dv
@@ -281,8 +292,10 @@ def _mamba(r: Reading, hidden: int, count: _Count, m: dict) -> None:
     kernel = r.int("conv_kernel", 4)
     inner = heads * hd
     conv = inner + 2 * groups * state
-    count.add("mixer", hidden * (2 * inner + 2 * groups * state + heads) + conv * (kernel + 1)
-              + 3 * heads + inner + inner * hidden)
+    parts = {"in_proj": hidden * (2 * inner + 2 * groups * state + heads),
+             "out_proj": inner * hidden}
+    count.add("mixer", sum(parts.values()) + conv * (kernel + 1) + 3 * heads + inner,
+              parts=parts)
     m["state_bytes"] += (heads * hd * state * _state_bytes(r.cfg, "mamba_ssm_cache_dtype")
                          + conv * (kernel - 1) * 2)
     m["state_flops_per_token"] += 4.0 * inner * state
@@ -297,7 +310,7 @@ def _mlp(r: Reading, kind: str, hidden: int, count: _Count, e: dict) -> None:
     if kind == "dense" or c.get("enable_moe_block"):  # Gemma-4: a dense MLP beside the experts
         ffn = r.int("intermediate_size") if kind == "moe" else r.int(
             "intermediate_size_mlp", c.get("intermediate_size"), "intermediate_size")
-        count.add("mlp", mats * hidden * ffn)
+        count.add("mlp", mats * hidden * ffn, parts=_projections(mats, hidden * ffn))
     if kind == "dense":
         return
     experts, top_k = e["experts"], e["top_k"]
@@ -307,9 +320,16 @@ def _mlp(r: Reading, kind: str, hidden: int, count: _Count, e: dict) -> None:
     e["params"] += experts * one
     shared = _shared_ffn(r, ffn)
     if shared:
-        count.add("shared_expert", mats * hidden * shared + (hidden if _nonzero(
-            c.get("shared_expert_intermediate_size")) else 0))
+        parts = _projections(mats, hidden * shared)
+        if _nonzero(c.get("shared_expert_intermediate_size")):  # Qwen's gate on its output
+            parts["shared_expert_gate"] = hidden
+        count.add("shared_expert", sum(parts.values()), parts=parts)
     count.add("gate", hidden * experts + (experts if c.get("model_type") == "gpt_oss" else 0))
+
+
+def _projections(mats: int, size: int) -> dict:
+    """An MLP's matrices by name: gate, up and down (two-matrix MLPs: up and down)."""
+    return {p: size for p in ("gate_proj", "up_proj", "down_proj")[3 - mats:]}
 
 
 def _shared_ffn(r: Reading, ffn: int) -> int:
@@ -398,7 +418,7 @@ def load_hf_config(path: str | Path, name: str | None = None) -> Model:
              decode_attn_flops_per_pair=0.0, window=0, window_kv_values=0.0,
              window_flops_per_token=0.0, state_bytes=0.0, state_flops_per_token=0.0)
     e = dict(experts=experts, top_k=top_k, params=0.0)
-    for attention, mlp in kinds:
+    for i, (attention, mlp) in enumerate(kinds):
         before = dict(count.by_module)
         if attention != "none":
             _attention(r, attention, hidden, count, m)
@@ -406,7 +426,7 @@ def load_hf_config(path: str | Path, name: str | None = None) -> Model:
         count.add("norm", 2 * hidden)
         for module, n in count.by_module.items():
             if n != before.get(module):
-                layers_of[module] = layers_of.get(module, 0) + 1
+                layers_of.setdefault(module, set()).add(i)
     count.add("norm", hidden)
     count.add("embed_tokens", vocab * hidden)
     if not c.get("tie_word_embeddings", False):
@@ -417,7 +437,8 @@ def load_hf_config(path: str | Path, name: str | None = None) -> Model:
         r.refuse("layer_types", "has no full-attention layer (a KV cache that grows with the "
                                 "context), which is not modelled")
     outer_quant = any(_nonzero(outer.get(k)) for k in ("quantization_config", "quantization"))
-    precision = checkpoint_precision(c, path, count.by_module, layers_of, where, layers,
+    weights = Weights(count.by_module, count.parts, layers_of, experts)
+    precision = checkpoint_precision(c, path, weights, where, layers,
                                      () if outer_quant else ("vision",))
     latent = _nonzero(c.get("kv_lora_rank"))
     head_dim = (r.int("qk_nope_head_dim") + r.int("qk_rope_head_dim")) if latent \
@@ -437,4 +458,4 @@ def load_hf_config(path: str | Path, name: str | None = None) -> Model:
         native_activation_bits=precision.activation,
         kept_params=precision.kept, moe_layers=sum(k == "moe" for _, k in kinds),
         kv_split=1 if latent else min(split),
-        source=f"Hugging Face config {path}")
+        source="; ".join((f"Hugging Face config {path}", *precision.notes)))

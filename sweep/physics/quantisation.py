@@ -11,9 +11,14 @@ Bits per weight, scales included (each format's block layout):
 - int4 AWQ/GPTQ: 4, plus a 16-bit scale and a 4-bit zero point per group (128 unless given);
 - compressed-tensors: its weights' ``num_bits``, plus a 16-bit scale per group.
 Embeddings and norms are not linear layers, so no format converts them; a skip list
-(``modules_to_not_convert``, ``ignore``, ``exclude_modules``) keeps more at 16 bits."""
+(``modules_to_not_convert``, ``ignored_layers``, ``ignore``, ``exclude_modules``) keeps more at
+16 bits: whole modules, their projections, or one layer's share of them. An entry naming no
+modelled weight (a router's correction bias, a norm inside a module) is noted and left out; one
+naming weights that cannot be held at 16 bits as modelled (routed experts, a part the loader does
+not size) is refused where, read as quantised, they would be over 0.1% of the weight bytes."""
 from __future__ import annotations
 
+import fnmatch
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,14 +29,33 @@ from sweep.physics.config_file import read_json
 #: Modules no format converts: the token embedding, the norms and the routers (kept at 16 bits
 #: in every checkpoint here, listed or not).
 NEVER_CONVERTED = ("embed_tokens", "norm", "gate")
-#: A skip-list entry's module, by the first word of it found (checked in this order).
-MODULE_WORDS = (("lm_head", "lm_head"), ("embed", "embed_tokens"), ("visual", "vision"),
-                ("vision", "vision"), ("shared_expert", "shared_expert"),
-                ("experts", "experts"), ("linear_attn", "linear_attn"), ("mixer", "mixer"),
-                ("self_attn", "self_attn"), ("attn", "self_attn"), ("router", "gate"),
-                ("mlp.gate", "gate"), ("norm", "norm"), ("mlp", "mlp"))
+#: The module a skip-list entry names: the first of these found in one of its dotted segments
+#: (a segment that is "gate" alone is a router; a dense MLP's ``gate_proj`` is its MLP's part).
+MODULE_WORDS = (("lm_head", r"lm_head"), ("embed_tokens", r"embed"),
+                ("vision", r"visual|vision"), ("shared_expert", r"shared_expert"),
+                ("experts", r"experts"), ("gate", r"router|^\W*gate\W*$"),
+                ("linear_attn", r"linear_attn"), ("mixer", r"mixer"), ("self_attn", r"attn"),
+                ("norm", r"norm"), ("mlp", r"mlp|feed_forward|block_sparse_moe"))
+#: What a module's word names beside it: a layer's MLP whole is its router, shared expert and
+#: routed experts too; Nemotron-H calls every layer's token mixer "mixer", an attention, MLP or
+#: expert layer's as well as a Mamba layer's.
+ALSO = {"mlp": ("gate", "shared_expert", "experts"),
+        "mixer": ("self_attn", "mlp", "gate", "shared_expert", "experts")}
+#: Words of weights no format converts, which the loader sizes within a module or not at all:
+#: norms, biases (a router's correction bias), a state-space layer's A_log and D, its
+#: convolution, attention sinks, rotary tables, scales.
+NOT_LINEAR = r"norm|bias|a_log|^d$|conv1d|sinks|rotary|scale"
+#: Names of several parts at once: fused projections, and Qwen3-Next's names of the linear
+#: attention's input projections that Qwen3.5 splits.
+FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj"),
+         "in_proj_qkvz": ("in_proj_qkv", "in_proj_z"), "in_proj_ba": ("in_proj_a", "in_proj_b")}
+#: The keys a skip list goes by in the formats read.
+SKIP_KEYS = ("modules_to_not_convert", "ignored_layers", "ignore", "exclude_modules")
 #: Skip-list entries of layers the model as served does not load (multi-token prediction).
 UNLOADED = ("mtp", "nextn")
+#: The largest share of the weight bytes a skip list may name without its being read as the
+#: checkpoint holds it (weights kept at 16 bits the model counts quantised): past it, refused.
+UNREAD_SHARE = 1e-3
 #: The formats read, for the refusal of any other.
 METHODS = ("fp8", "mxfp4", "modelopt", "awq", "gptq", "compressed-tensors")
 #: Weight bits each integer format's kernels take (vLLM's: GPTQ 2, 3, 4 or 8; AWQ 4, and 8
@@ -49,22 +73,60 @@ class Precision:
     nominal: int  # as the weight_bits lever names it: 16, 8 or 4
     kept: float  # parameters held at 16 bits
     activation: int = 16  # what the kernels compute in where the GPU has it
+    notes: tuple = ()  # skip-list entries left unread, in a line
 
 
-def checkpoint_precision(cfg: dict, path: Path, by_module: dict, layers_of: dict,
-                         where: str, layers: int, kept: tuple = ()) -> Precision:
-    """The checkpoint's precision: ``by_module`` holds its parameters per module, ``layers_of``
-    how many of its ``layers`` have each (a skip-list entry naming one layer keeps that share;
-    one naming a layer past them names a multi-token-prediction layer, not loaded); ``kept``
-    names modules the quantisation does not cover (a vision tower beside a language model's
-    own ``quantization_config``)."""
+@dataclass(frozen=True)
+class Weights:
+    """A model's parameters as a skip list names them: per module, per part of a module (its
+    projections), and the layers that hold each module (none: a module outside the layers)."""
+
+    by_module: dict
+    parts: dict  # module -> {part: parameters}
+    layers_of: dict  # module -> set of layer indices
+    experts: int = 1  # routed experts per expert layer
+
+    def held(self, module: str) -> set:
+        return self.layers_of.get(module) or {-1}
+
+    def share(self, module: str, layers: set) -> float:
+        return self.by_module.get(module, 0.0) * len(layers) / len(self.held(module))
+
+
+def checkpoint_precision(cfg: dict, path: Path, weights: Weights, where: str, layers: int,
+                         kept: tuple = ()) -> Precision:
+    """The checkpoint's precision over the model's ``layers`` (a skip-list entry naming a layer
+    past them names a multi-token-prediction layer, not loaded); ``kept`` names modules the
+    quantisation does not cover (a vision tower beside a language model's own
+    ``quantization_config``)."""
     q, source = _quant_config(cfg, path, where)
     if q is None:
         return Precision(16.0, 16, 0.0)
     method = str(q.get("quant_method", "")).lower()
-    bits, nominal, skip = _format(q, method, source, where)
-    held = _kept(skip, by_module, layers_of, source, where, layers, kept)
-    return Precision(bits, nominal, held, _activation(q, method))
+    bits, nominal = _format(q, method, source, where)
+    held, unread, unmodelled = _kept(_skip_list(q, source, where), weights, layers, kept)
+    notes = _unread(unread, unmodelled, bits, held, weights, source, where)
+    return Precision(bits, nominal, held, _activation(q, method), notes)
+
+
+def _unread(unread: list, unmodelled: list, bits: float, held: float, w: Weights,
+            source: str, where: str) -> tuple:
+    """The note of the skip-list entries left unread, or the refusal where the weights they
+    name, 16-bit in the checkpoint and counted at ``bits`` here, exceed ``UNREAD_SHARE`` of
+    the weight bytes (the largest of them named)."""
+    size = (sum(w.by_module.values()) - held) * bits / 8.0 + held * 2.0
+    if sum(n for _, _, n, _ in unread) * (16.0 - bits) / 8.0 > UNREAD_SHARE * size:
+        key, entry, n, why = max(unread, key=lambda u: u[2])
+        _refuse(source, where, f"{key} entry {clip(entry, 40)!r} {why} "
+                               f"({n * (16.0 - bits) / 8.0 / size:.2%} of the weight bytes)",
+                f"under {UNREAD_SHARE:.1%} of the weight bytes unread")
+    named = [e for _, e, _, _ in unread] + unmodelled
+    if not named:
+        return ()
+    return (f"{source}: skip-list entries left unread (no modelled weight, or under "
+            f"{UNREAD_SHARE:.1%} of the weight bytes): "
+            + ", ".join(repr(clip(e, 60)) for e in named[:3])
+            + (f" and {len(named) - 3} more" if len(named) > 3 else ""),)
 
 
 def _activation(q: dict, method: str) -> int:
@@ -127,38 +189,47 @@ def _group(v, key: str, source: str, where: str, per_channel: bool = False) -> i
     return v
 
 
-def _format(q: dict, method: str, source: str, where: str) -> tuple[float, int, list]:
-    """Bits per weight, the lever's name for them and the skip list."""
-    skip = q.get("modules_to_not_convert") or q.get("ignored_layers") or []
+def _skip_list(q: dict, source: str, where: str) -> list[tuple[str, str]]:
+    """(key, entry) of every skip list the table has, whatever the format calls it."""
+    out = []
+    for key in SKIP_KEYS:
+        entries = q.get(key)
+        if entries is None:
+            continue
+        if not isinstance(entries, list):
+            _refuse(source, where, f"{key} is not a list of module names")
+        out += [(key, str(e)) for e in entries]
+    return out
+
+
+def _format(q: dict, method: str, source: str, where: str) -> tuple[float, int]:
+    """Bits per weight and the lever's name for them."""
     if method == "fp8":
         block = q.get("weight_block_size") or [1 << 30, 1]  # none: one scale per tensor
         if not (isinstance(block, list) and len(block) == 2 and all(
                 isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
             _refuse(source, where, "weight_block_size is not two positive integers")
         area = _group(block[0] * block[1], "weight_block_size's area", source, where)
-        return 8.0 + 32.0 / area, 8, skip
+        return 8.0 + 32.0 / area, 8
     if method == "mxfp4":
-        return 4.25, 4, skip
+        return 4.25, 4
     if method == "modelopt":
         algo = str(q.get("quant_algo", "")).upper()
-        skip = q.get("exclude_modules") or skip
         if algo == "FP8":
-            return 8.0, 8, skip
+            return 8.0, 8
         if algo == "NVFP4":
-            return 4.0 + 8.0 / _group(q.get("group_size", 16), "group_size", source, where), \
-                4, skip
+            return 4.0 + 8.0 / _group(q.get("group_size", 16), "group_size", source, where), 4
         if algo in ("W4A8_AWQ", "W4A16_AWQ", "INT4_AWQ"):
-            return 4.0 + 20.0 / _group(q.get("group_size", 128), "group_size", source, where), \
-                4, skip
+            return 4.0 + 20.0 / _group(q.get("group_size", 128), "group_size", source, where), 4
         _refuse(source, where, f"quant_algo {clip(algo, 30)!r} is not modelled (known: FP8, "
                                "NVFP4, W4A8_AWQ, W4A16_AWQ, INT4_AWQ)")
     if method in ("awq", "gptq"):
         bits = _bits(q, "bits", q.get("w_bit", 4), method, source, where)
         group = _group(q.get("group_size", q.get("q_group_size", 128)), "group_size", source,
                        where, per_channel=True)
-        return bits + ((16.0 + bits) / group if group else 0.0), 4 if bits <= 4 else 8, skip
+        return bits + ((16.0 + bits) / group if group else 0.0), 4 if bits <= 4 else 8
     if method == "compressed-tensors":
-        return (*_compressed(q, source, where), q.get("ignore") or skip)
+        return _compressed(q, source, where)
     _refuse(source, where, f"quant_method {clip(method or '-', 30)!r} is not modelled")
 
 
@@ -177,41 +248,119 @@ def _compressed(q: dict, source: str, where: str) -> tuple[float, int]:
     return b + (16.0 / group if group else 0.0), 4 if b <= 4 else 8
 
 
-def _module(entry: str) -> str | None:
-    """The module a skip-list entry names (None: a layer the served model does not load)."""
-    text = re.sub(r"gate_(up_)?proj", "proj", entry.lower())  # a dense MLP's, not a router
-    if any(w in text for w in UNLOADED):
-        return None
-    return next((m for word, m in MODULE_WORDS if word in text), "")
 
-
-def _kept(skip, by_module: dict, layers_of: dict, source: str, where: str,
-          layers: int, kept: tuple) -> float:
-    """Parameters held at 16 bits: the never-converted modules and the skip list's. An entry
-    naming one layer (``model.layers.3.mlp.gate``) keeps that layer's share of its module."""
-    if not isinstance(skip, list):
-        _refuse(source, where, "skip list is not a list of module names")
-    whole = set(NEVER_CONVERTED) | set(kept)
-    some: dict[str, set] = {}
-    for entry in skip:
-        layer = re.search(r"layers\.(\d+)", str(entry))  # past 10 digits: past every layer
-        index = int(layer.group(1).lstrip("0")[:10] or "0") if layer else None
-        if index is not None and index >= layers:
+def _kept(skip: list, w: Weights, layers: int, kept: tuple) -> tuple[float, list, list]:
+    """Parameters held at 16 bits (the never-converted modules, ``kept`` and what the skip list
+    names); the entries naming modelled weights that cannot be held so, as (key, entry, their
+    parameters, what they name); and those naming no modelled weight."""
+    covered = {m: {None: set(w.held(m))} for m in (*NEVER_CONVERTED, *kept)}
+    unread, unmodelled = [], []
+    for key, entry in skip:
+        named = _named(entry, w, layers)
+        if named is None:
             continue  # a layer the served model does not load
-        module = _module(str(entry))
-        if module is None:
+        cells, n, why = named
+        for module, part, held in cells:
+            covered.setdefault(module, {}).setdefault(part, set()).update(held)
+        if n:
+            unread.append((key, entry, n, why))
+        elif not cells:
+            unmodelled.append(entry)
+    return sum(_held(w, m, cover) for m, cover in covered.items()), unread, unmodelled
+
+
+def _held(w: Weights, module: str, cover: dict) -> float:
+    """A module's parameters a skip list holds: its whole layers' share, and its parts' in
+    the other layers."""
+    whole = cover.get(None, set())
+    n = w.share(module, whole)
+    for part, layers in cover.items():
+        if part is not None:
+            n += w.parts[module][part] * len(layers - whole) / len(w.held(module))
+    return n
+
+
+def _named(entry: str, w: Weights, layers: int) -> tuple[list, float, str] | None:
+    """What a skip-list entry names: cells (module, part or None for all of it, layer indices)
+    held at 16 bits, and the parameters of modelled weights it names that cannot be held so,
+    with what they are; None where it names a layer the served model does not load."""
+    regex = entry.lower().startswith("re:")
+    text = re.sub(r"\.weight$", "", entry.lower()[3 if regex else 0:])
+    if any(word in text for word in UNLOADED):
+        return None
+    segments = re.split(r"\\?\.", text)
+    module, at = next(((m, i) for m, pattern in MODULE_WORDS
+                       for i, seg in enumerate(segments) if re.search(pattern, seg)), (None, 0))
+    # a layer of the language model (a vision tower's own layers are the tower's)
+    found = re.search(r"layers\\?\.(\d+)", text) if module != "vision" else None
+    index = int(found.group(1).lstrip("0")[:10] or "0") if found else None  # 10 digits: past all
+    if index is not None and index >= layers:
+        return None
+    if module is None:  # a whole layer, a part of one not sized, or nothing modelled
+        after = text[found.end():] if found else text
+        if index is None or re.search(NOT_LINEAR, after):
+            return [], 0.0, ""
+        if not re.search(r"[a-z0-9]", after):
+            return _whole(w, tuple(w.by_module), index)
+        return [], sum(w.share(m, {index}) for m in w.by_module if index in w.held(m)), \
+            f"names a part of layer {index} not sized"
+    own, rest = re.sub(r"\W", "", segments[at]), segments[at + 1:]
+    if module == "experts":  # all of them, or one (``experts.5``)
+        cells, n, why = _whole(w, (module,), index)
+        return cells, n / w.experts if re.search(r"experts\\?\.\d", text) else n, why
+    whole = own not in w.parts.get(module, {}) and not any(re.search(r"\w", s) for s in rest)
+    modules = (module, *ALSO.get(module, ())) if whole or module == "mixer" else (module,)
+    if whole:
+        return _whole(w, modules, index)
+    return _part(w, modules, index, [own, *rest], entry[3:] if regex else None)
+
+
+def _part(w: Weights, modules: tuple, index: int | None, segments: list,
+          pattern: str | None) -> tuple[list, float, str]:
+    """An entry naming a part of one of ``modules`` (in layer ``index``, or in every layer):
+    the parts it names, else nothing modelled (a norm, a bias) or an unsized part, whose
+    modules' share is what it may name; a module sized only whole (the vision tower,
+    estimated) is held whole."""
+    cells, held_by = [], {}
+    for m in modules:
+        held = w.held(m) if index is None else w.held(m) & {index}
+        if held and w.by_module.get(m):
+            held_by[m] = held
+            cells += [(m, p, held) for p in _parts(w.parts.get(m, {}), segments, pattern,
+                                                   segments[0])]
+    if cells:
+        return cells, 0.0, ""
+    if not held_by or any(re.search(NOT_LINEAR, s) for s in segments):
+        return [], 0.0, ""
+    if not any(w.parts.get(m) for m in held_by):
+        return _whole(w, tuple(held_by), index)
+    return [], sum(w.share(m, held) for m, held in held_by.items()), \
+        f"names a part of {modules[0]} not sized"
+
+
+def _whole(w: Weights, modules: tuple, index: int | None) -> tuple[list, float, str]:
+    """All of ``modules`` in layer ``index`` (None: in every layer): cells to hold, and the
+    routed experts among them, which are not modelled at 16 bits."""
+    cells, experts = [], 0.0
+    for m in modules:
+        held = w.held(m) if index is None else w.held(m) & {index}
+        if not w.by_module.get(m) or not held:
             continue
-        if not module:
-            _refuse(source, where, f"skip-list entry {clip(str(entry), 40)!r} names no module "
-                                   "that is modelled")
-        if module == "experts":
-            _refuse(source, where, "keeps the routed experts at 16 bits, which is not modelled")
-        if layer and module not in whole:
-            some.setdefault(module, set()).add(index)
+        if m == "experts":
+            experts = w.share(m, held)
         else:
-            whole.add(module)
-    kept = sum(by_module.get(m, 0.0) for m in whole)
-    for module, idx in some.items():
-        if module not in whole and layers_of.get(module):
-            kept += by_module.get(module, 0.0) * min(1.0, len(idx) / layers_of[module])
-    return kept
+            cells.append((m, None, held))
+    return cells, experts, "keeps routed experts at 16 bits"
+
+
+def _parts(parts: dict, segments: list, pattern: str | None, own: str) -> set:
+    """The parts of a module that an entry's ``segments`` name as globs (or its regular
+    expression ``pattern`` matches, as a module's name), fused names spread into their parts."""
+    names = set(parts) | {f for f, of in FUSED.items() if set(of) <= set(parts)}
+    try:
+        hit = {p for p in names if (re.search(pattern, f"model.layers.0.{own}.{p}", re.I)
+                                    if pattern is not None else
+                                    any(fnmatch.fnmatchcase(p, s) for s in segments))}
+    except re.error:  # not a regular expression: it names no part
+        hit = set()
+    return {b for p in hit for b in FUSED.get(p, (p,))}

@@ -36,6 +36,7 @@ __all__ = ["COLUMNS", "ConfigError", "Limit", "Point", "Study", "load_study", "m
            "parse_study"]
 
 #: Workload keys a trace replaces (it gives arrivals and lengths itself).
+HF_ALLOWED = "a readable Hugging Face config.json"
 TRACE_REPLACES = ("arrival", "arrival_rate", "arrival_cv", "prompt_tokens", "output_tokens")
 TOP_LEVEL = ("name", "hardware", "model", "workload", "levers", "run", "brief", "exclude",
              "measured", "capacity")
@@ -308,7 +309,7 @@ class _Parser(Reader):
         p = self.resolve(rel)
         if p.is_dir():
             p = p / "config.json"
-        allowed = "allowed: a readable Hugging Face config.json"
+        allowed = f"allowed: {HF_ALLOWED}"
         try:  # a device or a pipe (/dev/zero, a FIFO) would be read forever
             check_table(p, "a readable Hugging Face config.json", MAX_TEXT_BYTES)
         except FileRefused as exc:
@@ -316,13 +317,7 @@ class _Parser(Reader):
         try:
             model = load_hf_config(p)
         except FieldError as exc:
-            raise self.err(parts, f"{exc.reason}; {allowed}") from None
-        except RecursionError:
-            raise self.err(parts, f"{show(str(p))} is nested too deeply; {allowed}") from None
-        if model.head_dim < 1 or model.kv_heads > model.heads:
-            raise self.err(parts, f"{show(str(p))}: {model.heads} attention heads, "
-                                  f"{model.kv_heads} KV heads, head dim {model.head_dim}; "
-                                  f"{allowed} with 1 <= KV heads <= heads and head dim >= 1")
+            raise self.err(parts, f"{exc.reason}; allowed: {exc.allowed or HF_ALLOWED}") from None
         if model.max_context < 2:  # a prompt token and an output token at least
             raise self.err(parts, f"{show(str(p))}: max_position_embeddings = "
                                   f"{model.max_context}; {allowed} with a context of at least 2")

@@ -95,7 +95,7 @@ class Field(NamedTuple):
     draw: int = -1  # may be uncertain (a distribution); its draws' stream, never reused
     #: (Design keywords, Workload keywords) -> whether the key applies; where it does not, its
     #: column is empty (and a workload key takes its default: the sampler ignores it).
-    when: typing.Callable[[dict, dict], bool] | None = None
+    when: Applies | None = None
     values: str = ""  # the tables' "values" where kind, choices, range and unit do not say it
     shown: str = ""  # the tables' "default" where the default does not say it
 
@@ -135,16 +135,22 @@ def _lever(key, kind="int", default=None, **kw) -> Field:
     return Field(key, "levers", kind, default, **kw)
 
 
-def _pools(d: dict, w: dict) -> bool:
-    return d["prefill_gpus"] is not None or d["decode_gpus"] is not None
+class Applies(NamedTuple):
+    """Where a key has an effect: ``test(design keywords, workload keywords)``, and the same in
+    words, for the refusal of a key given where it has none."""
+
+    test: typing.Callable[[dict, dict], bool]
+    says: str
+
+    def __call__(self, d: dict, w: dict) -> bool:
+        return self.test(d, w)
 
 
-def _closed(d: dict, w: dict) -> bool:
-    return w["arrival"] == "closed"
-
-
-def _open(d: dict, w: dict) -> bool:
-    return w["arrival"] != "closed"
+_pools = Applies(lambda d, w: d["prefill_gpus"] is not None or d["decode_gpus"] is not None,
+                 "with disaggregated pools (prefill_gpus and decode_gpus)")
+_closed = Applies(lambda d, w: w["arrival"] == "closed", 'with arrival = "closed"')
+_open = Applies(lambda d, w: w["arrival"] != "closed",
+                'with open arrivals (poisson, constant, gamma or a trace), not arrival = "closed"')
 
 
 _SHARE = Range(0.0, 1.0, lo_open=True)
@@ -204,7 +210,7 @@ FIELDS: tuple[Field, ...] = (
         short="arrival process"),
     _wl("arrival_rate", default=16.0, unit="requests/s", when=_open,
         range=Range(0.0, _INF, lo_open=True, says="a positive number of requests/s"),
-        help="mean arrival rate", short="mean rate"),
+        help="mean arrival rate; not with `closed`", short="mean rate"),
     _wl("duration_s", default=60.0, unset=True, unit="s",
         range=Range(0.0, _INF, lo_open=True, says="positive"), shown="-",
         help="arrivals for this long; exactly one of `duration_s` and `num_requests` (a trace: "
@@ -214,7 +220,8 @@ FIELDS: tuple[Field, ...] = (
         help="this many requests (`closed`: the measured ones)", short="how many"),
     _wl("drain_s", default=60.0, unset=True, unit="s", range=Range(0.0, _INF, says=">= 0 seconds"),
         shown="unset: until done", when=_open,
-        help="run on this long after the last arrival, then censor the unserved requests",
+        help="run on this long after the last arrival, then censor the unserved requests; not "
+             "with `closed`",
         short="run on after the last arrival, then censor"),
     _wl("prompt_tokens", "lengths", Lengths("exponential", 1024.0), values="length table",
         help="prompt lengths: `fixed` (`mean`), `exponential` (`mean`), `uniform` (`low`, "
@@ -226,7 +233,8 @@ FIELDS: tuple[Field, ...] = (
            short="batching strategy"),
     _lever("kv_cache", "str", "paged", choices=KV_CACHE, help="KV cache layout",
            short="KV cache layout"),
-    _lever("gpus", default=1, choices=GPUS, when=lambda d, w: not _pools(d, w),
+    _lever("gpus", default=1, choices=GPUS,
+           when=Applies(lambda d, w: not _pools(d, w), "without disaggregated pools"),
            help="tensor-parallel degree; not with `prefill_gpus`/`decode_gpus`",
            short="tensor-parallel degree"),
     _lever("weight_bits", choices=WEIGHT_BITS, shown="the checkpoint's",
@@ -256,7 +264,7 @@ FIELDS: tuple[Field, ...] = (
            shown="the model's context", help="contiguous reservation per sequence",
            short="contiguous reservation"),
     _wl("arrival_cv", default=1.0, range=Range(0, MAX_ARRIVAL_CV, lo_open=True),
-        when=lambda d, w: w["arrival"] == "gamma",
+        when=Applies(lambda d, w: w["arrival"] == "gamma", 'with arrival = "gamma"'),
         help="`gamma` only: coefficient of variation of the gaps",
         short="gamma only: cv of the gaps"),
     _wl("trace", "trace", values="path to CSV or Parquet",
@@ -265,7 +273,7 @@ FIELDS: tuple[Field, ...] = (
              "`output_tokens`; not with `arrival`, `arrival_rate`, `arrival_cv` or `*_tokens`",
         short="replay a trace (Azure LLM columns)"),
     _wl("trace_time_scale", default=1.0, range=Range(0.0, MAX_TIME_SCALE, lo_open=True),
-        when=lambda d, w: w["trace"] is not None,
+        when=Applies(lambda d, w: w["trace"] is not None, "with workload.trace"),
         help="with a trace only: multiply its times (0.5 = twice the load)",
         short="with a trace: multiply its times"),
     _lever("replicas", default=1, range=Range(1, MAX_REPLICAS),

@@ -120,10 +120,13 @@ def build(r: Reader, keys, excludes, max_requests: int):
     seen = {col: set() for ex in excludes for col in ex}
     designs, workloads = {}, {}
     points, skipped, n_excluded = [], [], 0
+    given = {(sec, key) for sec, key, _, _ in keys}
+    idle = {f for f in CONDITIONAL if (f.section, f.key) in given}  # given, no effect yet
     for combo in itertools.product(*(opts for _, _, opts in axis_keys)):
         cols, dkw, wkw = point = tuple(dict(x) for x in base)
         for option in combo:
             _apply(point, option)
+        idle = {f for f in idle if not f.when(dkw, wkw)}
         _fill(cols, dkw, wkw)
         for col, s in seen.items():
             s.add(_hashable(cols[col]))
@@ -144,6 +147,9 @@ def build(r: Reader, keys, excludes, max_requests: int):
         points.append(Point(design, workloads[wkey],
                             columns(design, workloads[wkey], getattr(r, "uncertain", ()))))
     _check_exclusions(r, excludes, seen)
+    for f in sorted(idle, key=lambda f: FIELDS.index(f)):
+        raise r.err([f.section, f.key], f"has no effect here: it applies only {f.when.says}; "
+                                        "allowed: drop it, or give it where it applies")
     if not points:
         raise _nothing_left(r, skipped, n_excluded)
     return points, skipped, axes

@@ -153,7 +153,7 @@ def _capacity_out(out: Path, resume: bool, force: bool, identity: dict):
     work = staging(out) if force and finished else out
     writable(out)
     if work != out:
-        writable(out.parent)
+        writable(work.parent)
     existed = out.exists()
     try:  # a fresh search's start
         if work != out:

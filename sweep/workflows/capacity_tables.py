@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from sweep.analysis.launch import LAUNCH_COLUMNS, fleet_launch, launch_columns
 from sweep.study.config import Limit, Point, Study
 from sweep.workflows.capacity import (AT_CAPACITY_RUNS, IMPROVES_WITH_LOAD, LOADS, QUEUEING,
                                      Runner, Search, failures, missed_lever)
@@ -62,7 +63,7 @@ def _failed_above(runner: Runner, i: int, rate: float, seeds: list[int],
 
 
 def table(study: Study, runner: Runner, found: list[Search], limits: list[Limit]) -> pd.DataFrame:
-    """``capacity.parquet``: one row per design."""
+    """``capacity.parquet``: one row per design, with the command lines that serve it."""
     seeds = list(study.seeds)
     at_max = [lim for lim in study.brief if lim.key in IMPROVES_WITH_LOAD]
     recs = []
@@ -121,7 +122,7 @@ def table(study: Study, runner: Runner, found: list[Search], limits: list[Limit]
                        why=f"meets the brief at {s.rate_max:.3g} {unit}, the highest load "
                            "searched: raise [capacity] rate_max")
         recs.append(rec)
-    return pd.DataFrame(recs)
+    return pd.DataFrame(recs).assign(**launch_columns(recs))
 
 
 def _limit_text(lim: Limit) -> str:
@@ -158,7 +159,8 @@ def fleets(study: Study, cap: pd.DataFrame, found: list[Search], runner: Runner,
            target: float, limits: list[Limit]) -> pd.DataFrame:
     """The cheapest fleets for ``target`` requests/s: ``ceil(target / max_rate)`` replicas of a
     design, the ``[capacity] fleets`` cheapest simulated whole behind the design's router at the
-    target (one more replica where that misses the brief); confirmed ones first, cheapest first."""
+    target (one more replica where that misses the brief); confirmed ones first, cheapest first,
+    each with the command lines that serve it."""
     ok = cap[cap["max_rate"] > 0].copy()
     ok["replicas_needed"] = np.ceil(target / ok["max_rate"] - 1e-9).astype(int)
     ok["fleet_usd_per_hour"] = ok["replicas_needed"] * ok["usd_per_hour"]
@@ -198,10 +200,11 @@ def fleets(study: Study, cap: pd.DataFrame, found: list[Search], runner: Runner,
             break
     # Typed columns even without a row (no design carries load): read back as written.
     out = pd.DataFrame(recs, columns=list(FLEET_DTYPES)).astype(FLEET_DTYPES)
-    levers = cap.drop(columns=[c for c in ("replicas",) if c in cap.columns])
+    levers = cap.drop(columns=[c for c in ("replicas", *LAUNCH_COLUMNS) if c in cap.columns])
     out = out.merge(levers[["design"] + [c for c in levers.columns if c not in (
         "design", "fleet_usd_per_hour")]], on="design", how="left")
     out["_rank"] = out["fleet_usd_per_hour"].fillna(np.inf)
     out = out.sort_values(["confirmed", "_rank", "design", "replicas"],
                           ascending=[False, True, True, True], kind="stable")
-    return out.drop(columns="_rank").reset_index(drop=True)
+    out = out.drop(columns="_rank").reset_index(drop=True)
+    return out.assign(**fleet_launch(cap, out["design"], out["replicas"]))

@@ -8,6 +8,7 @@ import math
 
 import pandas as pd
 
+from sweep.analysis.launch import fleet_launch
 from sweep.study.config import Limit, Point, Study
 from sweep.study.fleet import MixedFleet
 from sweep.workflows.capacity import Runner, Search
@@ -118,7 +119,8 @@ def mixed_fleets(study: Study, cap: pd.DataFrame, found: list[Search], runner: R
     """``mixed_fleet.parquet``: each candidate mix (``candidates``) simulated whole at the
     target on every seed, and one that misses the brief tried once more with one more replica
     of its cheapest design; one row per (mix, design), confirmed mixes first, cheapest
-    first. Their runs are the search's rows of design ``-1 - mix``."""
+    first, with the command lines of the design's servers. Their runs are the search's rows
+    of design ``-1 - mix``."""
     rate = dict(zip(cap["design"].astype(int), cap["max_rate"].astype(float)))
     usd = dict(zip(cap["design"].astype(int), cap["usd_per_hour"].astype(float)))
     seeds = list(study.seeds)
@@ -149,11 +151,13 @@ def mixed_fleets(study: Study, cap: pd.DataFrame, found: list[Search], runner: R
         {"mix": "int64", "design": "int64", "replicas": "int64", "confirmed": bool,
          **{c: "float64" for c in ("share", "p_pass", "fleet_usd_per_hour", "cost_per_mtok",
                                    "p95_ttft_s")}})
+    out = out.assign(**fleet_launch(cap, out["design"], out["replicas"],
+                                    router="capacity-weighted"))
     out = out.sort_values(["confirmed", "fleet_usd_per_hour", "mix", "design"],
                           ascending=[False, True, True, True], kind="stable")
     return out.reset_index(drop=True)
 
 
-#: ``mixed_fleet.parquet``'s columns, one row per (mix, design).
+#: ``mixed_fleet.parquet``'s columns, one row per (mix, design), before the launch commands.
 MIXED_COLUMNS = ["mix", "design", "replicas", "share", "confirmed", "p_pass",
                  "fleet_usd_per_hour", "cost_per_mtok", "p95_ttft_s", "note"]

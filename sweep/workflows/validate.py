@@ -69,7 +69,7 @@ import pandas as pd
 
 from sweep.analysis.tables import Z90, widened
 from sweep.errors import UsageError, checked, clip, one_line, show
-from sweep.files import out_folder
+from sweep.files import out_folder, writable
 from sweep.study import model_error, vllm_bench
 from sweep.study.config import ConfigError, Study, load_study
 from sweep.workflows.validation_report import FLAGS, plot, render
@@ -417,6 +417,7 @@ def validate(paths, out: str | Path | None = None, seeds: int | None = None,
     out = out_folder(DEFAULT_OUT if out is None else Path(out))
     cases = checked(load_cases, paths, seeds)
     checked(check_out, out)
+    writable(out)
     runs = checked(plan, cases)
     echo(f"sweep validate: {len(cases)} cases, {sum(len(c.study.seeds) for c in cases)} "
          "simulations")

@@ -1,0 +1,310 @@
+"""The serving engine's command line that runs a design, from its row of a results table
+(``designs.parquet``, ``capacity.parquet``, a fleet's): ``launch_vllm`` (``vllm serve``) and
+``launch_sglang`` (``python -m sglang.launch_server``). Flags are the engines' own, as their
+docs name them (vLLM's engine arguments, SGLang's server arguments); a lever that no flag sets
+is said in the command's trailing ``# note``, never made into a flag. docs/running.md has the
+mapping, lever by lever."""
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Iterable, NamedTuple
+
+import pandas as pd
+
+from sweep.physics.catalog import CATALOG as MODEL_CATALOG, PUBLISHED
+from sweep.physics.hardware import CATALOG as GPU_CATALOG
+from sweep.physics.models import NATIVE_FLOAT_GENERATIONS
+from sweep.study.fields import DESIGN_FIELDS
+
+#: The tables' columns, in this order.
+LAUNCH_COLUMNS = ("launch_vllm", "launch_sglang")
+#: The draft model is not a lever: the commands name this placeholder for it.
+DRAFT_MODEL = "DRAFT_MODEL"
+#: Catalog name -> Hugging Face repository, for the entries written from published numbers
+#: (the repositories their sources cite); ``PUBLISHED`` names the rest.
+HF_IDS = {
+    "Llama-3-8B": "meta-llama/Meta-Llama-3-8B",
+    "Llama-3-70B": "meta-llama/Meta-Llama-3-70B",
+    "Llama-3-405B": "meta-llama/Llama-3.1-405B",
+    "Llama-3.2-1B": "meta-llama/Llama-3.2-1B",
+    "Mistral-7B": "mistralai/Mistral-7B-v0.1",
+    "Llama-3.1-8B": "meta-llama/Llama-3.1-8B",
+    "Llama-3.1-70B": "meta-llama/Llama-3.1-70B",
+    "Llama-3.1-405B": "meta-llama/Llama-3.1-405B",
+    "Qwen3-8B": "Qwen/Qwen3-8B",
+    "Qwen3-32B": "Qwen/Qwen3-32B",
+    "Qwen3-30B-A3B": "Qwen/Qwen3-30B-A3B",
+    "Mixtral-8x22B": "mistralai/Mixtral-8x22B-v0.1",
+    **PUBLISHED,
+}
+#: The engines' defaults a command leaves out: vLLM's block size on CUDA.
+VLLM_BLOCK_SIZE = 16
+#: vLLM's documented connector for disaggregated prefill, on both pools.
+KV_TRANSFER = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+_CHECKPOINT = {16: "a 16-bit (BF16) checkpoint", 8: "an 8-bit (FP8) checkpoint",
+               4: "a 4-bit (e.g. AWQ, GPTQ or NVFP4) checkpoint"}
+
+
+def _value(row, key: str):
+    """The row's value of ``key``: None where unset (empty), its declared default where the
+    table has no such column."""
+    if key not in row:
+        f = DESIGN_FIELDS.get(key)
+        return f.default if f is not None else None
+    v = row[key]
+    if v is None or (not isinstance(v, str) and pd.isna(v)):
+        return None
+    return v
+
+
+def _int(row, key: str) -> int | None:
+    v = _value(row, key)
+    return None if v is None else int(v)
+
+
+class _Server(NamedTuple):
+    """One engine instance of a design: its tensor-parallel GPUs, its GPU and its pool."""
+
+    tp: int
+    gpu: str
+    pool: str = ""  # "prefill" or "decode" of disaggregated pools; "" otherwise
+
+
+def _servers(row) -> list[_Server]:
+    prefill, decode = _int(row, "prefill_gpus"), _int(row, "decode_gpus")
+    gpu = str(_value(row, "gpu"))
+    if prefill is None or decode is None:
+        return [_Server(_int(row, "gpus") or 1, gpu)]
+    return [_Server(prefill, str(_value(row, "prefill_gpu") or gpu), "prefill"),
+            _Server(decode, str(_value(row, "decode_gpu") or gpu), "decode")]
+
+
+def model_id(name: str) -> str:
+    """The model's Hugging Face repository where the catalog knows it, else its name."""
+    return HF_IDS.get(name, name)
+
+
+def _fp8_computes(gpu: str) -> bool:
+    """Whether fp8 weights quantised on load compute in 8 bits there (W8A8), not weight-only."""
+    g = GPU_CATALOG.get(gpu)
+    return bool(g and g.generation in NATIVE_FLOAT_GENERATIONS[8] and g.has_activation_bits(8))
+
+
+def _weights(row, gpu: str) -> tuple[str | None, list[str]]:
+    """``--quantization``'s value where the weights are quantised as they load (fp8 from a
+    16-bit checkpoint), and notes: the checkpoint another precision needs, and
+    ``activation_bits`` where the served weights compute in other bits on ``gpu``."""
+    name, bits = str(_value(row, "model")), _int(row, "weight_bits")
+    act = _int(row, "activation_bits")
+    model = MODEL_CATALOG.get(name)
+    if bits is None or model is None:
+        return None, ([] if bits in (None, 16) else
+                      [f"weight_bits={bits}: {_CHECKPOINT[bits]} of the model assumed"])
+    native, quantization = model.native_nominal_bits, None
+    if bits == native:
+        g = GPU_CATALOG.get(gpu)
+        computes = model.activation_bits(g, None) if g else act
+    elif (bits, native) == (8, 16):
+        quantization, computes = "fp8", 8 if _fp8_computes(gpu) else 16
+    else:
+        return None, [f"weight_bits={bits}: serve {_CHECKPOINT[bits]} of {name} (its own is "
+                      f"{native}-bit)"]
+    notes = [] if act is None or act == computes else [
+        f"activation_bits={act}: no flag; the served weights compute in {computes} bits on {gpu}"]
+    return quantization, notes
+
+
+def _common_notes(row) -> list[str]:
+    """What the flags cannot say, for either engine."""
+    notes = []
+    replicas = _int(row, "replicas") or 1
+    if replicas > 1:
+        notes.append(f"x{replicas} replicas behind a {_value(row, 'router')} router")
+    name = str(_value(row, "model"))
+    if name in MODEL_CATALOG and name not in HF_IDS:
+        notes.append(f"{name}: no public checkpoint")
+    if _value(row, "batching") == "static":
+        notes.append("static batching: no vLLM or SGLang equivalent (both admit into a "
+                     "running batch)")
+    if _value(row, "kv_cache") == "contiguous":
+        notes.append("contiguous KV cache: no vLLM or SGLang equivalent (both page it)")
+    draft = _int(row, "draft_tokens") or 0
+    if draft:
+        notes.append(f"{DRAFT_MODEL}: a placeholder for the draft model, not a lever "
+                     f"(acceptance {float(_value(row, 'acceptance')):g}, "
+                     f"{float(_value(row, 'draft_cost')):g} of a pass per drafted token)")
+    return notes
+
+
+def _server_note(row, s: _Server) -> list[str]:
+    """The machine a command runs on, which no flag names (a mixed fleet's differ only there)."""
+    if not s.pool:
+        return [f"on {s.tp * (_int(row, 'data_parallel') or 1)} x {s.gpu}"]
+    if s.pool == "prefill":
+        return [f"prefill pool: {s.tp} x {s.gpu}, its KV sent to the decode pool over a "
+                f"{float(_value(row, 'kv_link_gbps')):g} Gb/s link; a proxy routes each request "
+                "through both"]
+    return [f"decode pool: {s.tp} x {s.gpu}"]
+
+
+def _seats(row) -> int:
+    """Sequences one rank decodes together: one at a time, or ``max_batch``."""
+    return 1 if _value(row, "batching") == "one_at_a_time" else _int(row, "max_batch")
+
+
+def _tokens(row) -> tuple[int, int]:
+    """The token budget per pass and the prefill chunk (0: none)."""
+    return _int(row, "max_num_batched_tokens") or 0, _int(row, "prefill_chunk_tokens") or 0
+
+
+def _json(value: dict) -> str:
+    """A JSON argument in one shell word without spaces (a wrapped command never splits it)."""
+    return shlex.quote(json.dumps(value, separators=(",", ":")))
+
+
+def _vllm_flags(row, s: _Server) -> tuple[list[str], list[str]]:
+    """``vllm serve``'s flags for one server, and the notes they leave."""
+    dp, notes = _int(row, "data_parallel") or 1, []
+    flags = [f"--tensor-parallel-size {s.tp}"]
+    if dp > 1:
+        flags.append(f"--data-parallel-size {dp}")
+    if _value(row, "expert_parallel"):
+        flags.append("--enable-expert-parallel")
+    budget, chunk = _tokens(row)
+    if budget or chunk:
+        flags.append(f"--max-num-batched-tokens {budget or chunk}")
+    if chunk:
+        notes.append(f"prefill_chunk_tokens={chunk}: " + (
+            "no vLLM flag beside the token budget" if budget
+            else "vLLM's budget also counts the pass's decodes"))
+    flags.append("--enable-prefix-caching" if _value(row, "prefix_cache")
+                 else "--no-enable-prefix-caching")
+    if _int(row, "kv_bits") == 8:
+        flags.append("--kv-cache-dtype fp8")
+    quantization, weight_notes = _weights(row, s.gpu)
+    if quantization:
+        flags.append(f"--quantization {quantization}")
+    draft = _int(row, "draft_tokens") or 0
+    if draft:
+        spec = {"method": "draft_model", "model": DRAFT_MODEL, "num_speculative_tokens": draft}
+        flags.append(f"--speculative-config {_json(spec)}")
+    flags.append(f"--max-num-seqs {_seats(row)}")
+    flags += _memory_flags(row, {"max_seq_len": "--max-model-len",
+                                 "gpu_memory_utilization": "--gpu-memory-utilization",
+                                 "kv_blocks": "--num-gpu-blocks-override"})
+    block = _int(row, "block_size")
+    if _value(row, "kv_cache") == "paged" and block != VLLM_BLOCK_SIZE:
+        flags.append(f"--block-size {block}")
+    if s.pool:
+        flags.append(f"--kv-transfer-config {_json(KV_TRANSFER)}")
+    return flags, weight_notes + notes
+
+
+def _memory_flags(row, names: dict) -> list[str]:
+    """The flags of the memory levers a design sets (unset ones leave the engine's sizing)."""
+    out = []
+    for key, flag in names.items():
+        v = _value(row, key)
+        if v is not None:
+            out.append(f"{flag} {int(v)}" if DESIGN_FIELDS[key].kind == "int"
+                       else f"{flag} {float(v):g}")
+    return out
+
+
+def _sglang_flags(row, s: _Server) -> tuple[list[str], list[str]]:
+    """``sglang.launch_server``'s flags for one server, and the notes they leave. With data
+    parallel attention its ``--tp`` is every GPU of the server and its request limit the
+    ranks' sum."""
+    dp, notes = _int(row, "data_parallel") or 1, []
+    flags = [f"--tp {s.tp * dp}"]
+    if dp > 1:
+        flags += [f"--dp {dp}", "--enable-dp-attention"]
+    if _value(row, "expert_parallel"):
+        flags.append(f"--ep-size {s.tp * dp}")
+    budget, chunk = _tokens(row)
+    if chunk or budget:
+        flags.append(f"--chunked-prefill-size {chunk or budget}")
+    if budget:
+        notes.append(f"max_num_batched_tokens={budget}: " + (
+            "no SGLang flag beside the prefill chunk" if chunk
+            else "SGLang's chunk does not count the pass's decodes"))
+    if _value(row, "batching") == "continuous":
+        flags.append("--enable-mixed-chunk")
+    if not _value(row, "prefix_cache"):
+        flags.append("--disable-radix-cache")
+    if _int(row, "kv_bits") == 8:
+        flags.append("--kv-cache-dtype fp8_e4m3")
+    quantization, weight_notes = _weights(row, s.gpu)
+    if quantization:
+        flags.append(f"--quantization {quantization}")
+    draft = _int(row, "draft_tokens") or 0
+    if draft:
+        flags += ["--speculative-algorithm STANDALONE",
+                  f"--speculative-draft-model-path {DRAFT_MODEL}",
+                  f"--speculative-num-steps {draft}", "--speculative-eagle-topk 1",
+                  f"--speculative-num-draft-tokens {draft + 1}"]
+    flags.append(f"--max-running-requests {_seats(row) * dp}")
+    flags += _memory_flags(row, {"max_seq_len": "--context-length",
+                                 "gpu_memory_utilization": "--mem-fraction-static"})
+    block = _int(row, "block_size")
+    flags.append(f"--page-size {block}")
+    blocks = _int(row, "kv_blocks")
+    if blocks is not None:
+        flags.append(f"--max-total-tokens {blocks * block}")
+    if s.pool:
+        flags.append(f"--disaggregation-mode {s.pool}")
+    return flags, weight_notes + notes
+
+
+def _line(program: str, flags: list[str], notes: list[str]) -> str:
+    return " ".join([program] + flags) + (f"  # {'; '.join(notes)}" if notes else "")
+
+
+def launch_vllm(row) -> str:
+    """The ``vllm serve`` command of the design in ``row`` (a mapping of a table's columns):
+    one line, or of disaggregated pools two (prefill, then decode)."""
+    program = f"vllm serve {shlex.quote(model_id(str(_value(row, 'model'))))}"
+    lines = []
+    for i, s in enumerate(_servers(row)):
+        flags, notes = _vllm_flags(row, s)
+        lines.append(_line(program, flags, _server_note(row, s)
+                           + (_common_notes(row) if i == 0 else []) + notes))
+    return "\n".join(lines)
+
+
+def launch_sglang(row) -> str | None:
+    """The ``python -m sglang.launch_server`` command of the design in ``row``, as
+    ``launch_vllm``; None where a lever has no SGLang equivalent (static batching, a contiguous
+    KV cache), which ``launch_vllm``'s note says."""
+    if _value(row, "batching") == "static" or _value(row, "kv_cache") == "contiguous":
+        return None
+    model = shlex.quote(model_id(str(_value(row, "model"))))
+    program = f"python -m sglang.launch_server --model-path {model}"
+    lines = []
+    for i, s in enumerate(_servers(row)):
+        flags, notes = _sglang_flags(row, s)
+        lines.append(_line(program, flags, _server_note(row, s)
+                           + (_common_notes(row) if i == 0 else []) + notes))
+    return "\n".join(lines)
+
+
+def launch_columns(rows: Iterable) -> dict[str, list]:
+    """``launch_vllm`` and ``launch_sglang`` of each of ``rows``, as a table's columns."""
+    rows = list(rows)
+    return {"launch_vllm": [launch_vllm(r) for r in rows],
+            "launch_sglang": [launch_sglang(r) for r in rows]}
+
+
+def fleet_launch(cap: pd.DataFrame, designs, copies, router: str | None = None) -> dict:
+    """The launch columns of fleets: ``copies`` of each design of ``cap`` (its own replicas
+    each), behind its router or ``router``."""
+    by_design = cap.set_index("design")
+    rows = []
+    for design, n in zip(designs, copies):
+        row = by_design.loc[int(design)].to_dict()
+        row["replicas"] = (_int(row, "replicas") or 1) * int(n)
+        if router is not None:
+            row["router"] = router
+        rows.append(row)
+    return launch_columns(rows)
