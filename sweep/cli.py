@@ -14,7 +14,7 @@ import time
 from sweep.commands.calibrate import cmd_calibrate, cmd_validate
 from sweep.commands.capacity import cmd_capacity
 from sweep.commands.common import EXIT_TRUNCATED, EXIT_USAGE
-from sweep.commands.report import cmd_frontier, cmd_report
+from sweep.commands.report import cmd_export, cmd_frontier, cmd_report
 from sweep.commands.run import cmd_merge, cmd_run
 from sweep.errors import Truncated, UsageError
 
@@ -101,7 +101,7 @@ def _add_capacity(sub) -> None:
 
 
 def _add_results(sub) -> None:
-    """``sweep merge``, ``frontier`` and ``report``: read a results folder."""
+    """``sweep merge``, ``frontier``, ``report`` and ``export``: read a results folder."""
     mg = sub.add_parser("merge", help="join the parts every process wrote into the final tables")
     mg.add_argument("results", help="a folder written by 'sweep run' (by one or more processes)")
     mg.add_argument("--strict", action="store_true",
@@ -118,6 +118,14 @@ def _add_results(sub) -> None:
 
     rep = sub.add_parser("report", help="the verdict against the config's brief")
     rep.add_argument("results", help="a folder written by 'sweep run' or 'sweep capacity'")
+
+    ex = sub.add_parser("export", help="the designs as vLLM benchmark results or CSV")
+    ex.add_argument("results", help="a folder written by 'sweep run'")
+    ex.add_argument("--format", required=True, choices=("vllm", "csv"),
+                    help="vllm: one 'vllm bench serve --save-result' object per design (JSON "
+                         "lines); csv: designs.parquet's rows")
+    ex.add_argument("--out", help="file to write (default: RESULTS/export.jsonl or .csv)")
+    ex.add_argument("--force", action="store_true", help="overwrite an existing file")
 
 
 def _add_fit(sub) -> None:
@@ -159,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     args.started = time.perf_counter()  # a command's wall time counts from here
     command = {"run": cmd_run, "capacity": cmd_capacity, "merge": cmd_merge,
                "frontier": cmd_frontier,
-               "report": cmd_report, "calibrate": cmd_calibrate,
+               "report": cmd_report, "export": cmd_export, "calibrate": cmd_calibrate,
                "validate": cmd_validate}[args.command]
     try:
         return command(args)

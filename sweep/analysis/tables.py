@@ -150,9 +150,10 @@ def aggregate(runs: pd.DataFrame, brief, drawn=(), tail_sd=None) -> pd.DataFrame
     (its 5% and 95% quantiles over the seeds: a 90% prediction interval that holds the model's
     error where the seeds draw it; a tail metric's ends widened by its own error, ``tail_sd``:
     metric -> relative sd, in quadrature on a log scale around the mean); ``p_pass`` (share of
-    seeds whose run meets the brief), ``meets_brief`` (the means meet every limit), and the
-    command lines that serve it (``launch_vllm``, ``launch_sglang``). The columns ``drawn``
-    (factors drawn per seed) hold their mean over the seeds."""
+    seeds whose run meets the brief), ``meets_brief`` (the means meet every limit), the
+    command lines that serve it (``launch_vllm``, ``launch_sglang``), and ``per_gpu_and_user``'s
+    two columns. The columns ``drawn`` (factors drawn per seed) hold their mean over the
+    seeds."""
     lever_cols = [c for c in runs.columns if c not in METRICS and c != "seed"]
     runs = runs.assign(_pass=meets(runs, brief).astype("float64"))
     g = runs.groupby("design", sort=True, observed=True)
@@ -180,4 +181,35 @@ def aggregate(runs: pd.DataFrame, brief, drawn=(), tail_sd=None) -> pd.DataFrame
     out["p_pass"] = g["_pass"].mean().to_numpy()
     agg = pd.concat([first, pd.DataFrame(out)], axis=1)
     agg["meets_brief"] = meets(agg, brief).to_numpy()
-    return agg.assign(**launch_columns(first.to_dict("records")))
+    agg = agg.assign(**launch_columns(first.to_dict("records")))
+    return agg.assign(**per_gpu_and_user(agg))
+
+
+def _lever(designs: pd.DataFrame, key: str, default: float) -> np.ndarray:
+    """The designs' ``key`` as floats (NaN where unset), ``default`` where no such column."""
+    if key not in designs:
+        return np.full(len(designs), default)
+    return pd.to_numeric(designs[key], errors="coerce").to_numpy(dtype="float64")
+
+
+def total_gpus(designs: pd.DataFrame) -> np.ndarray:
+    """Every GPU each design pays for, as ``Design.total_gpus`` counts them: both pools of a
+    disaggregated design, else every replica's every data-parallel rank's GPUs."""
+    prefill = _lever(designs, "prefill_gpus", np.nan)
+    decode = _lever(designs, "decode_gpus", np.nan)
+    served = (_lever(designs, "replicas", 1) * _lever(designs, "gpus", 1)
+              * _lever(designs, "data_parallel", 1))
+    pools = ~(np.isnan(prefill) & np.isnan(decode))
+    return np.where(pools, prefill + decode, served)
+
+
+def per_gpu_and_user(designs: pd.DataFrame) -> dict:
+    """The throughput in the terms buyers compare: ``tokens_per_s_per_gpu`` (generated tokens
+    per second over every GPU of the design) and ``tokens_per_s_per_user`` (the output speed
+    one request sees, 1000 / mean TPOT in ms; NaN where TPOT is NaN or 0)."""
+    tpot = designs["mean_tpot_ms"].to_numpy(dtype="float64")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_user = np.where(tpot > 0, 1000.0 / tpot, np.nan)
+    return {"tokens_per_s_per_gpu": designs["tokens_per_s"].to_numpy(dtype="float64")
+            / total_gpus(designs),
+            "tokens_per_s_per_user": per_user}

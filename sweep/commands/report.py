@@ -1,11 +1,12 @@
-"""``sweep frontier`` and ``sweep report``: a results folder (a sweep's or a capacity search's)
-read back as a Pareto frontier or a verdict in plain words."""
+"""``sweep frontier``, ``sweep report`` and ``sweep export``: a results folder (a sweep's or a
+capacity search's) read back as a Pareto frontier, a verdict in plain words, or its designs in
+another tool's format."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from sweep.errors import checked
-from sweep.files import make_folder, out_folder, writable
+from sweep.files import make_folder, out_file, out_folder, writable, write_all
 
 
 def cmd_frontier(args) -> int:
@@ -75,4 +76,23 @@ def cmd_report(args) -> int:
         return 0
     res = checked(load_results, args.results)
     print(render(verdict(res.designs, res.brief), res.brief, res.axes))
+    return 0
+
+
+def cmd_export(args) -> int:
+    """The designs as vLLM benchmark records (JSON lines) or as CSV, written all or none."""
+    import json
+
+    from sweep.analysis.export import vllm_records
+    from sweep.analysis.results import load_results
+
+    res = checked(load_results, args.results)
+    suffix = {"vllm": "jsonl", "csv": "csv"}[args.format]
+    path = out_file(Path(args.out or Path(args.results) / f"export.{suffix}"), args.force)
+    if args.format == "vllm":
+        text = "".join(json.dumps(r, allow_nan=False) + "\n" for r in vllm_records(res.designs))
+        write_all({path: lambda fh: fh.write(text.encode())})
+    else:
+        write_all({path: lambda fh: res.designs.to_csv(fh, index=False)})
+    print(f"{len(res.designs)} designs -> {path}")
     return 0

@@ -66,6 +66,7 @@ def local_chunks(study: Study, chunk_size: int | None = None, per_request: bool 
             yield chunk
     finally:
         scheduler.compiler.close()  # no compilation starts once the caller is done
+        scheduler.settle()
 
 
 class Scheduler:
@@ -181,6 +182,14 @@ class Scheduler:
 
         self.running[call] = group
         threading.Thread(target=work, daemon=True).start()
+
+    def settle(self) -> None:
+        """Wait for the calls in flight, their results dropped: a caller that gave up (an
+        error) goes on, or exits, only once no engine call runs under it (a process that exits
+        during one aborts)."""
+        while self.running:
+            call, _, _ = self.finished.get()
+            self.running.pop(call, None)
 
     def next_chunk(self, stop: Callable[[], bool] | None) -> Chunk | None:
         """Start calls while workers are free (none once ``stop`` says so), then the next

@@ -75,13 +75,13 @@ def run(config, out=None, *, seeds: int | None = None, chunk_size: int | None = 
     existed = final.exists()
     for _, reason in study.skipped:
         echo(f"skipped: {reason}")
+    chunks = None
     try:
         _prepare(out, force, fresh, study, beside=out != final)
         saved = read_parts(out, requests=False).metrics
         pid, total = jax.process_index(), len(study.points) * len(study.seeds)
         number = next_part(out, pid)
-        info = {"started": started, "device": manifest["meta"]["device"],
-                "jax": jax.__version__}
+        info = {"started": started, "device": manifest["meta"]["device"], "jax": jax.__version__}
         chunks = iter_chunks(study, chunk_size=chunk_size, per_request=per_request,
                              skip=set(zip(saved["design"], saved["seed"])),
                              share=(pid, jax.process_count()), progress=progress, stop=stop,
@@ -102,10 +102,19 @@ def run(config, out=None, *, seeds: int | None = None, chunk_size: int | None = 
                 outcome.results = finish(out, strict, final=final)
     except OSError as exc:  # a full disk: one line, and the folder as it was
         undo = fresh is not None and jax.process_count() == 1
-        raise disk_refusal(exc, final, kept=_undo(out, final, existed) if undo else
-                           f"the finished chunks stay in {out / 'parts'} for --resume") from None
+        raise _failed(exc, chunks, out, final, existed if undo else None) from None
     outcome.seconds = time.perf_counter() - t0
     return outcome
+
+
+def _failed(exc: OSError, chunks, out: Path, final: Path, existed: bool | None) -> UsageError:
+    """A write that failed during a run, as one line, once the calls in flight are done: a
+    fresh run's output removed (``existed``: whether its folder was there before it), a
+    resumed one's parts kept (``existed`` None)."""
+    if chunks is not None:
+        chunks.close()
+    return disk_refusal(exc, final, kept=_undo(out, final, existed) if existed is not None else
+                        f"the finished chunks stay in {out / 'parts'} for --resume")
 
 
 def _undo(out: Path, final: Path, existed: bool) -> str:
