@@ -67,6 +67,19 @@ def clear(folder: Path, keep: Path | None = None) -> None:
             _remove(entry)
 
 
+def undo(work: Path, out: Path, existed: bool) -> str:
+    """Remove what a fresh run or search wrote into ``work`` (``out``, or a rerun beside it),
+    and ``out`` itself where it created it (``existed``: it was there before); says what is
+    left."""
+    if work != out:
+        shutil.rmtree(work, ignore_errors=True)
+        return "the finished results are as they were"
+    clear(out)
+    if not existed and out.is_dir() and not any(out.iterdir()):
+        out.rmdir()
+    return "nothing was left behind"
+
+
 def _remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)

@@ -101,8 +101,8 @@ def run(config, out=None, *, seeds: int | None = None, chunk_size: int | None = 
             if outcome.saved == total:
                 outcome.results = finish(out, strict, final=final)
     except OSError as exc:  # a full disk: one line, and the folder as it was
-        undo = fresh is not None and jax.process_count() == 1
-        raise _failed(exc, chunks, out, final, existed if undo else None) from None
+        alone = fresh is not None and jax.process_count() == 1  # a fresh run, its own folder
+        raise _failed(exc, chunks, out, final, existed if alone else None) from None
     outcome.seconds = time.perf_counter() - t0
     return outcome
 
@@ -111,23 +111,12 @@ def _failed(exc: OSError, chunks, out: Path, final: Path, existed: bool | None) 
     """A write that failed during a run, as one line, once the calls in flight are done: a
     fresh run's output removed (``existed``: whether its folder was there before it), a
     resumed one's parts kept (``existed`` None)."""
+    from sweep.analysis.ownership import undo
+
     if chunks is not None:
         chunks.close()
-    return disk_refusal(exc, final, kept=_undo(out, final, existed) if existed is not None else
+    return disk_refusal(exc, final, kept=undo(out, final, existed) if existed is not None else
                         f"the finished chunks stay in {out / 'parts'} for --resume")
-
-
-def _undo(out: Path, final: Path, existed: bool) -> str:
-    """Remove what a fresh run wrote (its folder too, where it created it)."""
-    from sweep.analysis.ownership import clear
-
-    if out != final:
-        shutil.rmtree(out, ignore_errors=True)
-        return "the finished results are as they were"
-    clear(out)
-    if not existed and not any(out.iterdir()):
-        out.rmdir()
-    return "nothing was left behind"
 
 
 def merge(results, strict: bool = False):

@@ -38,6 +38,7 @@ def capacity(config, out=None, *, seeds: int | None = None, target_rate: float |
     ``results/<name>-capacity``). ``resume`` continues an interrupted search (a finished one of
     the same config is kept); ``force`` replaces a finished one once the new tables are
     complete. A refusal is a one-line ``UsageError`` raised before anything is written."""
+    from sweep.analysis.ownership import undo
     from sweep.analysis.results import load_mixed, write_capacity_part
     from sweep.execution.runner import simulate_rows
     from sweep.study.config import load_study
@@ -73,7 +74,7 @@ def capacity(config, out=None, *, seeds: int | None = None, target_rate: float |
         return _finish(study, runner, found, limits, target, work, out,
                        {"started": started, "t0": t0})
     except (OSError, search.CapacityError) as exc:  # a full disk, a probe that sent nothing
-        kept = (_undo(work, out, existed) if saved is None else
+        kept = (undo(work, out, existed) if saved is None else
                 f"the finished rounds stay in {work / 'capacity-parts'} for --resume")
         if isinstance(exc, OSError):
             raise disk_refusal(exc, out, kept=kept) from None
@@ -120,7 +121,7 @@ def _capacity_out(out: Path, resume: bool, force: bool, identity: dict):
     resumed search or None). A finished search is kept: ``--resume`` of the same config finds
     it done (folder None, and its tables as read), and ``--force`` searches beside it
     (``staging``), replacing it only once the new tables are complete."""
-    from sweep.analysis.ownership import clear, staging
+    from sweep.analysis.ownership import clear, staging, undo
     from sweep.analysis.results import (CAPACITY_PARTS, load_capacity, read_capacity_parts,
                                         start_capacity_parts)
 
@@ -162,18 +163,5 @@ def _capacity_out(out: Path, resume: bool, force: bool, identity: dict):
             clear(work)
         start_capacity_parts(work, {"identity": identity})
     except OSError as exc:
-        raise disk_refusal(exc, out, kept=_undo(work, out, existed)) from None
+        raise disk_refusal(exc, out, kept=undo(work, out, existed)) from None
     return work, None
-
-
-def _undo(work: Path, out: Path, existed: bool) -> str:
-    """Remove what a fresh search wrote (its folder too, where it created it)."""
-    from sweep.analysis.ownership import clear
-
-    if work != out:
-        shutil.rmtree(work, ignore_errors=True)
-        return "the finished search is as it was"
-    clear(out)
-    if not existed and out.is_dir() and not any(out.iterdir()):
-        out.rmdir()
-    return "nothing was left behind"
