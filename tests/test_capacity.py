@@ -12,7 +12,7 @@ from sweep.twin import simulate_reference
 from sweep.execution.runner import run_study, simulate_rows
 from sweep.study.config import Limit, Point, parse_study
 from sweep.study.metric_names import METRICS
-from sweep.study.workload import Requests
+from sweep.study.workload import requests
 from sweep.workflows import capacity, capacity_tables
 from tests.helpers import capacity_refused
 
@@ -65,8 +65,7 @@ def test_one_at_a_time_capacity_brackets_the_md1_limit():
     Monte Carlo error of 1,000 requests per seed."""
     study = parse_study(MD1)
     design = study.points[0].design
-    one = Requests(np.array([0.0]), np.array([64], np.int32), np.array([4], np.int32),
-                   np.float64(np.inf), np.uint32(0), np.array([-1], np.int32), np.int32(0))
+    one = requests([0.0], [64], [4])
     ref = simulate_reference(engine_params(design), one)
     service, first = float(ref.finish[0]), float(ref.first_token[0])
     x = (0.02 - first) / service  # W_q / S at the limit

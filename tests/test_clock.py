@@ -9,16 +9,14 @@ from sweep.execution.batch import stack
 from sweep.physics.numerics import float64, running_sum
 from sweep.physics.timing import pass_time
 from sweep.study.design import Design
-from sweep.study.workload import Requests
+from sweep.study.workload import requests
 from tests.helpers import run_batch
 
 LATE = 7200.0  # a request arriving two hours into a run
 
 
 def _one_request(arrival, prompt=512, output=200):
-    return Requests(np.array([arrival]), np.array([prompt], np.int32),
-                    np.array([output], np.int32), np.float64(np.inf), np.uint32(0),
-                    np.array([-1], np.int32), np.int32(0))
+    return requests([arrival], [prompt], [output])
 
 
 PROMPT, OUTPUT = 512, 200

@@ -14,7 +14,7 @@ from sweep.engine.params import engine_params
 from sweep.twin import simulate_reference, summarize_reference
 from sweep.physics import rng, timing
 from sweep.study.design import Design as _Design
-from sweep.study.workload import Lengths, Requests, Workload, sample
+from sweep.study.workload import Lengths, Requests, Workload, requests, sample
 
 RTOL = 1e-13
 #: The brief's roofline and no time outside the passes: the rules alone, in round numbers.
@@ -28,14 +28,7 @@ def Design(**kw) -> _Design:
 
 def make_requests(arrival, prompt, output, end_time=np.inf, seed=0, prefix=None,
                   prefix_tokens=0) -> Requests:
-    n = len(arrival)
-    return Requests(arrival=np.asarray(arrival, dtype=np.float64),
-                    prompt=np.asarray(prompt, dtype=np.int32),
-                    output=np.asarray(output, dtype=np.int32),
-                    end_time=np.float64(end_time), seed=np.uint32(seed),
-                    prefix=np.full(n, -1, np.int32) if prefix is None
-                    else np.asarray(prefix, dtype=np.int32),
-                    prefix_tokens=np.int32(prefix_tokens))
+    return requests(arrival, prompt, output, end_time, seed, prefix, prefix_tokens)
 
 
 def pt(params, prefills=(), decode_contexts=()) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from sweep.engine.state import initial_state, make_aux, seats_of
 from sweep.physics.numerics import float64
 from sweep.physics.timing import pass_time
 from sweep.study.design import Design
-from sweep.study.workload import Requests
+from sweep.study.workload import requests
 
 SEATS = 4
 BLOCK = 16  # tokens per KV block
@@ -41,11 +42,8 @@ def step(p, arrival, prompt, output, end_time=math.inf, **state) -> Step:
     """The step of a simulation whose requests and state are given; a seat field given as a
     list is the seats' values (the rest of the ``SEATS`` free or zero)."""
     n = len(arrival)
-    r = Requests(arrival=jnp.asarray(arrival, jnp.float64), prompt=jnp.asarray(prompt, jnp.int32),
-                 output=jnp.asarray(output, jnp.int32), end_time=jnp.float64(end_time),
-                 seed=jnp.uint32(0), prefix=jnp.full((n,), -1, jnp.int32),
-                 prefix_tokens=jnp.int32(0))
-    s = initial_state(n, SEATS, slots(("prefills",), n, SEATS))
+    r = jax.tree_util.tree_map(jnp.asarray, requests(arrival, prompt, output, end_time))
+    s = initial_state(n, SEATS, slots(("prefills",), n, SEATS, r.node_end.shape[0]))
     for k, v in state.items():
         old = getattr(s, k)
         if old.ndim:
@@ -174,8 +172,8 @@ def test_features_compose_by_a_list(monkeypatch):
                 assert getattr(hooks, name) is getattr(f.Hooks, name), (f.NAME, name)
     plain = compose(())
     assert all(getattr(plain, h) is getattr(Plain, h) for h in vars(Plain) if h[0] != "_")
-    assert set(slots(every, 3, SEATS)) == {"prefills", "closed_loop"}  # expert parallelism: none
-    assert slots(("expert_parallel",), 3, SEATS) == {}
+    assert set(slots(every, 3, SEATS, 4)) == {"prefills", "closed_loop"}  # expert parallelism: none
+    assert slots(("expert_parallel",), 3, SEATS, 4) == {}
 
     class Clash(Plain):
         pass_time = staticmethod(lambda *a, **k: 0.0)

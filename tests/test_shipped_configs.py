@@ -14,7 +14,7 @@ from sweep.study.config import load_study
 CONFIGS = Path(__file__).parents[1] / "configs"
 SEEDS = {"bursty": 2, "trace_replay": 3, "uncertainty": 3, "calibrated": 6, "replicas": 2,
          "disaggregated": 3, "prefix_cache": 6, "chunked_prefill": 4,
-         "vllm_fleet": 6}  # x designs = 12
+         "vllm_fleet": 6, "block_trace": 3}  # x designs = 12
 
 
 def shrunk(name: str, tmp_path: Path) -> Path:
@@ -85,5 +85,10 @@ def test_shipped_config_runs(name, tmp_path):
         assert (saved["prefix_aware"] >= saved["round_robin"]).all()
         assert saved["prefix_aware"].sum() > saved["round_robin"].sum()
         assert (runs["replica_load_cv"] >= 0).all() and (runs["replicas"] == 4).all()
+    elif name == "block_trace":  # the conversations' blocks are found cached
+        on = runs["prefix_cache"]
+        assert (runs.loc[~on, "prefix_token_hit_rate"] == 0).all()
+        assert (runs.loc[on, "prefix_token_hit_rate"] > 0).all()
+        assert (runs.loc[on, "prefill_tokens_saved"] % 512 == 0).all()
     else:
         assert runs["compute_efficiency"].iloc[0] == pytest.approx(0.55, rel=0.03)

@@ -35,7 +35,7 @@ def _call(params, reqs):
     pad = N_DESIGNS - m
     params = list(params) + [params[0]] * pad
     reqs = topology._stack([topology._pick(reqs, k) for k in range(m)]
-                           + [topology.nothing(N_REQ)] * pad)
+                           + [topology.nothing(topology._pick(reqs, 0))] * pad)
     out = simulate_batch(stack(params), reqs, seats=SEATS, k_max=K_MAX)
     return type(out)(*(np.asarray(x)[:m] for x in out))
 

@@ -16,17 +16,14 @@ from sweep.physics.memory import GIB
 from sweep.physics.hf_config import load_hf_config
 from sweep.study.config import ConfigError, load_study, parse_study
 from sweep.study.design import Design
-from sweep.study.workload import Requests
+from sweep.study.workload import Requests, shared_paths
+from sweep.study.workload import requests as make_requests
 
 MODELS = Path(__file__).parents[1] / "validation" / "data" / "vllm-h100" / "models"
 
 
 def requests(arrival, prompt, output) -> Requests:
-    n = len(arrival)
-    return Requests(arrival=np.asarray(arrival, np.float64), prompt=np.asarray(prompt, np.int32),
-                    output=np.asarray(output, np.int32), end_time=np.float64(np.inf),
-                    seed=np.uint32(0), prefix=np.full(n, -1, np.int32),
-                    prefix_tokens=np.int32(0))
+    return make_requests(arrival, prompt, output)
 
 
 # --- mixture of experts -------------------------------------------------------------------------
@@ -201,7 +198,7 @@ def test_request_overhead_and_lag_add_to_ttft_and_latency_only():
 
 def test_prompt_overhead_adds_per_prompt_token_outside_a_cached_prefix_to_ttft_only():
     r = requests([0.0, 0.01, 0.02], [100, 200, 300], [20, 30, 40])
-    r = r._replace(prefix=np.array([0, -1, 0], np.int32), prefix_tokens=np.int32(64))
+    r = r._replace(**shared_paths([0, -1, 0], 64))
     base = dict(request_overhead_ms=0.0, request_lag_passes=1.0, prompt_overhead_us=0.0)
     for cache, own in ((False, [100, 200, 300]), (True, [36, 200, 236])):
         plain = Design(**base, prefix_cache=cache)

@@ -25,6 +25,20 @@ def hist_percentile(hist, q):
     return jnp.where(total > 0, jnp.where(b == 0, 0.0, centre), jnp.nan)
 
 
+def path_tokens(r: Requests):
+    """Each request's prompt tokens its cacheable path covers (0: none)."""
+    return jnp.where(r.path >= 0, r.node_end[jnp.maximum(r.path, 0)], 0).max(axis=1)
+
+
+def admitted_share(out: EngineOutput, r: Requests, real):
+    """The share of the prompt tokens of the measured requests with a first token that their
+    admission found cached (0 when none has one)."""
+    admitted = real & jnp.isfinite(out.first)
+    prompt = jnp.where(admitted, r.prompt, 0).sum(dtype=jnp.int64)
+    cached = jnp.where(admitted, out.cached_tokens, 0).sum(dtype=jnp.int64)
+    return cached / jnp.maximum(prompt, 1)
+
+
 def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
     m = p.summary
     arrival = out.arrival
@@ -40,9 +54,9 @@ def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
     tpot = jnp.where(tpot_ok, (out.finish - out.first) / jnp.maximum(r.output - 1, 1) * 1e3,
                      jnp.nan)
     mean_tpot_ms = fixed_sum(jnp.where(tpot_ok, tpot, 0.0)) / tpot_ok.sum()
-    # Outside the passes: the request overhead, its prompt tokens' (those outside a cached
-    # shared prefix), and the lag of so many mean TPOTs.
-    own = r.prompt - jnp.where(p.prefix_cache & (r.prefix >= 0), r.prefix_tokens, 0)
+    # Outside the passes: the request overhead, its prompt tokens' (those outside its
+    # cacheable path), and the lag of so many mean TPOTs.
+    own = r.prompt - jnp.where(p.prefix_cache, path_tokens(r), 0)
     outside = (m.request_overhead_s + m.prompt_overhead_s * own + m.request_lag_passes
                * jnp.where(tpot_ok.any(), mean_tpot_ms, 0.0) * 1e-3)
     ttft = jnp.where(jnp.isfinite(out.first), out.first, t_stop) - arrival
@@ -98,7 +112,8 @@ def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
         # Prefills (admissions and recomputes) of sequences with a prefix that found it cached.
         "prefix_hit_rate": out.prefix_hits / jnp.where(out.prefix_lookups > 0, out.prefix_lookups,
                                                        jnp.nan),
-        "prefill_tokens_saved": out.prefix_hits.astype(jnp.int64) * r.prefix_tokens,
+        "prefill_tokens_saved": out.prefix_saved.astype(jnp.int64),
+        "prefix_token_hit_rate": admitted_share(out, r, real),
         "slo_attainment": attained / n_real,
         "goodput_rps": attained / span,
         "requests_per_s": completed / span,

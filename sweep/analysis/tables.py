@@ -41,6 +41,7 @@ def call_requests(sims: list, reqs, out, rows) -> pd.DataFrame:
         "first_token_s": np.asarray(out.first)[rows][real],
         "finish_s": np.asarray(out.finish)[rows][real],
         "generated": np.asarray(out.generated)[rows][real].astype(np.int64),
+        "cached_tokens": np.asarray(out.cached_tokens)[rows][real].astype(np.int64),
     })
 
 

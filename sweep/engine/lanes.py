@@ -139,7 +139,8 @@ def _simulate_batch(p: EngineParams, r: Requests, count, *, seats: int, k_max: i
     f = compose(features)
     aux_of = jax.vmap(lambda rr, pp: make_aux(rr, seats, max_steps, f.prefill_chunk(pp)))
     fresh = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (lanes,) + x.shape),
-                                   initial_state(n, seats, slots(features, n, seats)))
+                                   initial_state(n, seats, slots(features, n, seats,
+                                                                r.node_end.shape[1])))
     step_lanes = partial(step, k_max=k_max, lookahead=lookahead,
                          static_lookahead=static_lookahead, features=features)
 

@@ -93,7 +93,7 @@ class Readmission(NamedTuple):
     length: jax.Array  # i32 its context p + g, recomputed
     own: jax.Array  # i32 blocks it holds
     free: jax.Array  # i32 blocks free after it
-    hit: jax.Array | None = None  # bool its prefix was cached
+    hit: jax.Array | None = None  # i32 tokens of its path found cached
     todo: jax.Array | None = None  # i32 tokens it has to prefill
     chunk: jax.Array | None = None  # i32 of which this pass prefills
     left: jax.Array | None = None  # i32 prefill budget left after it
@@ -123,7 +123,7 @@ class Admission(NamedTuple):
     prompt: jax.Array  # i32[S] its prompt
     output: jax.Array  # i32[S] and output lengths
     own: jax.Array  # i32[S] blocks it holds
-    hit: jax.Array | None = None  # bool[S] its prefix was cached
+    hit: jax.Array | None = None  # i32[S] tokens of its path found cached
     todo: jax.Array | None = None  # i32[S] tokens it has to prefill
     chunk: jax.Array | None = None  # i32[S] of which this pass prefills
 

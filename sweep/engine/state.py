@@ -82,8 +82,10 @@ class EngineOutput(NamedTuple):
     overflow: jax.Array  # bool: the seat array held back an admission (the results are partial:
     # rerun it wider)
     truncated: jax.Array  # bool: hit the step bound before finishing
-    prefix_lookups: jax.Array  # i32 prefills that looked a prefix up
+    prefix_lookups: jax.Array  # i32 prefills that looked a path up
     prefix_hits: jax.Array  # i32 of which hit
+    prefix_saved: jax.Array  # i64 prompt tokens the hits found cached
+    cached_tokens: jax.Array  # i32[N] tokens each request's admission found cached
     load_cv: jax.Array  # f64 coefficient of variation of requests per server behind a router
     # (0: one server)
 
@@ -201,4 +203,6 @@ def output(s: EngineState, r: Requests, arrival, prefix_counts) -> EngineOutput:
         peak_blocks=s.peak_blocks, area=_area(arrival, s.finish, s.t), busy=s.busy,
         itl_hist=s.itl_hist.at[0].add(s.itl_zero),
         steps=s.steps, passes=s.passes, overflow=s.overflow, truncated=~s.done,
-        prefix_lookups=prefix_counts[0], prefix_hits=prefix_counts[1], load_cv=jnp.zeros_like(s.t))
+        prefix_lookups=prefix_counts[0], prefix_hits=prefix_counts[1],
+        prefix_saved=prefix_counts[2], cached_tokens=prefix_counts[3][:n],
+        load_cv=jnp.zeros_like(s.t))

@@ -91,10 +91,14 @@ def plain(p: Plan) -> bool:
     return len(p.first) == 1 and p.decode is None
 
 
-def nothing(n: int) -> Requests:
-    """``n`` padding requests: a server with nothing to do stops at once."""
+def nothing(like: Requests) -> Requests:
+    """Padding requests shaped as ``like``'s: a server with nothing to do stops at once."""
+    n, (length, nodes) = like.arrival.shape[0], np.shape(like.path)[-1:] + np.shape(
+        like.node_end)[-1:]
     return Requests(np.full(n, np.inf), np.ones(n, np.int32), np.ones(n, np.int32),
-                    np.float64(np.inf), np.uint32(0), np.full(n, -1, np.int32), np.int32(0))
+                    np.float64(np.inf), np.uint32(0), np.full(n, -1, np.int32),
+                    np.full((n, length), -1, np.int32), np.zeros(nodes, np.int32),
+                    np.zeros(nodes, np.int32))
 
 
 def round_robin(n: int, replicas: int) -> np.ndarray:
@@ -124,6 +128,16 @@ def by_capacity(n: int, weights) -> np.ndarray:
 #: than this many outstanding requests beyond the least loaded replica's (SGLang's
 #: cache-aware router, ``--balance-abs-threshold``, default 32).
 PREFIX_LOAD_CAP = 32
+#: ... and only if that replica holds at least this share of the request's cacheable path, in
+#: tokens (SGLang's cache-aware router, ``cache_threshold``, default 0.5; on a shared prefix,
+#: a path of one node, a holder holds all of it).
+PREFIX_MATCH_SHARE = 0.5
+
+
+def matched(ends, path: tuple, h: int) -> bool:
+    """Whether ``h`` leading nodes of ``path`` (nodes ending at ``ends``) are enough of it for
+    the prefix-aware router."""
+    return h > 0 and ends[path[h - 1]] >= PREFIX_MATCH_SHARE * ends[path[-1]]
 
 
 def session(r: Requests, replicas: int) -> np.ndarray:
@@ -174,25 +188,41 @@ def least_outstanding(r: Requests, finish, chosen, replicas: int) -> np.ndarray:
 
 
 def prefix_aware(r: Requests, finish, chosen, replicas: int) -> np.ndarray:
-    """Each request with a prefix to the replica holding it, as the router's own record says
-    (a replica it sent a request of that prefix to: with enough KV memory, the replica's cache
-    holds it), the least loaded of those (ties: the lowest), unless that one has more than
-    ``PREFIX_LOAD_CAP`` outstanding requests beyond the least loaded replica; every other
-    request, and one over the cap, to the least loaded replica, which then holds its prefix."""
-    prefix = np.asarray(r.prefix)
-    holders: dict[int, set] = {}
+    """Each request with a cacheable path to the replica holding the longest start of it, as
+    the router's own record says (the nodes of the requests it sent there: with enough KV
+    memory, the replica's cache holds them), the least loaded of those (ties: the lowest),
+    unless that start is under ``PREFIX_MATCH_SHARE`` of the path or that replica has more
+    than ``PREFIX_LOAD_CAP`` outstanding requests beyond the least loaded one; every other
+    request to the least loaded replica, of those the one whose record holds the fewest tokens
+    (SGLang's router sends an unmatched request to its smallest tree).
+    The chosen replica then holds the request's path. With one node per prefix, a replica
+    holds a prefix once the router has sent it a request of that prefix."""
+    paths = [tuple(int(k) for k in row if k >= 0) for row in np.asarray(r.path)]
+    ends = np.asarray(r.node_end).tolist()
+    tokens = (np.asarray(r.node_end) - np.asarray(r.node_start)).tolist()
+    record = [set() for _ in range(replicas)]
+    size = [0] * replicas  # tokens of the nodes in each record
+
+    def held(path, j):
+        """The leading nodes of ``path`` replica j holds."""
+        h = 0
+        while h < len(path) and path[h] in record[j]:
+            h += 1
+        return h
 
     def pick(i, out):
         least = min(out)
-        c = int(prefix[i])
-        held = holders.get(c, ()) if c >= 0 else ()
-        if held:
-            j = min(held, key=lambda j: (out[j], j))
-            if out[j] <= least + PREFIX_LOAD_CAP:
-                return j
-        j = out.index(least)
-        if c >= 0:
-            holders.setdefault(c, set()).add(j)
+        path = paths[i]
+        score = [held(path, j) for j in range(replicas)] if path else [0] * replicas
+        top = max(score)
+        j = min(range(replicas), key=lambda k: (out[k], size[k], k))
+        if matched(ends, path, top):
+            best = min((k for k in range(replicas) if score[k] == top),
+                       key=lambda k: (out[k], k))
+            if out[best] <= least + PREFIX_LOAD_CAP:
+                j = best
+        size[j] += sum(tokens[k] for k in path if k not in record[j])
+        record[j].update(path)
         return j
 
     return _by_load(r, finish, chosen, replicas, pick)
@@ -213,7 +243,7 @@ def split(r: Requests, chosen, replicas: int) -> list[Requests]:
     """Replica j's requests: those sent to it, in arrival order, padded to the length (one
     replica's: the requests as they are, a closed loop's included)."""
     n = r.arrival.shape[0]
-    pad = nothing(n)
+    pad = nothing(r)
     subs = []
     for j in range(replicas):
         idx = np.flatnonzero(chosen == j)
@@ -221,7 +251,8 @@ def split(r: Requests, chosen, replicas: int) -> list[Requests]:
         subs.append(r._replace(arrival=np.concatenate([r.arrival[idx], pad.arrival[k:]]),
                                prompt=np.concatenate([r.prompt[idx], pad.prompt[k:]]),
                                output=np.concatenate([r.output[idx], pad.output[k:]]),
-                               prefix=np.concatenate([r.prefix[idx], pad.prefix[k:]])))
+                               prefix=np.concatenate([r.prefix[idx], pad.prefix[k:]]),
+                               path=np.concatenate([np.asarray(r.path)[idx], pad.path[k:]])))
     return subs
 
 
@@ -243,10 +274,11 @@ def decode_requests(r: Requests, ready) -> tuple[Requests, np.ndarray]:
     Each holds its prompt and first token (``p + 1`` cached) and generates the other ``o - 1``."""
     order = np.argsort(ready, kind="stable")
     real = np.isfinite(ready[order])
-    return Requests(ready[order], np.where(real, r.prompt[order] + 1, 1).astype(np.int32),
-                    np.where(real, r.output[order] - 1, 1).astype(np.int32),
-                    r.end_time, r.seed, np.full(order.size, -1, np.int32),
-                    r.prefix_tokens), order
+    pad = nothing(r)
+    return pad._replace(arrival=ready[order],
+                        prompt=np.where(real, r.prompt[order] + 1, 1).astype(np.int32),
+                        output=np.where(real, r.output[order] - 1, 1).astype(np.int32),
+                        end_time=r.end_time, seed=r.seed), order
 
 
 def closed_arrivals(r: Requests, finish, gap: float) -> np.ndarray:
@@ -273,7 +305,7 @@ def area_in_system(r: Requests, finish, t_stop) -> float:
     return float(np.sum(np.clip(end[real] - r.arrival[real], 0.0, None)))
 
 
-def _combine(r: Requests, outs: list, gpus: list, first, finish, generated, hist,
+def _combine(r: Requests, outs: list, gpus: list, first, finish, generated, hist, cached,
              cv: float = 0.0) -> EngineOutput:
     """Aggregates of several servers (docs/model.md "Outputs and metrics", several servers)."""
     t_stop = max(float(o.t_stop) for o in outs)
@@ -293,6 +325,7 @@ def _combine(r: Requests, outs: list, gpus: list, first, finish, generated, hist
         area=np.float64(area_in_system(r, finish, t_stop)), busy=np.float64(busy),
         itl_hist=hist.astype(o0.itl_hist.dtype), steps=total("steps"), passes=total("passes"),
         prefix_lookups=total("prefix_lookups"), prefix_hits=total("prefix_hits"),
+        prefix_saved=total("prefix_saved"), cached_tokens=cached,
         overflow=np.bool_(any(bool(o.overflow) for o in outs)),
         truncated=np.bool_(any(bool(o.truncated) for o in outs)), load_cv=np.float64(cv))
 
@@ -304,12 +337,14 @@ def merge_replicas(r: Requests, outs: list, gpus: list, chosen) -> EngineOutput:
     n = r.arrival.shape[0]
     first, finish = np.full(n, np.nan), np.full(n, np.nan)
     generated = np.zeros(n, np.int64)
+    cached = np.zeros(n, np.asarray(outs[0].cached_tokens).dtype)
     for j, o in enumerate(outs):
         idx = np.flatnonzero(chosen == j)
         k = idx.size
         first[idx], finish[idx], generated[idx] = o.first[:k], o.finish[:k], o.generated[:k]
+        cached[idx] = o.cached_tokens[:k]
     hist = sum(np.asarray(o.itl_hist, np.int64) for o in outs)
-    return _combine(r, outs, gpus, first, finish, generated, hist,
+    return _combine(r, outs, gpus, first, finish, generated, hist, cached,
                     load_cv(chosen, r, len(outs)))
 
 
@@ -326,7 +361,8 @@ def merge_pools(r: Requests, pre: EngineOutput, dec: EngineOutput, order, gpus) 
     hist = np.asarray(pre.itl_hist, np.int64) + np.asarray(dec.itl_hist, np.int64)
     got = np.isfinite(second)
     np.add.at(hist, itl_bins(second[got] - pre.first[got]), 1)
-    return _combine(r, [pre, dec], gpus, np.asarray(pre.first), finish, generated, hist)
+    return _combine(r, [pre, dec], gpus, np.asarray(pre.first), finish, generated, hist,
+                    np.asarray(pre.cached_tokens))
 
 
 def _pick(tree, k):
@@ -384,7 +420,7 @@ def run(plans: list, reqs: Requests, call: Callable, width: int,
         return moved
 
     def serve(ks) -> dict:
-        return _serve(plans, {k: given(k) for k in ks}, chosen, call, width, n)
+        return _serve(plans, {k: given(k) for k in ks}, chosen, call, width)
 
     merged = serve(range(m))
     todo = list(range(m))
@@ -397,7 +433,7 @@ def run(plans: list, reqs: Requests, call: Callable, width: int,
                    for k in range(m)])
 
 
-def _serve(plans: list, given: dict, chosen: list, call: Callable, width: int, n: int) -> dict:
+def _serve(plans: list, given: dict, chosen: list, call: Callable, width: int) -> dict:
     """The merged outputs of the plans ``given`` (index -> the requests its servers get): the
     first call (``width`` servers), then the decode pools' (a lane per plan)."""
     m = len(plans)
@@ -412,10 +448,11 @@ def _serve(plans: list, given: dict, chosen: list, call: Callable, width: int, n
     if len(subs) > width:
         raise ValueError(f"topology.run: {len(subs)} servers in a call of width {width}")
     params += [plans[0].first[0]] * (width - len(subs))
-    subs += [nothing(n)] * (width - len(subs))
+    pad = nothing(subs[0])
+    subs += [pad] * (width - len(subs))
     out = call(params, _stack(subs))
     firsts = {k: [_pick(out, j) for j in owner[k]] for k in given}
-    dec_params, dec_reqs, orders = [plans[0].first[0]] * m, [nothing(n)] * m, {}
+    dec_params, dec_reqs, orders = [plans[0].first[0]] * m, [pad] * m, {}
     for k in (k for k in given if plans[k].decode is not None):
         r = given[k]
         dec_reqs[k], orders[k] = decode_requests(r, transfer_ready(r, firsts[k][0].first,

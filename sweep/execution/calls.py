@@ -38,7 +38,7 @@ from sweep.study import model_error
 from sweep.study.config import Study
 from sweep.study.fleet import each, members
 from sweep.study.uncertainty import draws
-from sweep.study.workload import sample_batch, workload_params
+from sweep.study.workload import path_shape, sample_batch, workload_params
 
 
 @dataclass
@@ -85,6 +85,8 @@ class Scheduler:
         self.sim_params = _uncertain_params(study, self.params, self.drawn)
         self.k_max = max(p.design.draft_tokens for p in study.points)
         self.widest = widest(study)
+        # Every call of the study stacks its requests' paths in one shape.
+        self.paths = path_shape(p.workload for p in study.points)
         mine = share_of(study, share)
         self.pending, bound = groups(study, mine, skip, request_slots(study, planned),
                                      planned and planned.first_seats)
@@ -122,7 +124,7 @@ class Scheduler:
                  or g not in self.pending and many]
         turn = order % len(first)
         return [(g, partial(warm, self.shapes[g], g.seats, self.k_max, self.devices,
-                            self.max_steps, self._like(g, bound), self.widest))
+                            self.max_steps, self._like(g, bound), self.widest, self.paths))
                 for g in first[turn:] + first[:turn]]
 
     def _like(self, group: Group, bound: dict) -> topology.Plan:
@@ -140,10 +142,12 @@ class Scheduler:
         shape: Shape = self.shapes[group]
         points = self.study.points
         args = [workload_params(points[s.point].workload, s.seed,
-                            points[s.point].design.context_limit, shape.slots) for s in part]
+                                points[s.point].design.context_limit, shape.slots, self.paths)
+                for s in part]
         plist = [self.sim_params(s) for s in part]
         # Pad with simulations that have no requests: they end at once.
-        args += [workload_params(NOTHING, 0, 2, shape.slots)] * (shape.size - len(part))
+        args += [workload_params(NOTHING, 0, 2, shape.slots, self.paths)] * (shape.size
+                                                                            - len(part))
         plist += [plist[0]] * (shape.size - len(part))
         reqs = sample_batch(shape.slots, stack(args))
         # Sampled while the group compiles; the call's seconds leave the wait out.

@@ -15,7 +15,7 @@ from sweep.execution.batch import stack, summarize_batch
 from sweep.execution.planning import Shape
 from sweep.physics.numerics import float64
 from sweep.study.metric_names import METRICS
-from sweep.study.workload import Workload, sample_batch_shape, workload_params
+from sweep.study.workload import SHARED_PATHS, Workload, sample_batch_shape, workload_params
 
 #: A workload with no requests: padding that ends at once.
 NOTHING = Workload(arrival_rate=1.0, duration_s=None, num_requests=0)
@@ -51,13 +51,14 @@ def dispatch(params: list, reqs, seats: int, k_max: int, lanes: int, devices,
     return out, mets
 
 
-def warm(shape: Shape, seats: int, k_max: int, devices, max_steps, plan, widest: int):
+def warm(shape: Shape, seats: int, k_max: int, devices, max_steps, plan, widest: int,
+         paths: tuple[int, int] = SHARED_PATHS):
     """Compile a group's engine and summaries for the shapes of its calls (``widest`` servers
-    per simulation) without simulating: compiled functions are cached, so its calls find
-    them."""
+    per simulation, requests' paths of shape ``paths``) without simulating: compiled functions
+    are cached, so its calls find them."""
     width = shape.size * widest
-    shaped = sample_batch_shape(shape.slots, stack([workload_params(NOTHING, 0, 2, shape.slots)]
-                                                   * width))
+    shaped = sample_batch_shape(shape.slots, stack([workload_params(NOTHING, 0, 2, shape.slots,
+                                                                    paths)] * width))
 
     def zeros(tree, m: int, xp=np):
         return jax.tree_util.tree_map(lambda x: xp.zeros((m,) + x.shape[1:], x.dtype), tree)

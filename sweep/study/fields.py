@@ -267,11 +267,13 @@ FIELDS: tuple[Field, ...] = (
         when=Applies(lambda d, w: w["arrival"] == "gamma", 'with arrival = "gamma"'),
         help="`gamma` only: coefficient of variation of the gaps",
         short="gamma only: cv of the gaps"),
-    _wl("trace", "trace", values="path to CSV or Parquet",
+    _wl("trace", "trace", values="path to CSV, Parquet or JSONL",
         help="replay a trace instead: columns `TIMESTAMP`, `ContextTokens`, `GeneratedTokens` "
-             "(the Azure LLM inference traces) or `arrival_s`, `prompt_tokens`, "
-             "`output_tokens`; not with `arrival`, `arrival_rate`, `arrival_cv` or `*_tokens`",
-        short="replay a trace (Azure LLM columns)"),
+             "(the Azure LLM inference traces), `timestamp` (ms), `input_length`, "
+             "`output_length` (Mooncake's) or `arrival_s`, `prompt_tokens`, `output_tokens`, "
+             "each optionally with `hash_ids` (the prompt's block hashes, for the prefix "
+             "cache); not with `arrival`, `arrival_rate`, `arrival_cv` or `*_tokens`",
+        short="replay a trace (Azure, Mooncake)"),
     _wl("trace_time_scale", default=1.0, range=Range(0.0, MAX_TIME_SCALE, lo_open=True),
         when=Applies(lambda d, w: w["trace"] is not None, "with workload.trace"),
         help="with a trace only: multiply its times (0.5 = twice the load)",
@@ -358,9 +360,14 @@ FIELDS: tuple[Field, ...] = (
         help="share of `allreduce_latency_us` each GPU past 2 adds: 1, `n - 1` times it; 0, one "
              "latency at any degree", short="all-reduce latency growth"),
     _hw("prompt_overhead_us", range=Range(0.0, 1e6), unit="us", gpu_default=True,
-        fitted="engine", help="cost per prompt token a request prefills (outside a cached shared "
-                              "prefix), outside the passes: added to TTFT and latency",
+        fitted="engine", help="cost per prompt token a request prefills (outside its cacheable "
+                              "path), outside the passes: added to TTFT and latency",
         short="per prompt token"),
+    _wl("hash_block_tokens", "int", 512, range=Range(1, 2**20), unit="tokens",
+        when=Applies(lambda d, w: w["trace"] is not None, "with workload.trace"),
+        help="with a trace whose rows state `hash_ids`: the tokens each hash names (Mooncake's "
+             "traces: 512)",
+        short="with a trace: tokens per hash id"),
 )
 
 #: section -> key -> Field, in declaration order.

@@ -12,5 +12,6 @@ METRICS = {
     "preemptions": "i8", "peak_kv_gb": "f8", "max_queue": "i8", "cost_per_mtok": "f8",
     "mean_in_system": "f8", "utilization": "f8", "sim_time_s": "f8", "passes": "i8",
     "unstable": "b", "truncated": "b", "prefix_hit_rate": "f8", "prefill_tokens_saved": "i8",
+    "prefix_token_hit_rate": "f8",
     "slo_attainment": "f8", "goodput_rps": "f8", "requests_per_s": "f8", "replica_load_cv": "f8",
 }

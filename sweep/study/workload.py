@@ -7,6 +7,7 @@ seed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from functools import partial
 from typing import NamedTuple
@@ -21,7 +22,7 @@ from sweep.runtime import executables
 from sweep.study.design import KINDS, check_kind
 from sweep.study.fields import ARRIVALS, WORKLOAD_FIELDS, check, declared, declared_class
 from sweep.study.lengths import DISTS, Lengths
-from sweep.study.trace import Trace
+from sweep.study.trace import MAX_TOKENS, Trace
 
 _KINDS = ARRIVALS + ("trace",)
 POISSON, CONSTANT, GAMMA, CLOSED, TRACE = range(5)
@@ -152,13 +153,38 @@ class Requests(NamedTuple):
     output: jax.Array  # int32 [N], tokens (>= 1)
     end_time: jax.Array  # float64 [], when the run stops (inf: when all are done)
     seed: jax.Array  # uint32 [], for the speculative-acceptance draws
-    prefix: jax.Array  # int32 [N], shared prefix in [0, MAX_PREFIXES), -1 for none
-    prefix_tokens: jax.Array  # int32 [], length of every shared prefix (its prompt's first tokens)
+    prefix: jax.Array  # int32 [N], shared prefix in [0, MAX_PREFIXES), -1 for none (the
+    # routers' key)
+    # The cacheable start of each prompt as a path of nodes (docs/model.md "Prefix caching"):
+    # a shared prefix is one node, a trace's hash ids one node per block.
+    path: jax.Array  # int32 [N, L], the nodes in prompt order, -1 after the last
+    node_start: jax.Array  # int32 [K], prompt tokens before each node (the same on every path)
+    node_end: jax.Array  # int32 [K], prompt tokens up to its end
     # A closed loop (docs/model.md "Closed loop"): request i >= clients arrives at the i-th
     # finish, plus ``think``; ``arrival`` (0) is only a lower bound there. 0 clients: open.
     clients: jax.Array = np.int32(0)  # int32 []
     think: jax.Array = np.float64(0.0)  # float64 [], seconds
     warmup: jax.Array = np.int32(0)  # int32 [], the first requests, excluded from every metric
+
+
+def shared_paths(prefix, prefix_tokens, nodes: int = MAX_PREFIXES) -> dict:
+    """The paths of requests sharing prefixes: request i's is its prefix ``prefix[i]`` (-1:
+    none), each prefix one node of ``prefix_tokens`` tokens (numpy; ``Requests``' path
+    fields)."""
+    prefix = np.asarray(prefix, np.int32).reshape(-1)
+    return dict(prefix=prefix, path=prefix[:, None].copy(), node_start=np.zeros(nodes, np.int32),
+                node_end=np.full(nodes, prefix_tokens, np.int32))
+
+
+def requests(arrival, prompt, output, end_time=np.inf, seed=0, prefix=None, prefix_tokens=0,
+             **loop) -> Requests:
+    """Requests given as they are (numpy), with shared prefixes (``shared_paths``) and a closed
+    loop's ``clients``, ``think`` and ``warmup``."""
+    n = len(arrival)
+    return Requests(arrival=np.asarray(arrival, np.float64), prompt=np.asarray(prompt, np.int32),
+                    output=np.asarray(output, np.int32), end_time=np.float64(end_time),
+                    seed=np.uint32(seed), **shared_paths(
+                        np.full(n, -1) if prefix is None else prefix, prefix_tokens), **loop)
 
 
 def _lengths(key, par, n: int, limit):
@@ -212,7 +238,8 @@ class WorkloadParams(NamedTuple):
     prompt: tuple  # the prompt lengths' distribution (``_par``)
     output: tuple  # the output lengths'
     max_context: jax.Array  # i32: prompt + output at most
-    trace: tuple  # a trace's rows (arrival, prompt, output), padded; else unused
+    trace: tuple  # a trace's rows (arrival, prompt, output, path) and nodes (start, end),
+    # padded; else unused
     prefix: tuple  # shared prefixes: count, tokens, share of requests using one
     loop: tuple  # a closed loop's clients (0: open), think time, warm-up requests
 
@@ -228,7 +255,7 @@ def _sample(n: int, gamma: bool, a: WorkloadParams) -> Requests:
     # Gamma gaps of shape 1/cv^2, scaled to mean 1, have coefficient of variation cv.
     bursty = _gamma(k_arr, 1.0 / a.cv**2, n) * a.cv**2 if gamma else expo
     gaps = jnp.select([a.kind == POISSON, a.kind == GAMMA], [expo, bursty], 1.0) / a.rate
-    t_arr, t_prompt, t_out = a.trace
+    t_arr, t_prompt, t_out, t_path, t_start, t_end = a.trace
     is_trace = a.kind == TRACE
     # A running sum keeps arrivals sorted even when gaps are tiny (bursts).
     arrival = jnp.where(is_trace, t_arr, running_sum(gaps))
@@ -250,8 +277,13 @@ def _sample(n: int, gamma: bool, a: WorkloadParams) -> Requests:
                          a.max_context - prompt)
     last = jnp.max(jnp.where(jnp.isfinite(arrival), arrival, 0.0))
     clients, think, warmup = a.loop
+    # A shared prefix is a path of one node, prefix c's; a trace's paths come as they are.
+    shared = jnp.full(t_path.shape, -1, jnp.int32).at[:, 0].set(prefix)
     return Requests(arrival, prompt, output, last + a.drain, jnp.asarray(a.seed, jnp.uint32),
-                    prefix, jnp.asarray(p_tokens, jnp.int32), clients, think, warmup)
+                    jnp.where(is_trace, -1, prefix), jnp.where(is_trace, t_path, shared),
+                    jnp.where(is_trace, t_start, 0),
+                    jnp.where(is_trace, t_end, jnp.asarray(p_tokens, jnp.int32)),
+                    clients, think, warmup)
 
 
 def _par(x: Lengths):
@@ -265,15 +297,85 @@ def sample(wl: Workload, seed: int, max_context: int) -> Requests:
     return sample_n(wl, seed, max_context, wl.capacity)
 
 
+#: The shape (L, K) of the paths of a workload with no trace of block hashes: one node per
+#: request, one of MAX_PREFIXES prefixes.
+SHARED_PATHS = (1, MAX_PREFIXES)
+
+
+def path_shape(workloads) -> tuple[int, int]:
+    """The path shape (L, K) that holds every one of ``workloads``' requests (stacked in one
+    batch, they share it): the longest path of a trace, its distinct hash ids, and never less
+    than ``SHARED_PATHS``."""
+    length, nodes = SHARED_PATHS
+    for wl in workloads:
+        if wl.trace is not None and wl.trace.hash_flat is not None:
+            ids, _ = trace_nodes(wl.trace)
+            length = max(length, int(np.diff(wl.trace.hash_offsets).max(initial=0)))
+            nodes = max(nodes, int(ids.max(initial=-1)) + 1)
+    return length, nodes
+
+
+@functools.lru_cache(maxsize=8)
+def trace_nodes(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """A trace's hash ids renumbered 0..K-1 in the order first seen (int32, flat as
+    ``hash_flat``), and each node's block position. An id names its block and everything
+    before it, so it sits at one position in every row that holds it; a trace where it does
+    not is refused."""
+    offsets = trace.hash_offsets
+    pos = np.arange(offsets[-1]) - np.repeat(offsets[:-1], np.diff(offsets))
+    _, first, ids = np.unique(trace.hash_flat, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    ids = rank[ids].astype(np.int32)
+    depth = np.zeros(order.size, np.int64)
+    depth[ids] = pos
+    bad = depth[ids] != pos
+    if bad.any():
+        j = int(np.argmax(bad))
+        raise FieldError("workload.trace", f"{trace.name}: hash id {int(trace.hash_flat[j])} is "
+                         f"block {int(pos[j])} of one row and block {int(depth[ids[j]])} of "
+                         "another", "ids that each name one block and every block before it")
+    return ids, depth
+
+
+def _trace_paths(wl: Workload, max_context: int, n: int, shape) -> tuple:
+    """The first ``n`` rows' paths (int32 [n, L]) and the nodes' starts and ends (int32 [K]):
+    a row's path is its hash ids up to the last whole block before its last prompt token
+    (a prefill computes at least that token), its prompt clipped to the context as sampled."""
+    length, nodes = shape
+    path = np.full((n, length), -1, np.int32)
+    start, end = np.zeros(nodes, np.int32), np.zeros(nodes, np.int32)
+    trace, hb = wl.trace, wl.hash_block_tokens
+    if trace is None or trace.hash_flat is None:
+        return path, start, end
+    ids, depth = trace_nodes(trace)
+    start[:depth.size] = np.minimum(depth * hb, MAX_TOKENS)
+    end[:depth.size] = np.minimum((depth + 1) * hb, MAX_TOKENS)
+    k = min(n, len(trace.arrival))
+    offsets = trace.hash_offsets[:k + 1]
+    row = np.repeat(np.arange(k), np.diff(offsets))
+    pos = np.arange(offsets[-1]) - offsets[row]
+    prompt = np.clip(trace.prompt[:k].astype(np.int64), 1, max_context - 1)
+    keep = (pos < (prompt[row] - 1) // hb) & (pos < length)
+    path[row[keep], pos[keep]] = ids[:offsets[-1]][keep]
+    return path, start, end
+
+
 @float64()
-def workload_params(wl: Workload, seed, max_context, n: int) -> WorkloadParams:
-    """The traced arguments of one workload's sampler (stack them to sample a batch)."""
+def workload_params(wl: Workload, seed, max_context, n: int,
+                    paths: tuple[int, int] | None = None) -> WorkloadParams:
+    """The traced arguments of one workload's sampler (stack them to sample a batch), its
+    paths of shape ``paths`` (default: the workload's own, ``path_shape``)."""
     inf = np.float64(np.inf)
     closed = wl.arrival == "closed"
+    shape = path_shape([wl]) if paths is None else paths
     if wl.trace is not None:
-        rows = wl.trace.rows(wl.trace_time_scale, n)
+        rows = wl.trace.rows(wl.trace_time_scale, n) + _trace_paths(wl, max_context, n, shape)
     else:
-        rows = (np.full(n, np.inf), np.ones(n, np.int32), np.ones(n, np.int32))
+        rows = (np.full(n, np.inf), np.ones(n, np.int32), np.ones(n, np.int32),
+                np.full((n, shape[0]), -1, np.int32), np.zeros(shape[1], np.int32),
+                np.zeros(shape[1], np.int32))
     return WorkloadParams(
         seed=np.uint32(seed), kind=np.int32(_KINDS.index(wl.arrival)),
         cv=np.float64(wl.arrival_cv if wl.arrival == "gamma" else 1.0),

@@ -63,11 +63,14 @@ def summarize_reference(res: RefResult, req: Requests, params: EngineParams) -> 
                            0.0)
     tpot_ms = tpot_all_ms[long]
     mean_tpot_ms = float(np.mean(tpot_ms)) if tpot_ms.size else math.nan
-    # Outside the passes: the request overhead, its prompt tokens' (those outside a cached
-    # shared prefix), and the lag of so many mean TPOTs.
+    # Outside the passes: the request overhead, its prompt tokens' (those outside its
+    # cacheable path), and the lag of so many mean TPOTs.
     prompt = np.asarray(req.prompt).astype(np.int64).reshape(-1)
-    shared = bool(params.prefix_cache) & (np.asarray(req.prefix).reshape(-1) >= 0)
-    own = prompt - np.where(shared, int(np.asarray(req.prefix_tokens)), 0)
+    path = np.asarray(req.path).reshape(prompt.shape[0], -1)
+    ends = np.asarray(req.node_end).astype(np.int64).reshape(-1)
+    path_end = np.where(path >= 0, ends[np.maximum(path, 0)], 0).max(axis=1)
+    own = prompt - (path_end if bool(params.prefix_cache) else 0)
+    admitted = real & np.isfinite(res.first_token)
     outside = (float(m.request_overhead_s) + float(m.prompt_overhead_s) * own
                + float(m.request_lag_passes) * (mean_tpot_ms * 1e-3 if tpot_ms.size else 0.0))
     first = np.where(np.isfinite(res.first_token), res.first_token, t_stop)
@@ -102,7 +105,9 @@ def summarize_reference(res: RefResult, req: Requests, params: EngineParams) -> 
         "mean_in_system": _safe_div(res.area_in_system, t_stop),
         "prefix_hit_rate": (res.prefix_hits / res.prefix_lookups if res.prefix_lookups
                             else math.nan),
-        "prefill_tokens_saved": res.prefix_hits * int(np.asarray(req.prefix_tokens)),
+        "prefill_tokens_saved": int(res.prefix_saved),
+        "prefix_token_hit_rate": (int(res.cached_tokens[admitted].sum())
+                                  / max(int(prompt[admitted].sum()), 1)),
         "slo_attainment": attained / n if n else math.nan,
         "goodput_rps": _safe_div(float(attained), span),
         "requests_per_s": _safe_div(float(np.count_nonzero(done)), span),

@@ -1,6 +1,6 @@
 """The twin's prefix caching and chunked prefill (docs/model.md: "Prefix caching", "Chunked
 prefill", "Token budget"; the engine's: ``sweep.engine.features.prefills``): KV blocks with
-shared prefixes, the cache and its eviction, and each pass's prefill budget, as the rules of
+paths of cache nodes shared, the cache and its eviction, and each pass's prefill budget, as the rules of
 ``rules`` read them."""
 from __future__ import annotations
 
@@ -24,53 +24,67 @@ class Pass:
 # KV blocks and prefix caching.
 
 def held(tw: Twin) -> set[int]:
-    """Prefixes held by running (not preempted) sequences."""
-    return {s.pfx for s in tw.occupied.values() if not s.preempted and s.pfx >= 0}
+    """Nodes on the paths of running (not preempted) sequences."""
+    return {k for s in tw.occupied.values() if not s.preempted for k in s.path}
 
 
 def used(tw: Twin) -> int:
-    """Blocks in use: each sequence's own, and each held prefix's once."""
-    return sum(s.b for s in tw.occupied.values()) + tw.prefix_blocks * len(held(tw))
+    """Blocks in use: each sequence's own, and each held node's once."""
+    return sum(s.b for s in tw.occupied.values()) + sum(tw.node_blocks[k] for k in held(tw))
 
 
 def free(tw: Twin) -> int:
     return tw.design.total_blocks - used(tw)
 
 
-def own_blocks(tw: Twin, pfx: int, tokens: int) -> int:
-    """A sequence's own blocks for a context of ``tokens``: a prefix's blocks are shared."""
-    return (ceil_div(tokens, tw.design.block_tokens) + tw.design.seq_blocks
-            - (tw.prefix_blocks if pfx >= 0 else 0))
+def path_tokens(tw: Twin, path: tuple) -> int:
+    """The prompt tokens a path covers: its last node's end."""
+    return tw.node_end[path[-1]] if path else 0
 
 
-def cost(tw: Twin, pfx: int, tokens: int) -> tuple[int, int]:
+def own_blocks(tw: Twin, path: tuple, tokens: int) -> int:
+    """A sequence's own blocks for a context of ``tokens``: its path's blocks are shared."""
+    b = tw.design.block_tokens
+    return ceil_div(tokens, b) + tw.design.seq_blocks - ceil_div(path_tokens(tw, path), b)
+
+
+def cost(tw: Twin, path: tuple, tokens: int) -> tuple[int, int]:
     """(own blocks, blocks taken from the free ones) of a sequence starting a prefill whose
-    context will need ``tokens``: its prefix's too, unless a running sequence holds it."""
-    own = own_blocks(tw, pfx, tokens)
-    return own, (own if pfx < 0 or pfx in held(tw) else own + tw.prefix_blocks)
+    context will need ``tokens``: the nodes of its path that no running sequence holds too."""
+    own = own_blocks(tw, path, tokens)
+    holding = held(tw)
+    return own, own + sum(tw.node_blocks[k] for k in path if k not in holding)
 
 
-def look_up(tw: Twin, s: Seat) -> bool:
-    """A prefill starts: its prefix (if any) is looked up, a hit if cached, and stamped with
-    the passes before this one."""
-    hit = s.pfx >= 0 and s.pfx in tw.cached
-    if s.pfx >= 0:
+def look_up(tw: Twin, s: Seat) -> int:
+    """A prefill starts: its path (if any) is looked up and stamped with the passes before
+    this one; returns the tokens of its longest start whose nodes are all cached."""
+    hit = 0
+    for k in s.path:
+        if k not in tw.cached:
+            break
+        hit = tw.node_end[k]
+    if s.path:
         tw.lookups += 1
-        tw.hits += hit
-        tw.stamps[s.pfx] = tw.passes
+        tw.hits += hit > 0
+        tw.saved += hit
+        for k in s.path:
+            tw.stamps[k] = tw.passes
     return hit
 
 
 def evict(tw: Twin) -> None:
-    """At the end of a step: unreferenced cached prefixes live in free blocks, so the oldest
-    (stamp, then id) are evicted while they do not fit."""
+    """At the end of a step: unreferenced cached nodes live in free blocks, so the least
+    recently used (stamp, then the deeper node, then the id) are evicted while they do not
+    fit: a node stays if it and every younger one fit."""
     holding = held(tw)
-    idle = sorted((tw.stamps[c], c) for c in tw.cached if c not in holding)
-    if tw.prefix_blocks == 0 or not idle:
-        return
-    keep = free(tw) // tw.prefix_blocks
-    for _, c in idle[:max(0, len(idle) - keep)]:
-        tw.cached.discard(c)
+    idle = sorted((c for c in tw.cached if c not in holding),
+                  key=lambda c: (tw.stamps[c], -tw.node_start[c], c))
+    room, younger = free(tw), 0
+    for c in reversed(idle):
+        younger += tw.node_blocks[c]
+        if younger > room:
+            tw.cached.discard(c)
 
 
 def budget(tw: Twin, decoding: list[Seat]) -> float:
@@ -97,9 +111,10 @@ def continue_prefills(tw: Twin, ps: Pass) -> None:
         take_chunk(ps, s)
 
 
-def start_prefill(tw: Twin, ps: Pass, s: Seat) -> None:
+def start_prefill(tw: Twin, ps: Pass, s: Seat) -> int:
     """A prefill of the seat's whole context (its prompt, or ``p + g`` on readmission) starts;
-    a cached prefix is not redone."""
+    the cached start of its path is not redone. Returns the tokens found cached."""
     hit = look_up(tw, s)
-    s.todo = s.p + s.g - (tw.prefix_tokens if hit else 0)
+    s.todo = s.p + s.g - hit
     take_chunk(ps, s)
+    return hit

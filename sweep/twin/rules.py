@@ -57,7 +57,7 @@ def growth(tw: Twin) -> list[Seat] | None:
     running = [s for s in tw.occupied.values() if not s.preempted]
     decoding = [s for s in running if s.todo == 0]
     look = tw.design.draft_tokens + 1
-    grows = [max(0, own_blocks(tw, s.pfx, s.p + s.g + min(look, s.o - s.g)) - s.b)
+    grows = [max(0, own_blocks(tw, s.path, s.p + s.g + min(look, s.o - s.g)) - s.b)
              for s in decoding]
     if sum(grows) > free(tw):
         preempt(tw, max(running, key=lambda s: s.req))
@@ -82,7 +82,7 @@ def readmission(tw: Twin, ps: Pass) -> None:
     if not preempted:
         return
     s = min(preempted, key=lambda s: s.req)
-    own, need = cost(tw, s.pfx, s.p + s.g + 1)
+    own, need = cost(tw, s.path, s.p + s.g + 1)
     if need <= free(tw) and ps.left > 0:
         s.b = own
         s.preempted = False
@@ -97,17 +97,17 @@ def admission(tw: Twin, ps: Pass) -> None:
         return
     while tw.head < tw.tail and tw.free_seats and ps.left > 0:
         i = tw.head
-        own, need = cost(tw, tw.prefix[i], tw.prompt[i] + 1)
+        own, need = cost(tw, tw.paths[i], tw.prompt[i] + 1)
         if need > free(tw):
             break  # admission stops at the first request that does not fit
-        s = Seat(req=i, p=tw.prompt[i], o=tw.output[i], b=own, pfx=tw.prefix[i])
+        s = Seat(req=i, p=tw.prompt[i], o=tw.output[i], b=own, path=tw.paths[i])
         tw.occupied[heapq.heappop(tw.free_seats)] = s
         tw.head += 1
         if tw.design.transferred:
             ps.prefills.append((s, 0, s.p))  # no chunk to prefill: it emits one token
             ps.loads.append(s)
         else:
-            start_prefill(tw, ps, s)
+            tw.cached_tokens[i] = start_prefill(tw, ps, s)
 
 
 def the_pass(tw: Twin, ps: Pass) -> float:
@@ -131,13 +131,13 @@ def the_pass(tw: Twin, ps: Pass) -> float:
 
 
 def _chunks_done(tw: Twin, ps: Pass) -> list[tuple[Seat, int]]:
-    """Each prefill's chunk is in the KV now (and with it, once P tokens are, its prefix); a
-    seat whose prompt is done emits one token: the first, or the next after a recompute."""
+    """Each prefill's chunk is in the KV now (and with it each node of its path whose end it
+    has reached); a seat whose prompt is done emits one token: the first, or the next after a
+    recompute."""
     emitted = []
     for s, c, L in ps.prefills:
         s.todo -= c
-        if s.pfx >= 0 and L + c >= tw.prefix_tokens:
-            tw.cached.add(s.pfx)
+        tw.cached.update(k for k in s.path if L + c >= tw.node_end[k])
         if s.todo == 0:
             emitted.append((s, 1))
     return emitted

@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from sweep.engine.params import EngineParams
-from sweep.engine.topology import PREFIX_LOAD_CAP
+from sweep.engine.topology import PREFIX_LOAD_CAP, PREFIX_MATCH_SHARE
 from sweep.study.workload import Requests
 from sweep.twin.closed_loop import closed_loop, gap
 from sweep.twin.metrics import summarize_reference
@@ -67,9 +67,11 @@ def simulate_replicas_reference(params: EngineParams, req: Requests, replicas: i
     robin sends request i (in arrival order) to replica i mod N; session a request of prefix
     group c to replica c mod N (one without a group round robin over such requests); least
     outstanding to the replica with the fewest requests sent there and unfinished at its
-    arrival (ties: the lowest); prefix aware to the least loaded replica it sent that prefix to
-    before, unless that one has more than ``PREFIX_LOAD_CAP`` outstanding beyond the least
-    loaded, else to the least loaded. The last two are found as the fixed point of choosing
+    arrival (ties: the lowest); prefix aware to the least loaded replica whose earlier requests
+    share the longest start of its path, unless that start is under ``PREFIX_MATCH_SHARE`` of
+    the path or that replica has more than ``PREFIX_LOAD_CAP`` outstanding beyond the least
+    loaded, else to the least loaded (then the one whose earlier requests' paths hold the
+    fewest tokens). The last two are found as the fixed point of choosing
     again from the finish times the choices so far lead to (rounds: see ``topology.run``). One
     replica is the plain server."""
     if replicas == 1:
@@ -79,6 +81,7 @@ def simulate_replicas_reference(params: EngineParams, req: Requests, replicas: i
             params, r, replicas, router))
     arrival, _, _, n = columns(req)
     prefix = [int(c) for c in np.asarray(req.prefix).reshape(-1)]
+    paths = [tuple(int(k) for k in row if k >= 0) for row in _rows(req.path, n)]
     if router == "session":
         loose = [sum(1 for c in prefix[:i] if c < 0) for i in range(n)]
         chosen = [(prefix[i] if prefix[i] >= 0 else loose[i]) % replicas for i in range(n)]
@@ -89,7 +92,10 @@ def simulate_replicas_reference(params: EngineParams, req: Requests, replicas: i
         if router == "least_outstanding":
             again = _least_outstanding(arrival, finish, chosen, replicas)
         elif router == "prefix_aware":
-            again = _prefix_aware(arrival, prefix, finish, chosen, replicas)
+            ends = np.asarray(req.node_end)
+            again = _prefix_aware(arrival, paths, ends.tolist(),
+                                  (ends - np.asarray(req.node_start)).tolist(), finish, chosen,
+                                  replicas)
         else:
             again = chosen
         if again == chosen:
@@ -122,6 +128,12 @@ def simulate_mixed_reference(servers: list[EngineParams], weights, req: Requests
     return merged
 
 
+def _rows(path, n: int) -> np.ndarray:
+    """A simulation's paths as ``n`` rows (``n`` may be 0)."""
+    path = np.asarray(path)
+    return path.reshape(n, path.shape[-1])
+
+
 def _serve(servers: list[EngineParams], req: Requests, chosen: list):
     """Each server's requests (``chosen[i]``: request i's server) simulated on its own: the
     (request indices, result) of each, and the finish times in request order."""
@@ -129,8 +141,9 @@ def _serve(servers: list[EngineParams], req: Requests, chosen: list):
     parts = []
     for j, params in enumerate(servers):
         idx = [i for i in range(n) if chosen[i] == j]
-        sub = Requests(arrival[idx], prompt[idx], output[idx], req.end_time, req.seed,
-                       np.asarray(req.prefix).reshape(-1)[idx], req.prefix_tokens)
+        sub = req._replace(arrival=arrival[idx], prompt=prompt[idx], output=output[idx],
+                           prefix=np.asarray(req.prefix).reshape(-1)[idx],
+                           path=_rows(req.path, n)[idx])
         parts.append((idx, simulate_reference(params, sub)))
     finish = np.full(n, np.nan)
     for idx, res in parts:
@@ -142,11 +155,12 @@ def _merged_servers(req: Requests, parts: list) -> RefResult:
     """Several servers' results (``_serve``) in request order, as one."""
     arrival, _, _, n = columns(req)
     first, finish = np.full(n, np.nan), np.full(n, np.nan)
-    generated = np.zeros(n, dtype=np.int64)
+    generated, cached = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     for idx, res in parts:
         first[idx], finish[idx], generated[idx] = res.first_token, res.finish, res.generated
+        cached[idx] = res.cached_tokens
     gaps = np.concatenate([res.itl_gaps for _, res in parts])
-    return _merged(arrival, [res for _, res in parts], first, finish, generated, gaps)
+    return _merged(arrival, [res for _, res in parts], first, finish, generated, gaps, cached)
 
 
 def _least_outstanding(arrival, finish, chosen: list, replicas: int) -> list:
@@ -172,18 +186,35 @@ def _outstanding(arrival, finish, again: list, i: int, replicas: int) -> list:
     return outstanding
 
 
-def _prefix_aware(arrival, prefix: list, finish, chosen: list, replicas: int) -> list:
-    """The prefix-aware router's choices again (docs/model.md "Replicas"), by brute force."""
+def _common(a: tuple, b: tuple) -> int:
+    """The length of two paths' common start."""
+    h = 0
+    while h < min(len(a), len(b)) and a[h] == b[h]:
+        h += 1
+    return h
+
+
+def _prefix_aware(arrival, paths: list, ends: list, tokens: list, finish, chosen: list,
+                  replicas: int) -> list:
+    """The prefix-aware router's choices again (docs/model.md "Replicas"), by brute force: a
+    replica's score is the longest common start of the request's path with the path of a
+    request sent there before."""
     again = list(chosen)
     for i in range(len(arrival)):
         if not math.isfinite(arrival[i]):
             continue
         out = _outstanding(arrival, finish, again, i, replicas)
-        least = min(range(replicas), key=lambda k: (out[k], k))
-        held = {again[j] for j in range(i) if prefix[i] >= 0 and prefix[j] == prefix[i]
-                and math.isfinite(arrival[j])}
-        best = min(held, key=lambda k: (out[k], k)) if held else None
-        fits = best is not None and out[best] <= out[least] + PREFIX_LOAD_CAP
+        score, held = [0] * replicas, [set() for _ in range(replicas)]
+        for j in range(i):
+            if math.isfinite(arrival[j]):
+                score[again[j]] = max(score[again[j]], _common(paths[i], paths[j]))
+                held[again[j]].update(paths[j])
+        size = [sum(tokens[k] for k in nodes) for nodes in held]
+        least = min(range(replicas), key=lambda k: (out[k], size[k], k))
+        top = max(score)
+        best = min((k for k in range(replicas) if score[k] == top), key=lambda k: (out[k], k))
+        enough = top > 0 and ends[paths[i][top - 1]] >= PREFIX_MATCH_SHARE * ends[paths[i][-1]]
+        fits = enough and out[best] <= out[least] + PREFIX_LOAD_CAP
         again[i] = best if fits else least
     return again
 
@@ -199,20 +230,21 @@ def simulate_disaggregated_reference(prefill: EngineParams, decode: EngineParams
         return closed_loop(req, gap(req, decode), lambda r: simulate_disaggregated_reference(
             prefill, decode, r, kv_bytes_per_token, link_bytes_per_s))
     arrival, prompt, output, n = columns(req)
-    pre = simulate_reference(prefill, Requests(arrival, prompt, np.ones(n, np.int64),
-                                               req.end_time, req.seed, req.prefix,
-                                               req.prefix_tokens))
+    pre = simulate_reference(prefill, req._replace(output=np.ones(n, np.int64), clients=0,
+                                                   think=0.0, warmup=0))
     ready = []
     for i in range(n):
         t1 = float(pre.first_token[i])
         ready.append(t1 + int(prompt[i]) * kv_bytes_per_token / link_bytes_per_s
                      if output[i] > 1 and math.isfinite(t1) else math.inf)
     order = [i for i in sorted(range(n), key=lambda i: (ready[i], i)) if math.isfinite(ready[i])]
-    dec = simulate_reference(decode, Requests(
-        np.array([ready[i] for i in order], dtype=np.float64),
-        np.array([prompt[i] + 1 for i in order], dtype=np.int64),
-        np.array([output[i] - 1 for i in order], dtype=np.int64), req.end_time, req.seed,
-        np.full(len(order), -1, np.int32), req.prefix_tokens))
+    dec = simulate_reference(decode, req._replace(
+        arrival=np.array([ready[i] for i in order], dtype=np.float64),
+        prompt=np.array([prompt[i] + 1 for i in order], dtype=np.int64),
+        output=np.array([output[i] - 1 for i in order], dtype=np.int64),
+        prefix=np.full(len(order), -1, np.int32),
+        path=np.full((len(order), _rows(req.path, n).shape[1]), -1, np.int32),
+        clients=0, think=0.0, warmup=0))
     finish = pre.finish.copy()
     generated = pre.generated.copy()
     gaps = list(dec.itl_gaps)
@@ -222,10 +254,11 @@ def simulate_disaggregated_reference(prefill: EngineParams, decode: EngineParams
         if math.isfinite(dec.first_token[k]):  # the second token: transfer and queue included
             gaps.append(float(dec.first_token[k]) - float(pre.first_token[i]))
     return _merged(arrival, [pre, dec], pre.first_token, finish, generated,
-                   np.asarray(gaps, dtype=np.float64))
+                   np.asarray(gaps, dtype=np.float64), pre.cached_tokens)
 
 
-def _merged(arrival, parts: list[RefResult], first, finish, generated, gaps) -> RefResult:
+def _merged(arrival, parts: list[RefResult], first, finish, generated, gaps,
+            cached) -> RefResult:
     """Several servers' results as one (docs/model.md "Several servers")."""
     t_stop = max(res.t_stop for res in parts)
     real = np.isfinite(arrival) & (arrival <= t_stop)
@@ -240,4 +273,5 @@ def _merged(arrival, parts: list[RefResult], first, finish, generated, gaps) -> 
         tokens=sum(res.tokens for res in parts),
         truncated=any(res.truncated for res in parts),
         prefix_lookups=sum(res.prefix_lookups for res in parts),
-        prefix_hits=sum(res.prefix_hits for res in parts))
+        prefix_hits=sum(res.prefix_hits for res in parts),
+        prefix_saved=sum(res.prefix_saved for res in parts), cached_tokens=cached)

@@ -28,7 +28,7 @@ class Seat:
     last: float = math.nan  # time of its last token
     npass: int = 0  # decode passes taken (keys the speculative draws; kept across preemption)
     preempted: bool = False
-    pfx: int = -1  # shared prefix it uses under prefix caching (-1: none)
+    path: tuple = ()  # the nodes of its cacheable path under prefix caching (none: empty)
     todo: int = 0  # context tokens still to prefill (chunked prefill); 0 once decoding
 
 
@@ -41,14 +41,15 @@ class Twin:
     arrival: list[float]
     prompt: list[int]
     output: list[int]
-    prefix: list[int]  # each request's shared prefix (-1: none, or no prefix caching)
-    prefix_tokens: int  # P
+    paths: list[tuple]  # each request's path of cache nodes (empty: none, or no prefix caching)
+    node_start: list[int]  # tokens before each node
+    node_end: list[int]  # tokens up to its end
     end_time: float
     seed: np.uint32  # keys the speculative draws
     # The design: its engine params as Python scalars (``accept_thresholds``: T_1 .. T_k, a
     # draft accepted below its threshold; ``timing``: float64), as the rules read them.
     design: EngineParams
-    prefix_blocks: int  # pb = ceil(P / block_tokens)
+    node_blocks: list[int]  # each node's blocks: ceil(end / block_tokens) - ceil(start / ...)
     max_steps: int | None
     # A closed loop (docs/model.md "Closed loop"): request ``clients + j`` arrives at the j-th
     # finish plus ``gap``, the think time and the request overhead (until then its arrival is
@@ -63,15 +64,17 @@ class Twin:
     tail: int = 0  # requests with arrival <= t
     occupied: dict[int, Seat] = field(default_factory=dict)  # seat index -> seat
     free_seats: list[int] = field(init=False)  # a min-heap
-    cached: set[int] = field(default_factory=set)  # prefixes whose KV is cached
-    stamps: dict[int, int] = field(default_factory=dict)  # prefix -> pass of its last lookup
+    cached: set[int] = field(default_factory=set)  # nodes whose KV is cached
+    stamps: dict[int, int] = field(default_factory=dict)  # node -> pass of its last lookup
     # The outputs.
     first_token: np.ndarray = field(init=False)
     finish: np.ndarray = field(init=False)
     generated: np.ndarray = field(init=False)
     itl_gaps: list[float] = field(default_factory=list)
+    cached_tokens: np.ndarray = field(init=False)
     lookups: int = 0
     hits: int = 0
+    saved: int = 0  # prompt tokens the hits found cached
     preemptions: int = 0
     max_queue: int = 0
     peak_blocks: int = 0
@@ -87,6 +90,7 @@ class Twin:
         self.first_token = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
         self.generated = np.zeros(n, dtype=np.int64)
+        self.cached_tokens = np.zeros(n, dtype=np.int64)
 
 
 def columns(req: Requests):
@@ -123,9 +127,13 @@ def scalars(params: EngineParams) -> EngineParams:
 def load(params: EngineParams, req: Requests, max_steps: int | None) -> Twin:
     """The twin at t = 0: one design, its requests, and an optional bound on the steps."""
     arrival, prompt, output, n = _checked(req)
-    prefix = (np.asarray(req.prefix).astype(np.int64).reshape(-1).tolist()
-              if bool(params.prefix_cache) else [-1] * n)
-    P = int(np.asarray(req.prefix_tokens))
+    path = np.asarray(req.path)
+    rows = path.reshape(n, path.shape[-1]).tolist()
+    paths = ([tuple(k for k in row if k >= 0) for row in rows] if bool(params.prefix_cache)
+             else [()] * n)
+    start = np.asarray(req.node_start).astype(np.int64).reshape(-1).tolist()
+    end = np.asarray(req.node_end).astype(np.int64).reshape(-1).tolist()
+    b = int(params.block_tokens)
     clients = int(np.asarray(req.clients))
     real = int(np.isfinite(arrival).sum())
     if clients > 0:  # sent at once: the first clients (the warm-up's, if it is shorter)
@@ -133,10 +141,11 @@ def load(params: EngineParams, req: Requests, max_steps: int | None) -> Twin:
         arrival = np.where(np.arange(n) < (min(clients, w) if w > 0 else clients), arrival,
                            np.inf)
     return Twin(
-        arrival=arrival.tolist(), prompt=prompt.tolist(), output=output.tolist(), prefix=prefix,
-        prefix_tokens=P, end_time=float(np.asarray(req.end_time)),
+        arrival=arrival.tolist(), prompt=prompt.tolist(), output=output.tolist(), paths=paths,
+        node_start=start, node_end=end, end_time=float(np.asarray(req.end_time)),
         seed=np.uint32(np.asarray(req.seed)), design=scalars(params),
-        prefix_blocks=ceil_div(P, int(params.block_tokens)), max_steps=max_steps,
+        node_blocks=[ceil_div(e, b) - ceil_div(a, b) for a, e in zip(start, end)],
+        max_steps=max_steps,
         clients=clients, real=real, warmup=int(np.asarray(req.warmup)),
         gap=float(np.asarray(req.think) + np.asarray(params.summary.request_overhead_s)))
 
@@ -160,8 +169,10 @@ class RefResult:
     truncated: bool  # hit max_steps before the simulation was done
     replica: np.ndarray | None = None  # int [N]: each request's replica, behind a router
     arrival: np.ndarray | None = None  # float64 [N]: a closed loop's arrivals, as it set them
-    prefix_lookups: int = 0  # prefills of a sequence with a prefix, under prefix caching
-    prefix_hits: int = 0  # of which found it cached
+    prefix_lookups: int = 0  # prefills of a sequence with a path, under prefix caching
+    prefix_hits: int = 0  # of which found some of it cached
+    prefix_saved: int = 0  # prompt tokens those hits found cached
+    cached_tokens: np.ndarray | None = None  # int64 [N]: tokens each admission found cached
     servers: int = 1  # servers behind the router (``replica`` indexes them)
 
 
@@ -176,4 +187,5 @@ def result(tw: Twin) -> RefResult:
         itl_gaps=np.asarray(tw.itl_gaps, dtype=np.float64), preemptions=tw.preemptions,
         max_queue=tw.max_queue, peak_blocks=tw.peak_blocks, area_in_system=area, steps=tw.steps,
         passes=tw.passes, tokens=tw.tokens, truncated=tw.truncated, prefix_lookups=tw.lookups,
-        prefix_hits=tw.hits, arrival=arrival if tw.clients > 0 else None)
+        prefix_hits=tw.hits, prefix_saved=tw.saved, cached_tokens=tw.cached_tokens,
+        arrival=arrival if tw.clients > 0 else None)

@@ -4,8 +4,9 @@ A feature is one module of this package holding, side by side:
 
 - ``NAME`` and ``uses(p, r)``: its compile gate, whether any simulation of a (concrete) batch
   uses it; the engine is compiled with the features some simulation uses, and no other;
-- ``init(n, seats)``: its own slot of the state (``EngineState.features[NAME]``), or None when
-  it carries nothing from pass to pass;
+- ``init(n, seats, nodes)``: its own slot of the state (``EngineState.features[NAME]``) for
+  ``n`` requests, ``seats`` seats and ``nodes`` cache nodes, or None when it carries nothing
+  from pass to pass;
 - ``Hooks``: a subclass of ``plain.Plain`` that replaces the hooks it changes; every other hook
   keeps its plain form, which adds nothing.
 
@@ -46,6 +47,6 @@ def compose(names: tuple[str, ...]) -> type:
                 {"__doc__": "The hooks of " + (" + ".join(names) or "the plain engine") + "."})
 
 
-def slots(names: tuple[str, ...], n: int, seats: int) -> dict:
+def slots(names: tuple[str, ...], n: int, seats: int, nodes: int) -> dict:
     """The state's slots of the features ``names`` at the start of a simulation."""
-    return {m: s for m in names if (s := _BY_NAME[m].init(n, seats)) is not None}
+    return {m: s for m in names if (s := _BY_NAME[m].init(n, seats, nodes)) is not None}

@@ -28,7 +28,7 @@ def uses(p, r: Requests) -> bool:
     return bool(np.any(np.asarray(r.clients) > 0))
 
 
-def init(n: int, seats: int):
+def init(n: int, seats: int, nodes: int):
     """f64[N+S] the j-th finish plus the gap (inf until then); S spare slots keep a pass's
     finishes inside the array."""
     return jnp.full((n + seats,), jnp.inf)

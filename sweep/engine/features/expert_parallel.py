@@ -18,7 +18,7 @@ def uses(p, r) -> bool:
     return bool(np.any(np.asarray(p.timing.ep) > 0.5))
 
 
-def init(n: int, seats: int) -> None:
+def init(n: int, seats: int, nodes: int) -> None:
     return None
 
 

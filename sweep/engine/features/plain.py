@@ -20,10 +20,10 @@ class Lookup(NamedTuple):
     """A prefill's blocks and tokens as the admission and readmission rules (4 and 5) see them;
     the last two are prefix caching's (None in the plain form)."""
 
-    need: jax.Array  # i32 blocks it must find free: its own, and its prefix's unless held
+    need: jax.Array  # i32 blocks it must find free: its own, and its path's not yet held
     own: jax.Array  # i32 blocks it holds itself
-    hit: jax.Array | None  # bool its prefix was cached at the start of the pass
-    todo: jax.Array | None  # i32 tokens to prefill: less the prefix on a hit
+    hit: jax.Array | None  # i32 tokens of its path cached at the start of the pass (0: a miss)
+    todo: jax.Array | None  # i32 tokens to prefill: less those found cached
 
 
 class Plain:
@@ -46,8 +46,9 @@ class Plain:
 
     @staticmethod
     def prefix_counts(s: EngineState):
-        """Prefills that looked a prefix up, and of which hit."""
-        return jnp.int32(0), jnp.int32(0)
+        """Prefills that looked a path up, of which hit, the tokens they found cached, and
+        each request's tokens found cached at its admission."""
+        return jnp.int32(0), jnp.int32(0), jnp.int64(0), jnp.zeros(s.finish.shape, jnp.int32)
 
     # -- arrivals -----------------------------------------------------------------------------
 

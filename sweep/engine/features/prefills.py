@@ -1,9 +1,15 @@
 """Prefix caching, chunked prefill and the token budget (docs/model.md: "Prefix caching",
 "Chunked prefill", "Token budget"): how much of each prompt a pass prefills. A cache hit shortens
 a prefill and a budget spreads it over passes, so the two share one slot of the state (each
-seat's prompt tokens still to prefill, and the cached prefixes) and compile in together for a
-batch in which some design uses either. They add O(S^2 + S x MAX_PREFIXES) per pass (who shares
-whose prefix, who prefills first). The twin's rule: ``sweep.twin.prefills``.
+seat's prompt tokens still to prefill, and the cache) and compile in together for a batch in
+which some design uses either.
+
+The cache holds nodes: the cacheable start of a prompt is a path of them (``Requests.path``),
+one node for a shared prefix, one per block for a trace's hash ids. A node is cached once
+prefilled, kept while free blocks hold it and evicted least recently used first. Its state is
+a flag and a stamp per node, touched by scatters and gathers of the seats' paths; a pass adds
+O(S^2 + S x L + K log K) (who prefills first; the paths; the eviction order). The twin's rule:
+``sweep.twin.prefills``.
 
 The rules' results the hooks read (``ra``, ``ad``, ``ps``, ``tk``) are those of
 ``scheduling.readmission``, ``scheduling.admission``, ``passes.the_pass`` and
@@ -20,7 +26,7 @@ from sweep.engine.arith import ceil_div, exclusive_cumsum
 from sweep.engine.features.plain import Lookup, Plain
 from sweep.engine.params import EngineParams
 from sweep.engine.state import EngineState, Seats, itl_bin
-from sweep.study.workload import MAX_PREFIXES, Requests
+from sweep.study.workload import Requests
 
 NAME = "prefills"
 
@@ -29,10 +35,12 @@ class Prefills(NamedTuple):
     """The feature's slot of the state."""
 
     todo: jax.Array  # i32[S] prompt tokens still to prefill (0: decoding)
-    cached: jax.Array  # bool[MAX_PREFIXES] the prefix's KV is cached
-    stamp: jax.Array  # i32[MAX_PREFIXES] pass of the last prefill that referenced it
-    lookups: jax.Array  # i32 prefills of a sequence with a prefix, under prefix caching
-    hits: jax.Array  # i32 of which found it cached
+    cached: jax.Array  # bool[K] the node's KV is cached
+    stamp: jax.Array  # i32[K] pass of the last prefill whose path holds it
+    lookups: jax.Array  # i32 prefills of a sequence with a path, under prefix caching
+    hits: jax.Array  # i32 of which found some of it cached
+    saved: jax.Array  # i64 prompt tokens those hits found cached
+    got: jax.Array  # i32[N+S] tokens each request's admission found cached (S spare slots)
 
 
 def uses(p: EngineParams, r=None) -> bool:
@@ -43,10 +51,11 @@ def uses(p: EngineParams, r=None) -> bool:
                 or np.any(np.asarray(p.max_num_batched_tokens) > 0))
 
 
-def init(n: int, seats: int) -> Prefills:
+def init(n: int, seats: int, nodes: int) -> Prefills:
     i32 = jnp.int32
-    return Prefills(todo=jnp.zeros((seats,), i32), cached=jnp.zeros((MAX_PREFIXES,), bool),
-                    stamp=jnp.zeros((MAX_PREFIXES,), i32), lookups=i32(0), hits=i32(0))
+    return Prefills(todo=jnp.zeros((seats,), i32), cached=jnp.zeros((nodes,), bool),
+                    stamp=jnp.zeros((nodes,), i32), lookups=i32(0), hits=i32(0),
+                    saved=jnp.int64(0), got=jnp.zeros((n + seats,), i32))
 
 
 def _slot(s: EngineState) -> Prefills:
@@ -66,44 +75,56 @@ def smallest_chunk(p: EngineParams):
     return jnp.where(budget > 0, jnp.where(chunk > 0, jnp.minimum(chunk, left), left), chunk)
 
 
-def onehot(pfx):
-    """[S, MAX_PREFIXES]: seat s holds prefix c (pfx -1: none)."""
-    return pfx[:, None] == jnp.arange(MAX_PREFIXES, dtype=jnp.int32)[None, :]
+def path_of(p: EngineParams, r: Requests, req, mask):
+    """[..., L] the path of each request ``req`` under prefix caching where ``mask`` (-1:
+    none)."""
+    return jnp.where((p.prefix_cache & mask)[..., None], r.path[jnp.maximum(req, 0)], -1)
 
 
-def prefix_of(p: EngineParams, r: Requests, seat_req, mask):
-    """Each seat's prefix under prefix caching, for the seats of ``mask`` (-1: none)."""
-    return jnp.where(p.prefix_cache & mask, r.prefix[jnp.maximum(seat_req, 0)], -1)
+def node_blocks(p: EngineParams, r: Requests):
+    """i32[K] each node's KV blocks: those its tokens end in, counted from the prompt's start,
+    so that a path's blocks add up to those of its tokens."""
+    return (ceil_div(r.node_end, p.block_tokens)
+            - ceil_div(r.node_start, p.block_tokens)).astype(jnp.int32)
 
 
-def prefix_blocks(p: EngineParams, r: Requests):
-    """KV blocks of a prefix (``pb``)."""
-    return ceil_div(r.prefix_tokens, p.block_tokens)
+def _index(path):
+    """A path's nodes as scatter indices: -1 becomes K, which ``mode="drop"`` drops."""
+    return jnp.where(path >= 0, path, jnp.iinfo(jnp.int32).max)
+
+
+def _mark(path, where, nodes: int):
+    """bool[K] the nodes of the paths (``[..., L]``) of the rows ``where``."""
+    return jnp.zeros((nodes,), bool).at[_index(jnp.where(where[..., None], path, -1))].set(
+        True, mode="drop")
+
+
+def path_tokens(r: Requests, path):
+    """[...] the prompt tokens a path covers (0: none): its last node's end."""
+    return jnp.where(path >= 0, r.node_end[jnp.maximum(path, 0)], 0).max(axis=-1)
 
 
 class Held(NamedTuple):
-    """Prefixes and prefills as a pass finds them."""
+    """Paths and prefills as a pass finds them."""
 
-    pfx: jax.Array  # i32[S] each occupied seat's prefix (-1: none)
-    pb: jax.Array  # i32 blocks of a prefix
-    refs: jax.Array  # bool[MAX_PREFIXES] the prefix is held by a running seat
+    path: jax.Array  # i32[S, L] each occupied seat's path (-1: none)
+    nb: jax.Array  # i32[K] blocks of each node
+    refs: jax.Array  # bool[K] the node is on a running seat's path
     mid: jax.Array  # bool[S] mid-prefill: running, holds its blocks, does not decode
-
-    @property
-    def shared(self):
-        """Each seat's blocks of its prefix, shared with the prefix's other holders."""
-        return jnp.where(self.pfx >= 0, self.pb, 0)
+    shared: jax.Array  # i32[S] each seat's blocks of its path, shared with the path's holders
 
     @property
     def blocks(self):
-        """Blocks of the held prefixes, each counted once."""
-        return self.pb * self.refs.sum(dtype=jnp.int32)
+        """Blocks of the held nodes, each counted once."""
+        return jnp.where(self.refs, self.nb, 0).sum(dtype=jnp.int32)
 
 
 def held(p: EngineParams, r: Requests, s: EngineState, seats: Seats) -> Held:
-    pfx = prefix_of(p, r, s.seat_req, seats.occupied)
-    return Held(pfx, prefix_blocks(p, r), (onehot(pfx) & seats.running[:, None]).any(axis=0),
-                seats.running & (_slot(s).todo > 0))
+    path = path_of(p, r, s.seat_req, seats.occupied)
+    nb = node_blocks(p, r)
+    return Held(path, nb, _mark(path, seats.running, nb.shape[0]),
+                seats.running & (_slot(s).todo > 0),
+                ceil_div(path_tokens(r, path), p.block_tokens).astype(jnp.int32))
 
 
 class Budget(NamedTuple):
@@ -126,31 +147,43 @@ def budget(p: EngineParams, s: EngineState, x: Held, decoding, work) -> Budget:
     return Budget(mid_chunk, total - mid_chunk.sum())
 
 
-def readmission_lookup(r: Requests, s: EngineState, x: Held, index, length, need) -> Lookup:
-    """The preempted seat ``index`` recomputing ``length`` tokens in ``need`` blocks."""
-    pfx = x.pfx[index]
-    slot = jnp.maximum(pfx, 0)
-    hit = (pfx >= 0) & _slot(s).cached[slot]
+def hit_tokens(r: Requests, cached, path):
+    """[...] the tokens of a path's longest start whose nodes are all cached (0: a miss)."""
+    lead = jnp.cumprod(jnp.where(path >= 0, cached[jnp.maximum(path, 0)], False), axis=-1,
+                       dtype=jnp.int32)
+    return jnp.where(lead > 0, r.node_end[jnp.maximum(path, 0)], 0).max(axis=-1)
+
+
+def readmission_lookup(p: EngineParams, r: Requests, s: EngineState, x: Held, index, length,
+                       need) -> Lookup:
+    """The preempted seat ``index`` recomputing ``length`` tokens in ``need`` blocks: it
+    allocates its path's nodes that no running seat holds."""
+    path = x.path[index]
     own = need - x.shared[index]
-    return Lookup(jnp.where((pfx >= 0) & x.refs[slot], own, need), own, hit,
-                  length - jnp.where(hit, r.prefix_tokens, 0))
+    shared = jnp.where((path >= 0) & ~x.refs[jnp.maximum(path, 0)], x.nb[jnp.maximum(path, 0)],
+                       0).sum(dtype=jnp.int32)
+    hit = hit_tokens(r, _slot(s).cached, path)
+    return Lookup(own + shared, own, hit, length - hit)
 
 
 def window_lookup(p: EngineParams, r: Requests, s: EngineState, x: Held, index, need,
                   prompt) -> Lookup:
     """The admission window's requests (``index`` 0..S-1 after ``head``), of ``prompt`` tokens
-    in ``need`` blocks. Blocks of a prefix already held (by a running seat or one admitted
-    before it in this pass) are shared; only a prefix cached before the pass saves its
-    prefill."""
+    in ``need`` blocks. Nodes already held (by a running seat or one admitted before it in
+    this pass) are shared; only nodes cached before the pass save their prefill."""
     n = r.arrival.shape[0]
-    pfx = jnp.where(p.prefix_cache, r.prefix[jnp.minimum(s.head + index, n - 1)], -1)
-    slot = jnp.maximum(pfx, 0)
-    hit = (pfx >= 0) & _slot(s).cached[slot]
-    earlier = ((pfx[None, :] == pfx[:, None]) & (index[None, :] < index[:, None])).any(1)
-    own = need - jnp.where(pfx >= 0, x.pb, 0)
+    path = path_of(p, r, jnp.minimum(s.head + index, n - 1), jnp.bool_(True))
+    nodes = x.nb.shape[0]
+    first = jnp.full((nodes,), index.shape[0], jnp.int32).at[_index(path)].min(
+        jnp.broadcast_to(index[:, None], path.shape), mode="drop")
+    at = jnp.maximum(path, 0)
+    alone = (path >= 0) & ~x.refs[at] & ~(first[at] < index[:, None])
+    own = need - ceil_div(path_tokens(r, path), p.block_tokens).astype(jnp.int32)
+    hit = hit_tokens(r, _slot(s).cached, path)
     # A transferred admission (a decode pool's) has nothing to prefill.
-    todo = jnp.where(p.transferred, 0, prompt - jnp.where(hit, r.prefix_tokens, 0))
-    return Lookup(jnp.where((pfx >= 0) & (x.refs[slot] | earlier), own, need), own, hit, todo)
+    todo = jnp.where(p.transferred, 0, prompt - hit)
+    return Lookup(own + jnp.where(alone, x.nb[at], 0).sum(axis=1, dtype=jnp.int32), own, hit,
+                  todo)
 
 
 def chunks(s: EngineState, seats: Seats, x: Held, b: Budget, ra, ad):
@@ -171,48 +204,57 @@ def completes(x: Held, work, ra, ad, ps):
     return todo, (ad.new | ra.seat | x.mid) & work & (todo == 0)
 
 
-def _evict(cached, held_now, stamp, free, pb):
-    """Cached prefixes that no seat holds live in free blocks: while they do not fit, the one
-    with the oldest stamp (then the lowest id) is evicted."""
+def _evict(r: Requests, cached, held_now, stamp, free, nb):
+    """Cached nodes that no seat holds live in free blocks: while they do not fit, the least
+    recently used is evicted (the oldest stamp; then the deeper node, a path's tail before its
+    head, as vLLM frees a sequence's blocks; then the lowest id)."""
     evictable = cached & ~held_now
-    keep = jnp.where(pb > 0, free // jnp.maximum(pb, 1), MAX_PREFIXES)
-    ids = jnp.arange(MAX_PREFIXES, dtype=jnp.int32)
-    older = (stamp[None, :] < stamp[:, None]) | ((stamp[None, :] == stamp[:, None])
-                                                 & (ids[None, :] < ids[:, None]))
-    age_rank = (evictable[None, :] & older).sum(axis=1)
-    return evictable & (age_rank < evictable.sum() - keep)
+    ids = jnp.arange(nb.shape[0], dtype=jnp.int32)
+    order = jnp.lexsort((ids, -r.node_start, stamp))
+    size = jnp.where(evictable, nb, 0)[order]
+    # A node stays if it and every younger one fit.
+    younger = jnp.cumsum(size[::-1], dtype=jnp.int32)[::-1]
+    return evictable & jnp.zeros_like(evictable).at[order].set(younger > free)
 
 
 def cache_after(p: EngineParams, r: Requests, s: EngineState, seats: Seats, x: Held, ra, ad,
                 tk, c):
-    """The state after the pass (``c``: rule 8's completion), and the blocks of the prefixes
-    held then. A prefix is cached once a sequence holding it has prefilled it; its stamp is the
-    pass of the last prefill that looked it up."""
+    """The state after the pass (``c``: rule 8's completion), and the blocks of the nodes held
+    then. A node is cached once a sequence holding it has prefilled past its end; its stamp is
+    the pass of the last prefill that looked its path up."""
     alive = (c.seat_req >= 0) & ~c.seat_pre
-    pfx = prefix_of(p, r, c.seat_req, alive)
-    hot = onehot(pfx)
-    filled = jnp.where(ad.new, ad.prompt, seats.ctx) - tk.todo >= r.prefix_tokens
-    starts = (ad.new | ra.seat) & (pfx >= 0)
+    path = path_of(p, r, c.seat_req, alive)
+    nodes = x.nb.shape[0]
+    computed = jnp.where(ad.new, ad.prompt, seats.ctx) - tk.todo
+    filled = (path >= 0) & (computed[:, None] >= r.node_end[jnp.maximum(path, 0)])
+    has = (path >= 0).any(axis=1)
+    starts = (ad.new | ra.seat) & has
     old = _slot(s)
-    stamp = jnp.where((hot & starts[:, None]).any(axis=0), s.passes, old.stamp)
-    cached = old.cached | (hot & filled[:, None]).any(axis=0)
-    refs = (hot & ~c.done[:, None]).any(axis=0)
-    evict = _evict(cached, refs, stamp,
-                   p.total_blocks - c.blocks.sum() - x.pb * refs.sum(dtype=jnp.int32), x.pb)
-    hits = (ad.new & ad.hit) | (ra.seat & ra.hit)
+    stamp = old.stamp.at[_index(jnp.where(starts[:, None], path, -1))].set(s.passes,
+                                                                          mode="drop")
+    cached = old.cached.at[_index(jnp.where(filled, path, -1))].set(True, mode="drop")
+    refs = _mark(path, ~c.done, nodes)
+    evict = _evict(r, cached, refs, stamp,
+                   p.total_blocks - c.blocks.sum() - jnp.where(refs, x.nb, 0).sum(), x.nb)
+    hit = jnp.where(ad.new, ad.hit, 0) + jnp.where(ra.seat, ra.hit, 0)
+    got = old.got.at[jnp.where(ad.new, ad.req, old.got.shape[0])].set(ad.hit, mode="drop")
     slot = Prefills(todo=jnp.where(c.done | ~alive, 0, tk.todo).astype(jnp.int32),
                     cached=cached & ~evict, stamp=stamp,
                     lookups=old.lookups + starts.sum(dtype=jnp.int32),
-                    hits=old.hits + (hits & starts).sum(dtype=jnp.int32))
-    return slot, x.pb * hot.any(axis=0).sum(dtype=jnp.int32)
+                    hits=old.hits + (starts & (hit > 0)).sum(dtype=jnp.int32),
+                    saved=old.saved + jnp.where(starts, hit, 0).sum(dtype=jnp.int64), got=got)
+    return slot, jnp.where(_mark(path, alive, nodes), x.nb, 0).sum(dtype=jnp.int32)
 
 
-def run_prefix_blocks(pfx, pb, alive):
-    """Blocks of the prefixes held at each pass of a decode run (``alive``: [S, passes]): each
-    prefix held by a sequence alive at the pass counts once."""
-    refs = jnp.einsum("sc,sj->cj", onehot(pfx).astype(jnp.float32),
-                      alive.astype(jnp.float32)) > 0
-    return pb * refs.sum(axis=0, dtype=jnp.int32)
+def run_prefix_blocks(path, nb, alive):
+    """Blocks of the nodes held at each pass of a decode run (``alive``: [S, passes], each
+    seat alive for its first passes): a node counts at every pass some seat holding it is
+    alive."""
+    passes = alive.shape[1]
+    last = jnp.zeros(nb.shape, jnp.int32).at[_index(path)].max(
+        jnp.broadcast_to(alive.sum(axis=1, dtype=jnp.int32)[:, None], path.shape), mode="drop")
+    by_last = jnp.zeros((passes + 1,), jnp.int32).at[last].add(nb)
+    return jnp.cumsum(by_last[::-1], dtype=jnp.int32)[::-1][1:]
 
 
 class Hooks(Plain):
@@ -227,7 +269,8 @@ class Hooks(Plain):
 
     @staticmethod
     def prefix_counts(s):
-        return _slot(s).lookups, _slot(s).hits
+        old = _slot(s)
+        return old.lookups, old.hits, old.saved, old.got
 
     @staticmethod
     def view(p, r, s, seats) -> Held:
@@ -247,7 +290,7 @@ class Hooks(Plain):
 
     @staticmethod
     def readmission_lookup(c, index, length, need) -> Lookup:
-        return readmission_lookup(c.r, c.s, c.x, index, length, need)
+        return readmission_lookup(c.p, c.r, c.s, c.x, index, length, need)
 
     @staticmethod
     def within_budget(b, ok):
@@ -303,18 +346,18 @@ class Hooks(Plain):
 
     @staticmethod
     def run_view(p, r, s, running):
-        return prefix_of(p, r, s.seat_req, running), prefix_blocks(p, r)
+        path = path_of(p, r, s.seat_req, running)
+        return path, node_blocks(p, r), ceil_div(path_tokens(r, path), p.block_tokens)
 
     @staticmethod
     def run_need(v, need):
-        pfx, pb = v
-        return need - jnp.where(pfx >= 0, pb, 0)[:, None]
+        return need - v[2][:, None].astype(need.dtype)
 
     @staticmethod
     def run_free(v, s, free):
-        """Growth must fit beside every cached prefix, so a run never evicts one."""
-        return free - v[1] * _slot(s).cached.sum(dtype=jnp.int32)
+        """Growth must fit beside every cached node, so a run never evicts one."""
+        return free - jnp.where(_slot(s).cached, v[1], 0).sum(dtype=jnp.int32)
 
     @staticmethod
     def run_in_use(v, alive, in_use):
-        return in_use + run_prefix_blocks(*v, alive)
+        return in_use + run_prefix_blocks(v[0], v[1], alive)
