@@ -99,6 +99,10 @@ def test_cli_writes_a_profile_that_a_config_names(tmp_path, capsys):
     ("prefill_tokens,decode_seqs,context_tokens,seconds\n1,1,1,1\n", ["--model", "GPT-5"],
      "unknown model"),
     (None, [], "m.csv: no such file"),
+    # An 8B model's decode pass reads 16 GB of weights: 1 us is 4,800x faster than an H100 can.
+    ("prefill_tokens,decode_seqs,context_tokens,seconds\n0,1,100,0.02\n0,1,100,1e-6\n"
+     "512,0,0,0.05\n0,8,800,0.02\n", [], "measurement 1 takes 1e-06 s, under the H100-SXM's "
+     "roofline"),
 ])
 def test_bad_measurements_exit_2_in_one_line(tmp_path, capsys, content, args, needle):
     csv = tmp_path / "m.csv"

@@ -308,6 +308,26 @@ def _predict(tp, m: Passes, x) -> np.ndarray:
     return np.bincount(m.obs, per_pass, len(m.seconds))
 
 
+#: A measurement may be this much faster than the roofline's lower bound and no more: the
+#: bound (peak FLOP/s or bandwidth, whichever binds, no overhead) counts the model's work
+#: slightly differently from any kernel, but no GPU beats its peak by 10%.
+ROOFLINE_SLACK = 0.9
+
+
+def check_physical(tp, m: Passes, path, gpu_name: str) -> None:
+    """Refuse a measurement faster than the GPU's peak allows for this model and these flags
+    (then no efficiency at most 1 fits: a wrong GPU, model or precision, or a unit mix-up)."""
+    a, b, *_ = _terms(tp, m)
+    bound = np.bincount(m.obs, np.maximum(a, b), len(m.seconds))
+    fast = m.seconds < ROOFLINE_SLACK * bound
+    if fast.any():
+        i = int(np.argmax(fast))
+        raise _fail(path, f"measurement {i} takes {m.seconds[i]:.4g} s, under the {gpu_name}'s "
+                          f"roofline ({bound[i]:.4g} s at its peak FLOP/s and bandwidth for "
+                          "this model and --gpus, --weight-bits, --kv-bits); allowed: "
+                          "measurements of this model on this GPU, as the flags state")
+
+
 def fit(tp, m: Passes, gpu: GPU) -> Fit:
     """Least-squares factors for timing parameters ``tp`` from ``roofline``; a factor no
     measurement depends on keeps ``gpu``'s default."""

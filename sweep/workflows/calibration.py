@@ -34,7 +34,8 @@ def calibrate(measurements, out=None, *, gpu: str | None = None, model: str | No
         return _serving(meas, Path(out) if out else default, gpu, duration, seeds, force)
     from sweep.physics.catalog import get_model
     from sweep.physics.hf_config import load_hf_config
-    from sweep.workflows.calibrate import FACTORS, fit, profile_text, read_measurements, roofline
+    from sweep.workflows.calibrate import (FACTORS, check_physical, fit, profile_text,
+                                           read_measurements, roofline)
 
     for flag, value in (("gpu", gpu), ("model", model)):
         if value is None:
@@ -43,7 +44,9 @@ def calibrate(measurements, out=None, *, gpu: str | None = None, model: str | No
     spec = checked(load_hf_config if model.endswith(".json") else get_model, model)
     chip, tp = checked(roofline, gpu, spec, gpus, weight_bits, kv_bits)
     out = out_file(Path(out) if out else default, force)
-    f = fit(tp, checked(read_measurements, meas, chip.name, gpus, measured_model), chip)
+    passes = checked(read_measurements, meas, chip.name, gpus, measured_model)
+    checked(check_physical, tp, passes, meas, chip.name)
+    f = fit(tp, passes, chip)
     factors = {"compute_efficiency": f.compute_efficiency,
                "bandwidth_efficiency": f.bandwidth_efficiency, "overhead_ms": f.overhead_ms}
     summary = [f"{spec.name} on {gpus} x {chip.name}, {weight_bits}-bit weights: "
