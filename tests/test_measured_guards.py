@@ -146,7 +146,7 @@ def test_a_silicon_row_beyond_a_day_is_refused(tmp_path):
     case.write_text(text.replace("../../data", str(REPO / "validation" / "data")))
     with pytest.raises(ConfigError) as err:
         load_cases([case])
-    _one_line(str(err.value), str(case), "measured.mean_tpot_ms", "not a latency")
+    _one_line(str(err.value), str(case), "rows.csv: column silicon_tpot_ms", "not a time")
 
 
 @pytest.mark.parametrize("row, says", [

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from sweep.errors import clip
 from sweep.files import MAX_TABLE_BYTES, FileRefused, read_text
+from sweep.study.vllm_bench import plausible
 
 #: The columns a row must have, and the metrics two of them measure: column -> (metric, per).
 REQUIRED = ("id", "batch_size", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms")
@@ -63,4 +64,11 @@ def read(path: Path, row_id: str, closed: bool, concurrency: int | None,
                              f"{concurrency}")
     if gpus is not None and tp != gpus:
         raise _refused(path, f"tp_size = {tp:g}, but levers.gpus = {gpus}")
-    return {metric: _number(path, row, key) / per for key, (metric, per) in MEASURES.items()}
+    measured = {}
+    for key, (metric, per) in MEASURES.items():
+        v = _number(path, row, key) / per
+        if plausible(metric, v):  # named by the file's own column and unit
+            raise _refused(path, f"column {key} of row {clip(row['id'], 30)} is "
+                                 f"{clip(repr(row[key]), 30)}, not a time in (0, 1 day]")
+        measured[metric] = v
+    return measured
