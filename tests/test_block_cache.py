@@ -15,6 +15,7 @@ from sweep.engine.params import engine_params
 from sweep.execution.batch import stack
 from sweep.study.design import Design
 from sweep.study.trace import Trace, load_trace
+from sweep.study.lengths import Lengths
 from sweep.study.workload import Workload, path_shape, sample_n
 from sweep.twin import simulate_reference, simulate_replicas_reference, summarize_reference
 from tests.helpers import run_batch
@@ -139,3 +140,25 @@ def test_a_prefix_aware_fleet_follows_the_conversations_blocks():
         np.testing.assert_array_equal(mine["cached_tokens"], ref.cached_tokens)
         np.testing.assert_allclose(mine["first_token_s"], ref.first_token, rtol=1e-12)
         np.testing.assert_allclose(mine["finish_s"], ref.finish, rtol=1e-12)
+
+
+def test_a_thousand_prefixes_each_miss_once_and_evict_as_the_twin_does():
+    """Beyond the 128 nodes every batch holds: with ample memory each prefix misses once, its
+    first request's, and every later one hits; with little memory the engine evicts request by
+    request as the twin does."""
+    wl = Workload(arrival="constant", arrival_rate=4.0, num_requests=1500,
+                  prompt_tokens=Lengths("fixed", 64), output_tokens=Lengths("fixed", 2),
+                  prefix_count=1000, prefix_tokens=256, prefix_share=1.0)
+    assert path_shape([wl]) == (1, 1024)
+    designs = [Design(gpu="H100-SXM", model="Llama-3-8B", max_batch=16, prefix_cache=True,
+                      kv_blocks=b) for b in (200_000, 3_000)]
+    reqs = [sample_n(wl, 0, d.context_limit, 1500) for d in designs]
+    params = [engine_params(d) for d in designs]
+    out, mets = run_batch(stack(params), stack(reqs), 16, 0)
+    groups = np.asarray(reqs[0].prefix)
+    assert int(out.prefix_hits[0]) == len(groups) - len(np.unique(groups))
+    assert int(out.prefix_hits[1]) < int(out.prefix_hits[0])
+    ref = simulate_reference(params[1], reqs[1])
+    np.testing.assert_array_equal(np.asarray(out.cached_tokens[1]), ref.cached_tokens)
+    np.testing.assert_allclose(np.asarray(out.first[1]), ref.first_token, rtol=1e-12)
+    assert int(out.prefix_hits[1]) == ref.prefix_hits

@@ -42,6 +42,9 @@ MAX_TOKENS_PER_PASS = 2**30  # chunk and pass budgets, tokens: far above any rea
 MAX_KV_BLOCKS = 2**31 - 1  # the engine counts blocks in int32
 MAX_REQUESTS = 10_000_000  # requests per simulation
 MAX_TIME_SCALE = 1e6  # a trace slowed a million-fold; beyond it its times lose their meaning
+#: Shared prefixes of a workload at most: the cache keeps a flag and a stamp per prefix, and
+#: sorts them each pass to evict, so a million is a few megabytes a simulation.
+MAX_PREFIX_COUNT = 2**20
 #: Default KV link, Gb/s: one 400 Gb/s NDR InfiniBand port (NVIDIA ConnectX-7 datasheet), as the
 #: inter-node link between a prefill and a decode instance (DistServe, Splitwise).
 DEFAULT_KV_LINK_GBPS = 400.0
@@ -294,7 +297,7 @@ FIELDS: tuple[Field, ...] = (
     _lever("kv_link_gbps", "num", DEFAULT_KV_LINK_GBPS, range=Range(0.0, 1e6, lo_open=True),
            when=_pools,
            unit="Gb/s", help="the pools' KV link", short="the pools' KV link"),
-    _wl("prefix_count", "int", 0, range=Range(0, 128),  # the engine's cache slots for prefixes
+    _wl("prefix_count", "int", 0, range=Range(0, MAX_PREFIX_COUNT),
         help="shared prefixes (system prompts)", short="shared prefixes (system prompts)"),
     _wl("prefix_tokens", "int", 0, range=Range(0, MAX_REQUESTS), unit="tokens",
         help="each prefix's length, added to a user's sampled prompt", short="each prefix's length"),

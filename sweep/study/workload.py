@@ -26,8 +26,9 @@ from sweep.study.trace import MAX_TOKENS, Trace
 
 _KINDS = ARRIVALS + ("trace",)
 POISSON, CONSTANT, GAMMA, CLOSED, TRACE = range(5)
-#: Distinct shared prefixes a workload may have: the engine keeps one cache slot per prefix.
-MAX_PREFIXES = WORKLOAD_FIELDS["prefix_count"].range.hi
+#: The fewest cache nodes a batch's paths index (more for many prefixes or a trace's hash ids):
+#: one compiled shape for every workload of up to this many shared prefixes.
+MAX_PREFIXES = 128
 #: The Python types of a workload's values, by kind (``design.KINDS`` and its own two).
 _KIND_TYPES = {**KINDS, "lengths": ((Lengths,), "a Lengths (sweep.study.lengths)"),
                "trace": ((Trace,), "a Trace (sweep.study.trace.load_trace)")}
@@ -153,7 +154,7 @@ class Requests(NamedTuple):
     output: jax.Array  # int32 [N], tokens (>= 1)
     end_time: jax.Array  # float64 [], when the run stops (inf: when all are done)
     seed: jax.Array  # uint32 [], for the speculative-acceptance draws
-    prefix: jax.Array  # int32 [N], shared prefix in [0, MAX_PREFIXES), -1 for none (the
+    prefix: jax.Array  # int32 [N], shared prefix in [0, prefix_count), -1 for none (the
     # routers' key)
     # The cacheable start of each prompt as a path of nodes (docs/model.md "Prefix caching"):
     # a shared prefix is one node, a trace's hash ids one node per block.
@@ -304,10 +305,12 @@ SHARED_PATHS = (1, MAX_PREFIXES)
 
 def path_shape(workloads) -> tuple[int, int]:
     """The path shape (L, K) that holds every one of ``workloads``' requests (stacked in one
-    batch, they share it): the longest path of a trace, its distinct hash ids, and never less
-    than ``SHARED_PATHS``."""
+    batch, they share it): the longest path of a trace, its distinct hash ids or the shared
+    prefixes, and never less than ``SHARED_PATHS``."""
     length, nodes = SHARED_PATHS
     for wl in workloads:
+        if wl.prefix_share > 0 and wl.prefix_count > nodes:  # a power of two: few shapes
+            nodes = 1 << (wl.prefix_count - 1).bit_length()
         if wl.trace is not None and wl.trace.hash_flat is not None:
             ids, _ = trace_nodes(wl.trace)
             length = max(length, int(np.diff(wl.trace.hash_offsets).max(initial=0)))
