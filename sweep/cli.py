@@ -14,6 +14,7 @@ import time
 from sweep.commands.calibrate import cmd_calibrate, cmd_validate
 from sweep.commands.capacity import cmd_capacity
 from sweep.commands.common import EXIT_TRUNCATED, EXIT_USAGE
+from sweep.commands.importing import cmd_import
 from sweep.commands.report import cmd_export, cmd_frontier, cmd_report
 from sweep.commands.run import cmd_merge, cmd_run
 from sweep.errors import Truncated, UsageError
@@ -47,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_capacity(sub)
     _add_results(sub)
     _add_fit(sub)
+    _add_import(sub)
     return ap
 
 
@@ -162,13 +164,30 @@ def _add_fit(sub) -> None:
     val.add_argument("--quiet", action="store_true", help="no progress output")
 
 
+def _add_import(sub) -> None:
+    """``sweep import``: validation cases from benchmark result files."""
+    imp = sub.add_parser("import", help="write one validation case per run of benchmark result "
+                                        "files (vllm bench serve, sglang.bench_serving)")
+    imp.add_argument("kind", metavar="KIND", help="the files' tool: vllm or sglang")
+    imp.add_argument("files", nargs="+", metavar="FILE",
+                     help="result files: one JSON object, or one a line")
+    imp.add_argument("--out", help="folder to write the cases into (created)")
+    imp.add_argument("--gpu", help="catalog GPU the runs ran on")
+    imp.add_argument("--model", help="catalog model or config.json (default: the file's, where "
+                                     "it is a catalog model)")
+    imp.add_argument("--gpus", type=_positive_int, default=1, help="tensor-parallel degree")
+    imp.add_argument("--set", action="append", metavar="KEY=VALUE",
+                     help="any other [hardware] or [levers] key of the server (repeatable)")
+    imp.add_argument("--force", action="store_true", help="replace existing case files")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     args.started = time.perf_counter()  # a command's wall time counts from here
     command = {"run": cmd_run, "capacity": cmd_capacity, "merge": cmd_merge,
                "frontier": cmd_frontier,
                "report": cmd_report, "export": cmd_export, "calibrate": cmd_calibrate,
-               "validate": cmd_validate}[args.command]
+               "validate": cmd_validate, "import": cmd_import}[args.command]
     try:
         return command(args)
     except UsageError as exc:
