@@ -16,15 +16,23 @@ from sweep.errors import clip, one_line, show
 from sweep.files import MAX_TEXT_BYTES, FileRefused, read_text
 from sweep.study.metric_names import METRICS
 
-#: The file's statistics and the metrics they measure: its name -> (our metric, its units in
-#: one of ours).
 _STATS = {"mean": "mean", "median": "p50", "p90": "p90", "p95": "p95", "p99": "p99"}
-_QUANTITIES = (("ttft_ms", "ttft_s", 1000.0), ("tpot_ms", "tpot_ms", 1.0),
-               ("itl_ms", "itl_ms", 1.0), ("e2el_ms", "e2e_s", 1000.0))
-FIELDS = {f"{stat}_{name}": (f"{ours}_{unit}", per)
-          for stat, ours in _STATS.items() for name, unit, per in _QUANTITIES
-          if f"{ours}_{unit}" in METRICS}
-FIELDS["output_throughput"] = ("tokens_per_s", 1.0)
+
+
+def fields(e2e: str) -> dict:
+    """A serving benchmark's statistics and the metrics they measure: its name -> (our metric,
+    its units in one of ours), its end-to-end latency named ``e2e`` (vLLM: ``e2el_ms``; SGLang's
+    ``bench_serving``: ``e2e_latency_ms``)."""
+    quantities = (("ttft_ms", "ttft_s", 1000.0), ("tpot_ms", "tpot_ms", 1.0),
+                  ("itl_ms", "itl_ms", 1.0), (e2e, "e2e_s", 1000.0))
+    named = {f"{stat}_{name}": (f"{ours}_{unit}", per)
+             for stat, ours in _STATS.items() for name, unit, per in quantities
+             if f"{ours}_{unit}" in METRICS}
+    return {**named, "output_throughput": ("tokens_per_s", 1.0)}
+
+
+#: The vLLM file's statistics and the metrics they measure.
+FIELDS = fields("e2el_ms")
 #: What every such file holds (vLLM writes them whatever the percentiles asked for).
 REQUIRED = ("request_rate", "mean_ttft_ms", "mean_tpot_ms")
 

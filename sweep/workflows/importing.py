@@ -27,13 +27,7 @@ KINDS = ("vllm", "sglang")
 LATER = ("guidellm", "aiperf", "genai-perf")
 ALLOWED = "a benchmark's result file: one JSON object, or one a line"
 #: SGLang's statistics (``bench_serving.py``'s result dict) -> (our metric, its units in ours).
-_SG_STATS = {"mean": "mean", "median": "p50", "p90": "p90", "p95": "p95", "p99": "p99"}
-_SG_QUANTITIES = (("ttft_ms", "ttft_s", 1000.0), ("tpot_ms", "tpot_ms", 1.0),
-                  ("itl_ms", "itl_ms", 1.0), ("e2e_latency_ms", "e2e_s", 1000.0))
-SGLANG_FIELDS = {f"{stat}_{name}": (f"{ours}_{unit}", per)
-                 for stat, ours in _SG_STATS.items() for name, unit, per in _SG_QUANTITIES
-                 if f"{ours}_{unit}" in METRICS}
-SGLANG_FIELDS["output_throughput"] = ("tokens_per_s", 1.0)
+SGLANG_FIELDS = vllm_bench.fields("e2e_latency_ms")
 #: vLLM's KV sizing default, written for vLLM runs unless ``--set`` sizes memory.
 VLLM_MEMORY = 0.9
 #: Keys the flags set, not ``--set``.
