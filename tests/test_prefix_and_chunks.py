@@ -154,7 +154,7 @@ def test_design_refuses_bad_levers(changes, key):
 
 
 @pytest.mark.parametrize("changes, key", [
-    (dict(prefix_count=129), "workload.prefix_count"),
+    (dict(prefix_count=2**20 + 1), "workload.prefix_count"),
     (dict(prefix_share=1.5), "workload.prefix_share"),
     (dict(prefix_share=0.5), "workload.prefix_share"),  # no prefixes to share
 ])

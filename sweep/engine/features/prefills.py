@@ -89,7 +89,8 @@ def node_blocks(p: EngineParams, r: Requests):
 
 
 def _index(path):
-    """A path's nodes as scatter indices: -1 becomes K, which ``mode="drop"`` drops."""
+    """A path's nodes as scatter indices: -1 becomes an index past every array, which
+    ``mode="drop"`` drops."""
     return jnp.where(path >= 0, path, jnp.iinfo(jnp.int32).max)
 
 
@@ -154,16 +155,15 @@ def hit_tokens(r: Requests, cached, path):
     return jnp.where(lead > 0, r.node_end[jnp.maximum(path, 0)], 0).max(axis=-1)
 
 
-def readmission_lookup(p: EngineParams, r: Requests, s: EngineState, x: Held, index, length,
-                       need) -> Lookup:
+def readmission_lookup(r: Requests, s: EngineState, x: Held, index, length, need) -> Lookup:
     """The preempted seat ``index`` recomputing ``length`` tokens in ``need`` blocks: it
     allocates its path's nodes that no running seat holds."""
     path = x.path[index]
     own = need - x.shared[index]
-    shared = jnp.where((path >= 0) & ~x.refs[jnp.maximum(path, 0)], x.nb[jnp.maximum(path, 0)],
+    unheld = jnp.where((path >= 0) & ~x.refs[jnp.maximum(path, 0)], x.nb[jnp.maximum(path, 0)],
                        0).sum(dtype=jnp.int32)
     hit = hit_tokens(r, _slot(s).cached, path)
-    return Lookup(own + shared, own, hit, length - hit)
+    return Lookup(own + unheld, own, hit, length - hit)
 
 
 def window_lookup(p: EngineParams, r: Requests, s: EngineState, x: Held, index, need,
@@ -290,7 +290,7 @@ class Hooks(Plain):
 
     @staticmethod
     def readmission_lookup(c, index, length, need) -> Lookup:
-        return readmission_lookup(c.p, c.r, c.s, c.x, index, length, need)
+        return readmission_lookup(c.r, c.s, c.x, index, length, need)
 
     @staticmethod
     def within_budget(b, ok):
