@@ -417,7 +417,7 @@ def test_a_malformed_parts_folder_is_one_line_for_merge(edit, tmp_path, capsys):
 
 
 PASSES = "prefill_tokens,decode_seqs,context_tokens,seconds\n" + "".join(
-    f"{p},{d},{d * 300},{(5 + p / 1000 + d / 100) * scale}\n"
+    f"{p},{d},{d * 300},{(5 + p / 40 + d / 100) * scale}\n"
     for p, d in ((0, 1), (0, 8), (512, 0), (128, 4), (0, 32)) for scale in (1e-3,))
 
 
