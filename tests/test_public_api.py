@@ -66,7 +66,7 @@ def test_capacity_validate_and_calibrate_run_from_python_and_refuse_in_one_line(
 
     meas = tmp_path / "m.csv"
     meas.write_text("prefill_tokens,decode_seqs,context_tokens,seconds\n" + "".join(
-        f"{p},{d},{d * 300},{(5 + p / 1000 + d / 100) * 1e-3}\n"
+        f"{p},{d},{d * 300},{(5 + p / 40 + d / 100) * 1e-3}\n"
         for p, d in ((0, 1), (0, 8), (512, 0), (128, 4), (0, 32))))
     cal = sweep.calibrate(meas, gpu="H100-SXM", model="Llama-3-8B")
     assert cal.profile == meas.with_suffix(".profile.toml") and cal.profile.exists()
