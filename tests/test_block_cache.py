@@ -1,6 +1,7 @@
 """The KV cache as a cache of blocks: a trace's hash ids replayed, the cached tokens exactly those
 an independent replay finds where memory is ample, least-recently-used eviction as memory
-shrinks, and the engine and its twin agreeing request by request."""
+shrinks, a CPU KV tier recovering what it evicts, and the engine and its twin agreeing request
+by request."""
 from __future__ import annotations
 
 import json
@@ -60,13 +61,20 @@ def simulate(trace: Trace, designs: list[Design]):
     return reqs, params, out, mets
 
 
+#: The CPU tiers (GiB per server) beside the smallest GPU cache: a Llama-3.1-8B token's KV is
+#: 128 KiB, so 256 GiB hold about 2.1M tokens, and 1,024 GiB every block of the sample.
+TIERS_GIB = (256.0, 1024.0)
+
+
 @pytest.fixture(scope="module")
 def shrinking():
     """One batch: prefix caching off, then on with KV memory from ample down to little more
-    than the longest prompt needs."""
+    than the longest prompt needs, then that least memory with CPU tiers."""
     base = dict(gpu="H200", model="Llama-3.1-8B", max_batch=SEATS)
     designs = [Design(**base), *(Design(**base, prefix_cache=True, kv_blocks=b)
-                                 for b in (400_000, 40_000, 16_000, 8_200))]
+                                 for b in (400_000, 40_000, 16_000, 8_200)),
+               *(Design(**base, prefix_cache=True, kv_blocks=8_200, kv_offload_gib=g)
+                 for g in TIERS_GIB)]
     return spaced_trace(), designs, simulate(spaced_trace(), designs)
 
 
@@ -84,13 +92,26 @@ def test_a_trace_with_ample_memory_caches_exactly_what_a_replay_of_its_hashes_fi
 
 def test_the_hit_rate_falls_as_memory_shrinks(shrinking):
     _, _, (_, _, out, mets) = shrinking
-    rate = mets["prefix_token_hit_rate"][1:]
+    rate = mets["prefix_token_hit_rate"][1:5]
     assert (np.diff(rate) <= 0).all(), rate
     assert rate[-1] < rate[0]
     assert not np.asarray(mets["truncated"]).any()
 
 
-@pytest.mark.parametrize("k", [1, 3, 4])
+def test_a_cpu_tier_recovers_what_gpu_memory_evicts_and_pays_for_its_loads(shrinking):
+    """Beside the least GPU memory, a tier recovers part of the hit rate, and one that holds
+    every block all of it: exactly the ample cache's tokens per request, the loads making no
+    first token earlier than the ample cache's."""
+    trace, _, (_, _, out, mets) = shrinking
+    rate = mets["prefix_token_hit_rate"]
+    assert rate[4] < rate[5] < rate[6] == rate[1]
+    np.testing.assert_array_equal(np.asarray(out.cached_tokens[6]),
+                                  np.asarray(out.cached_tokens[1]))
+    assert (np.asarray(out.first[6]) >= np.asarray(out.first[1])).all()
+    assert (np.asarray(out.first[6]) > np.asarray(out.first[1])).any()
+
+
+@pytest.mark.parametrize("k", [1, 3, 4, 5, 6])
 def test_engine_and_twin_agree_per_request_on_a_block_trace(shrinking, k):
     """Ample memory, and two sizes that evict: first tokens, finishes and cached tokens per
     request, and the cache's counts."""

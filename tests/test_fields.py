@@ -52,7 +52,7 @@ def test_columns_are_pinned():
                                              "dequant_compute_efficiency", "concurrency",
                                              "warmup_requests", "think_time_s",
                                              "allreduce_growth", "prompt_overhead_us",
-                                             "hash_block_tokens"]
+                                             "hash_block_tokens", "kv_offload_gib"]
     assert len(set(COLUMNS)) == len(COLUMNS)
     assert set(TEXT_COLUMNS) == {"gpu", "model", "arrival", "prompt_tokens_dist",
                                  "output_tokens_dist", "batching", "kv_cache", "trace", "router",

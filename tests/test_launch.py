@@ -18,14 +18,16 @@ VLLM_FLAGS = {"--tensor-parallel-size", "--data-parallel-size", "--enable-expert
               "--max-num-batched-tokens", "--enable-prefix-caching", "--no-enable-prefix-caching",
               "--kv-cache-dtype", "--quantization", "--speculative-config", "--max-num-seqs",
               "--max-model-len", "--gpu-memory-utilization", "--num-gpu-blocks-override",
-              "--block-size", "--kv-transfer-config"}
+              "--block-size", "--kv-transfer-config", "--kv-offloading-backend",
+              "--kv-offloading-size"}
 SGLANG_FLAGS = {"--model-path", "--tp", "--dp", "--enable-dp-attention", "--ep-size",
                 "--chunked-prefill-size", "--enable-mixed-chunk", "--disable-radix-cache",
                 "--kv-cache-dtype", "--quantization", "--speculative-algorithm",
                 "--speculative-draft-model-path", "--speculative-num-steps",
                 "--speculative-eagle-topk", "--speculative-num-draft-tokens",
                 "--max-running-requests", "--context-length", "--mem-fraction-static",
-                "--page-size", "--max-total-tokens", "--disaggregation-mode"}
+                "--page-size", "--max-total-tokens", "--disaggregation-mode",
+                "--enable-hierarchical-cache", "--hicache-write-policy", "--hicache-size"}
 BASE = dict(model="Llama-3-8B", gpu="H100-SXM", batching="continuous", kv_cache="paged", gpus=1,
             weight_bits=16, activation_bits=16, kv_bits=16, draft_tokens=0, max_batch=256,
             block_size=16, replicas=1, router="round_robin", prefix_cache=False)
@@ -94,6 +96,20 @@ def test_prefix_cache(on):
     v, s = vllm(prefix_cache=on)[0], sglang(prefix_cache=on)[0]
     assert ("--enable-prefix-caching" in v, "--no-enable-prefix-caching" in v) == (on, not on)
     assert ("--disable-radix-cache" in s) == (not on)
+
+
+@pytest.mark.parametrize("gib, gpus, cache", [(0.0, 1, True), (64.0, 1, True), (64.0, 4, True),
+                                              (64.0, 1, False)])
+def test_cpu_kv_tier(gib, gpus, cache):
+    """vLLM's buffer is the server's GiB; SGLang's host pool each rank's GB; no tier without
+    the prefix cache it serves."""
+    v = vllm(kv_offload_gib=gib, gpus=gpus, prefix_cache=cache)[0]
+    s = sglang(kv_offload_gib=gib, gpus=gpus, prefix_cache=cache)[0]
+    on = gib > 0 and cache
+    assert ("--kv-offloading-size" in v, "--enable-hierarchical-cache" in s) == (on, on)
+    if on:
+        assert v["--kv-offloading-backend"] == "native" and float(v["--kv-offloading-size"]) == gib
+        assert float(s["--hicache-size"]) == pytest.approx(gib * 2**30 / 1e9 / gpus, rel=1e-3)
 
 
 @pytest.mark.parametrize("bits", [16, 8])
@@ -202,6 +218,7 @@ def test_model_ids_and_only_documented_flags():
         assert words[2] == HF_IDS.get(name, name)
         assert name in HF_IDS or f"{name}: no public checkpoint" in launch_vllm({"model": name})
     rows = [dict(draft_tokens=2, kv_bits=8, weight_bits=8, prefix_cache=True, data_parallel=2,
+                 kv_offload_gib=128.0,
                  expert_parallel=True, max_num_batched_tokens=2048, prefill_chunk_tokens=512,
                  max_seq_len=2048, gpu_memory_utilization=0.9, kv_blocks=100, block_size=32),
             dict(gpus=float("nan"), prefill_gpus=1, decode_gpus=1, kv_link_gbps=100.0)]

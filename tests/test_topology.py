@@ -93,6 +93,13 @@ def _cases(kind: str, seed: int, features: bool = False):
                 d = ranks
             except ValueError:
                 pass
+        if features and small and d.prefix_cache:  # a CPU tier under a full cache
+            tier = d.replace(kv_offload_gib=64.0)
+            try:
+                tier.validate()
+                d = tier
+            except ValueError:
+                pass
         if kind != "disaggregated":
             d = d.replace(replicas=int(rng.integers(1, 6)), router=ROUTER[kind])
         else:
@@ -117,6 +124,8 @@ def _cases(kind: str, seed: int, features: bool = False):
             one = max(math.ceil(CONTEXT / int(x.block_tokens)) + int(x.seq_blocks)
                       for x in servers)
             shrink = dict(total_blocks=np.int32(rng.integers(one, one + 8)))
+            if d.kv_offload_gib > 0:  # a tier of about two caches: it drops nodes too
+                shrink["host_blocks"] = shrink["total_blocks"] * 2
             p = p._replace(first=[x._replace(**shrink) for x in p.first],
                            decode=None if p.decode is None else p.decode._replace(**shrink))
         out.append((d, p, sample_n(_workload(rng, small, features), int(rng.integers(2**31)),
@@ -263,8 +272,10 @@ def _check_closed(cases, out) -> None:
 
 
 def _check_features_covered(designs, out) -> None:
-    """The random cases cache, chunk and budget, some on data-parallel ranks, and hit."""
+    """The random cases cache, chunk and budget, some on data-parallel ranks or with a CPU
+    tier, and hit."""
     cached = [d.prefix_cache for d in designs]
+    assert sum(d.kv_offload_gib > 0 for d in designs) >= 1
     assert sum(cached) >= 3 and (np.asarray(out.prefix_hits) > 0).sum() >= 2
     assert sum(d.prefill_chunk_tokens > 0 for d in designs) >= 2
     assert sum(d.max_num_batched_tokens > 0 for d in designs) >= 3

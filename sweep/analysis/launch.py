@@ -180,6 +180,9 @@ def _vllm_flags(row, s: _Server) -> tuple[list[str], list[str]]:
             else "vLLM's budget also counts the pass's decodes"))
     flags.append("--enable-prefix-caching" if _value(row, "prefix_cache")
                  else "--no-enable-prefix-caching")
+    tier = _tier_gib(row)
+    if tier:  # GiB over the engine's tensor-parallel ranks; each data-parallel rank its own
+        flags.append(f"--kv-offloading-backend native --kv-offloading-size {tier / dp:g}")
     if _int(row, "kv_bits") == 8:
         flags.append("--kv-cache-dtype fp8")
     quantization, weight_notes = _weights(row, s.gpu)
@@ -199,6 +202,11 @@ def _vllm_flags(row, s: _Server) -> tuple[list[str], list[str]]:
     if s.pool:
         flags.append(f"--kv-transfer-config {_json(KV_TRANSFER)}")
     return flags, weight_notes + notes
+
+
+def _tier_gib(row) -> float:
+    """A CPU KV tier's GiB per server (0: none)."""
+    return float(_value(row, "kv_offload_gib") or 0) if _value(row, "prefix_cache") else 0.0
 
 
 def _memory_flags(row, names: dict) -> list[str]:
@@ -233,6 +241,10 @@ def _sglang_flags(row, s: _Server) -> tuple[list[str], list[str]]:
         flags.append("--enable-mixed-chunk")
     if not _value(row, "prefix_cache"):
         flags.append("--disable-radix-cache")
+    tier = _tier_gib(row)
+    if tier:  # HiCache's host pool is each rank's, in GB (1e9 bytes)
+        flags += ["--enable-hierarchical-cache", "--hicache-write-policy write_through",
+                  f"--hicache-size {tier * 2**30 / 1e9 / (s.tp * dp):.4g}"]
     if _int(row, "kv_bits") == 8:
         flags.append("--kv-cache-dtype fp8_e4m3")
     quantization, weight_notes = _weights(row, s.gpu)

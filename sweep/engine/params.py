@@ -46,6 +46,8 @@ _DERIVED = [
     ("seq_blocks", np.ndarray),  # int32: blocks a running sequence holds besides its context's
     ("accept_thresholds", np.ndarray),  # int32[MAX_DRAFT_TOKENS]: acceptance**j x 2**24, 0 past k
     ("transferred", np.ndarray),  # bool: requests arrive prefilled (a decode pool: topology.py)
+    ("host_blocks", np.ndarray),  # int32: a CPU KV tier's blocks (0: none; Design.host_tier)
+    ("load_s_per_token", np.ndarray),  # float64: seconds to load a token's KV from it
 ]
 EngineParams = NamedTuple("EngineParams", [*_DERIVED, *((f.key, np.ndarray) for f in ENGINE_LEVERS),
                                            ("summary", SummaryParams)])
@@ -79,6 +81,7 @@ def engine_params(design: Design) -> EngineParams:
     if design.replicas != 1 or design.disaggregated:
         raise FieldError("design", "replicas and prefill/decode pools are several servers",
                          "sweep.engine.topology.plan(design)")
+    host_blocks, load_s = design.host_tier()
     return EngineParams(
         timing=TimingParams(*(np.float64(v) for v in design.timing())),
         max_batch=np.int32(design.seats),
@@ -91,6 +94,7 @@ def engine_params(design: Design) -> EngineParams:
                                    acceptance_thresholds(design.acceptance, MAX_DRAFT_TOKENS),
                                    0).astype(np.int32),
         transferred=np.bool_(False),
+        host_blocks=np.int32(host_blocks), load_s_per_token=np.float64(load_s),
         **{**{f.key: np.dtype(f.engine).type(getattr(design, f.key)) for f in ENGINE_LEVERS},
            **_ranks_budget(design)},
         summary=SummaryParams(

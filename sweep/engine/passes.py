@@ -41,7 +41,8 @@ class Pass(NamedTuple):
 def the_pass(c: Step, t, g: Growth, ra: Readmission, ad: Admission, b) -> Pass:
     """Rule 6: a pass from ``t`` prefills the admitted and readmitted requests (under chunked
     prefill, each prefilling seat's chunk) and decodes every seat that grew in rule 3; it takes
-    ``timing.pass_time``."""
+    ``timing.pass_time``, or the time of its loads from a second tier of the cache if longer
+    (they overlap its compute)."""
     decode = g.decoding & g.work
     # A transferred request (a decode pool's) is not prefilled: its admission decodes one token
     # over its cached context (docs/model.md "Disaggregated prefill and decode").
@@ -52,6 +53,9 @@ def the_pass(c: Step, t, g: Growth, ra: Readmission, ad: Admission, b) -> Pass:
                        (decode | load).sum(dtype=f64),
                        (jnp.where(decode, c.seats.ctx, 0) + jnp.where(load, ad.prompt, 0)).sum(
                            dtype=f64), xp=jnp)
+    loads = c.f.load_time(c, ra, ad)
+    if loads is not None:
+        dt = jnp.maximum(dt, loads)
     dt = jnp.where(g.work, dt, 0.0)
     return Pass(decode, prefill, todo, dt, t + dt)
 

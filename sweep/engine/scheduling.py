@@ -85,7 +85,7 @@ def growth(c: Step, go) -> Growth:
 
 
 class Readmission(NamedTuple):
-    """Rule 4's outcome; the last four are the features' (None in the plain form)."""
+    """Rule 4's outcome; the last five are the features' (None in the plain form)."""
 
     ok: jax.Array  # bool a request is readmitted
     seat: jax.Array  # bool[S] its seat
@@ -97,6 +97,7 @@ class Readmission(NamedTuple):
     todo: jax.Array | None = None  # i32 tokens it has to prefill
     chunk: jax.Array | None = None  # i32 of which this pass prefills
     left: jax.Array | None = None  # i32 prefill budget left after it
+    loaded: jax.Array | None = None  # i32 of its cached tokens, those loaded from another tier
 
 
 def readmission(c: Step, g: Growth, b) -> Readmission:
@@ -110,11 +111,12 @@ def readmission(c: Step, g: Growth, b) -> Readmission:
     ok = c.f.within_budget(b, g.work & seats.pre.any() & (look.need <= g.free))
     chunk, left = c.f.take(b, ok, look.todo)
     return Readmission(ok, ok & (seats.index == index), index, length, look.own,
-                       g.free - jnp.where(ok, look.need, 0), look.hit, look.todo, chunk, left)
+                       g.free - jnp.where(ok, look.need, 0), look.hit, look.todo, chunk, left,
+                       look.loaded)
 
 
 class Admission(NamedTuple):
-    """Rule 5's outcome, by seat; the last three are the features' (None in the plain form)."""
+    """Rule 5's outcome, by seat; the last four are the features' (None in the plain form)."""
 
     count: jax.Array  # i32 requests admitted (the window head..head+count-1)
     overflow: jax.Array  # bool the seat array, not max_batch, held back an admission
@@ -126,6 +128,7 @@ class Admission(NamedTuple):
     hit: jax.Array | None = None  # i32[S] tokens of its path found cached
     todo: jax.Array | None = None  # i32[S] tokens it has to prefill
     chunk: jax.Array | None = None  # i32[S] of which this pass prefills
+    loaded: jax.Array | None = None  # i32[S] of its cached tokens, those loaded from another tier
 
 
 def admission(c: Step, tail, g: Growth, ra: Readmission) -> Admission:

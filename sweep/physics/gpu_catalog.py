@@ -111,3 +111,32 @@ SHEETS = (
           "access; nvidia-smi reports 24,564 MiB; $0.60/GPU-h RunPod on-demand, March 2026 "
           "(deploybase.ai RunPod GPU pricing guide)"),
 )
+
+
+#: Each GPU's link to its host's memory, GB/s per direction, for a CPU KV tier's loads: the
+#: PCIe generation of its x16 slot (Gen4 32 GB/s, Gen5 64 GB/s, Gen6 128 GB/s per direction,
+#: PCI-SIG base specifications) or NVLink-C2C, and the datasheet that states it.
+HOST_LINKS: dict[str, tuple[float, str]] = {
+    "H100-SXM": (64.0, "PCIe Gen5 x16 (NVIDIA H100 datasheet, SXM5: PCIe Gen5 128 GB/s)"),
+    "H200": (64.0, "PCIe Gen5 x16 (NVIDIA H200 datasheet: PCIe Gen5 128 GB/s)"),
+    "A100-80GB": (32.0, "PCIe Gen4 x16 (NVIDIA A100 datasheet: PCIe Gen4 64 GB/s)"),
+    "L40S": (32.0, "PCIe Gen4 x16 (NVIDIA L40S datasheet: 64 GB/s bidirectional)"),
+    "B200": (64.0, "PCIe Gen5 x16 (NVIDIA HGX B200 datasheet: PCIe Gen5 host interface)"),
+    "MI300X": (64.0, "PCIe Gen5 x16 (AMD Instinct MI300X datasheet: PCIe Gen5 x16, 128 GB/s)"),
+    "B300": (128.0, "PCIe Gen6 x16 (NVIDIA HGX B300: ConnectX-8 SuperNIC's PCIe Gen6 switch)"),
+    "GB200": (225.0, "NVLink-C2C, 900 GB/s bidirectional from one Grace CPU to two Blackwell "
+                     "GPUs (NVIDIA GB200 NVL72 specifications): 225 GB/s per GPU per direction"),
+    "MI325X": (64.0, "PCIe Gen5 x16 (AMD Instinct MI325X datasheet)"),
+    "MI355X": (64.0, "PCIe Gen5 x16 (AMD Instinct MI355X datasheet)"),
+    "A100-40GB": (32.0, "PCIe Gen4 x16 (NVIDIA A100 datasheet: PCIe Gen4 64 GB/s)"),
+    "H100-PCIe": (64.0, "PCIe Gen5 x16 (NVIDIA H100 PCIe datasheet: 128 GB/s bidirectional)"),
+    "H20": (64.0, "PCIe Gen5 x16 (NVIDIA HGX H20 specifications: PCIe Gen5 128 GB/s)"),
+    "L4": (32.0, "PCIe Gen4 x16 (NVIDIA L4 datasheet: 64 GB/s bidirectional)"),
+    "GH200": (450.0, "NVLink-C2C, 900 GB/s bidirectional CPU-GPU (NVIDIA GH200 datasheet)"),
+    "RTX-PRO-6000": (64.0, "PCIe Gen5 x16 (NVIDIA RTX PRO 6000 Blackwell Server Edition "
+                           "datasheet: 128 GB/s bidirectional)"),
+    "RTX-PRO-4500": (64.0, "PCIe Gen5 x16 (NVIDIA RTX PRO 4500 Blackwell: 128 GB/s "
+                           "bidirectional)"),
+    "RTX-4090": (32.0, "PCIe Gen4 x16 (NVIDIA Ada Lovelace architecture whitepaper: 64 GB/s "
+                       "bidirectional)"),
+}

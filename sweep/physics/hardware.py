@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sweep.errors import listed
-from sweep.physics.gpu_catalog import SHEETS
+from sweep.physics.gpu_catalog import HOST_LINKS, SHEETS
 
 #: A datasheet entry's roofline factors until the catalog gives it a fitted GPU's (``_served``):
 #: the 'Serve a Model' document's "60% of peak compute and 80% of peak bandwidth plus 0.2 ms per
@@ -25,6 +25,11 @@ from sweep.physics.gpu_catalog import SHEETS
 PRIOR_COMPUTE_EFFICIENCY = 0.6
 PRIOR_BANDWIDTH_EFFICIENCY = 0.8
 PRIOR_PASS_OVERHEAD_MS = 0.2
+#: Share of the host link's per-direction rate a CPU KV tier's loads reach: stated, not fitted
+#: (no shared run loads KV from host memory). vLLM's offloading connector copies contiguous
+#: 0.5-2 MB blocks by DMA (vLLM blog, "KV offloading connector", 2026-01-08), which approach the
+#: link's rate; PCIe's 128b/130b encoding and packet headers leave about 85-90% of it.
+HOST_LINK_EFFICIENCY = 0.8
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,8 @@ class GPU:
     # Such a design's all-reduce latency (us, 2 GPUs) and growth: fitted on runs of those
     # kernels, of this GPU or one of its generation (None: the two above, as every other design).
     weight_only_allreduce: tuple[float, float] | None = None
+    # Per-direction GB/s of its link to the host's memory (a CPU KV tier's loads); 0: none.
+    host_link_gbs: float = 0.0
     source: str = field(default="", compare=False)
 
     def tflops(self, activation_bits: int) -> float:
@@ -286,7 +293,8 @@ _LINK_AR_US = {"nvlink": _NVLINK_AR_US, "pcie": _PCIE_AR_US}
 _DATASHEETS = tuple(
     GPU(s.name, s.memory_gib, s.bandwidth_tbs, s.tflops_16bit, s.tflops_8bit, s.tflops_4bit,
         s.interconnect_gbs, _LINK_AR_US[s.link], s.price_per_gpu_hour,
-        generation=s.generation, source=s.source) for s in SHEETS) + (
+        generation=s.generation, host_link_gbs=HOST_LINKS[s.name][0], source=s.source)
+    for s in SHEETS) + (
     GPU("Apple-M3-Max", 48, 0.4, 14.2, 14.2, 14.2, 0.0, 0.0, 0.1,
         timing="linear", linear=M3_MAX_LINEAR_FIT, generation="Apple",
         source="Apple M3 Max (16-core CPU, 40-core GPU) specifications: 400 GB/s unified memory, "

@@ -7,7 +7,7 @@ import math
 
 from sweep.errors import DoesNotFit, FieldError, got, listed, show
 from sweep.physics.catalog import get_model
-from sweep.physics.hardware import GPU, get_gpu
+from sweep.physics.hardware import GPU, HOST_LINK_EFFICIENCY, get_gpu
 from sweep.physics.memory import DEFAULT_PROFILE_TOKENS, memory_budget
 from sweep.physics.models import Model
 from sweep.physics.timing import TimingParams, allreduce_setting, timing_params
@@ -191,6 +191,9 @@ class _Design:
         # The longest sequence is the model's to say.
         check(DESIGN_FIELDS["max_seq_len"]._replace(range=Range(2, model.max_context)),
               self.max_seq_len, "levers")
+        if self.kv_offload_gib > 0 and gpu.host_link_gbs <= 0:
+            raise FieldError("levers.kv_offload_gib", f"{gpu.name} has no host link to load KV "
+                             "over", "0", self.kv_offload_gib)
         if self.gpus > 1 and gpu.interconnect_gbs <= 0:
             raise FieldError("levers.gpus", f"{gpu.name} has no tensor-parallel interconnect",
                              "1", self.gpus)
@@ -319,6 +322,22 @@ class _Design:
         model = self.model_spec
         per_block = self.block_tokens * model.held_kv_bytes_per_token(self.kv_bits, self.gpus)
         return int(math.ceil(model.held_seq_bytes(self.kv_bits, self.gpus) / per_block))
+
+    def host_tier(self) -> tuple[int, float]:
+        """A CPU KV tier's blocks (0: none) and seconds to load one token's KV back: each GPU
+        loads its share over its host link (``HOST_LINK_EFFICIENCY`` of it). The tier is used
+        only where loading a token beats prefilling it at the roofline's compute rate, as
+        vLLM's and LMCache's offloading assume; otherwise a host hit would be recomputed."""
+        if not (self.prefix_cache and self.kv_offload_gib > 0):
+            return 0, 0.0
+        model, gpu, t = self.model_spec, self.gpu_spec, self.timing()
+        token_bytes = model.held_kv_bytes_per_token(self.kv_bits, self.gpus)
+        load_s = token_bytes / self.gpus / (gpu.host_link_gbs * 1e9 * HOST_LINK_EFFICIENCY)
+        prefill_s = t.lin_prefill_token_s if t.linear else t.flops_per_token / t.flops_per_s
+        if load_s >= prefill_s:
+            return 0, 0.0
+        return int(min(self.kv_offload_gib * 2**30 // (self.block_tokens * token_bytes),
+                       2**31 - 1)), load_s
 
     def timing(self) -> TimingParams:
         """The pass-time constants: ``timing_params`` gets every lever it names."""

@@ -371,6 +371,12 @@ FIELDS: tuple[Field, ...] = (
         help="with a trace whose rows state `hash_ids`: the tokens each hash names (Mooncake's "
              "traces: 512)",
         short="with a trace: tokens per hash id"),
+    _lever("kv_offload_gib", "num", 0.0, range=Range(0.0, 1e6), unit="GiB",
+           when=Applies(lambda d, w: bool(d["prefix_cache"]), "with prefix_cache = true"),
+           shown="0 (off)",
+           help="host memory per server keeping the prefix cache's blocks past GPU memory, "
+                "loaded back over the host link on a hit ([model.md](model.md))",
+           short="CPU KV tier per server"),
 )
 
 #: section -> key -> Field, in declaration order.

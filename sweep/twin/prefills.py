@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from sweep.twin.kv_offload import offload
 from sweep.twin.state import Seat, Twin, ceil_div
 
 
@@ -19,6 +20,7 @@ class Pass:
     # (seat, chunk c, tokens L already in its KV) per prefill
     prefills: list[tuple[Seat, int, int]] = field(default_factory=list)
     loads: list[Seat] = field(default_factory=list)  # transferred: one decode over the context
+    loaded: int = 0  # tokens its prefills load from host memory (a CPU KV tier)
 
 
 # KV blocks and prefix caching.
@@ -56,21 +58,24 @@ def cost(tw: Twin, path: tuple, tokens: int) -> tuple[int, int]:
     return own, own + sum(tw.node_blocks[k] for k in path if k not in holding)
 
 
-def look_up(tw: Twin, s: Seat) -> int:
+def look_up(tw: Twin, s: Seat) -> tuple[int, int]:
     """A prefill starts: its path (if any) is looked up and stamped with the passes before
-    this one; returns the tokens of its longest start whose nodes are all cached."""
-    hit = 0
+    this one; returns the tokens of its longest start whose nodes are all cached, in GPU or
+    host memory, and of them those in host memory only, which it loads."""
+    hit = loaded = 0
     for k in s.path:
-        if k not in tw.cached:
+        if k not in tw.cached and k not in tw.host:
             break
         hit = tw.node_end[k]
+        if k not in tw.cached:
+            loaded += tw.node_end[k] - tw.node_start[k]
     if s.path:
         tw.lookups += 1
         tw.hits += hit > 0
         tw.saved += hit
         for k in s.path:
             tw.stamps[k] = tw.passes
-    return hit
+    return hit, loaded
 
 
 def evict(tw: Twin) -> None:
@@ -80,6 +85,7 @@ def evict(tw: Twin) -> None:
     holding = held(tw)
     idle = sorted((c for c in tw.cached if c not in holding),
                   key=lambda c: (tw.stamps[c], -tw.node_start[c], c))
+    offload(tw, tw.cached)
     room, younger = free(tw), 0
     for c in reversed(idle):
         younger += tw.node_blocks[c]
@@ -114,7 +120,8 @@ def continue_prefills(tw: Twin, ps: Pass) -> None:
 def start_prefill(tw: Twin, ps: Pass, s: Seat) -> int:
     """A prefill of the seat's whole context (its prompt, or ``p + g`` on readmission) starts;
     the cached start of its path is not redone. Returns the tokens found cached."""
-    hit = look_up(tw, s)
+    hit, loaded = look_up(tw, s)
+    ps.loaded += loaded
     s.todo = s.p + s.g - hit
     take_chunk(ps, s)
     return hit

@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from sweep.physics import rng, timing
+from sweep.twin import kv_offload
 from sweep.twin.closed_loop import send
 from sweep.twin.prefills import Pass, cost, free, own_blocks, start_prefill
 from sweep.twin.state import Seat, Twin
@@ -111,7 +112,8 @@ def admission(tw: Twin, ps: Pass) -> None:
 
 
 def the_pass(tw: Twin, ps: Pass) -> float:
-    """6. The pass: its prefills and decodes, timed by ``timing.pass_time``; returns its end.
+    """6. The pass: its prefills and decodes, timed by ``timing.pass_time`` (or its loads from a
+    CPU KV tier, if longer: ``kv_offload.pass_time``); returns its end.
     Integer sums are exact Python ints, then float64. A chunk of c tokens after L already in
     the KV attends to L + 1 .. L + c keys; a transferred admission decodes once over its
     cached context."""
@@ -125,8 +127,9 @@ def the_pass(tw: Twin, ps: Pass) -> float:
     p_pairs = sum(c * L + c * (c + 1) // 2 for _, c, L in ps.prefills)
     d_seqs = len(ps.decoding) + len(ps.loads)
     d_context = sum(s.p + s.g for s in ps.decoding) + sum(s.p for s in ps.loads)
-    duration = timing.pass_time(tw.design.timing, np.float64(p_tokens), np.float64(p_pairs),
-                                np.float64(d_seqs), np.float64(d_context), xp=np)
+    duration = kv_offload.pass_time(tw, timing.pass_time(
+        tw.design.timing, np.float64(p_tokens), np.float64(p_pairs), np.float64(d_seqs),
+        np.float64(d_context), xp=np), ps.loaded)
     return float(np.float64(tw.t) + np.float64(duration))
 
 

@@ -66,6 +66,7 @@ class Twin:
     free_seats: list[int] = field(init=False)  # a min-heap
     cached: set[int] = field(default_factory=set)  # nodes whose KV is cached
     stamps: dict[int, int] = field(default_factory=dict)  # node -> pass of its last lookup
+    host: set[int] = field(default_factory=set)  # nodes whose KV is in host memory (CPU tier)
     # The outputs.
     first_token: np.ndarray = field(init=False)
     finish: np.ndarray = field(init=False)

@@ -18,12 +18,13 @@ from sweep.study.workload import Requests
 
 class Lookup(NamedTuple):
     """A prefill's blocks and tokens as the admission and readmission rules (4 and 5) see them;
-    the last two are prefix caching's (None in the plain form)."""
+    the last three are prefix caching's (None in the plain form)."""
 
     need: jax.Array  # i32 blocks it must find free: its own, and its path's not yet held
     own: jax.Array  # i32 blocks it holds itself
     hit: jax.Array | None  # i32 tokens of its path cached at the start of the pass (0: a miss)
     todo: jax.Array | None  # i32 tokens to prefill: less those found cached
+    loaded: jax.Array | None = None  # i32 of the cached ones, those loaded from another tier
 
 
 class Plain:
@@ -157,6 +158,25 @@ class Plain:
     @staticmethod
     def cache_after(c, ra, ad, tk, done):
         """Rule 8's completion, with what the features keep after the pass."""
+        return done
+
+    # -- a second tier of the prefix cache ----------------------------------------------------
+
+    @staticmethod
+    def tiers(s: EngineState, cached):
+        """The cache nodes a lookup finds (``cached``: those in GPU memory), and which of them
+        it must load from another tier (None: no other)."""
+        return cached, None
+
+    @staticmethod
+    def load_time(c, ra, ad):
+        """Seconds the pass's loads from another tier take (None: none)."""
+        return None
+
+    @staticmethod
+    def tier_after(c, stamp, computed, done):
+        """Rule 8's completion with the other tier after the pass (``computed``: the nodes
+        cached in GPU memory before its eviction; ``stamp``: every node's last use)."""
         return done
 
     # -- decode runs --------------------------------------------------------------------------

@@ -148,29 +148,36 @@ def budget(p: EngineParams, s: EngineState, x: Held, decoding, work) -> Budget:
     return Budget(mid_chunk, total - mid_chunk.sum())
 
 
-def hit_tokens(r: Requests, cached, path):
-    """[...] the tokens of a path's longest start whose nodes are all cached (0: a miss)."""
-    lead = jnp.cumprod(jnp.where(path >= 0, cached[jnp.maximum(path, 0)], False), axis=-1,
-                       dtype=jnp.int32)
-    return jnp.where(lead > 0, r.node_end[jnp.maximum(path, 0)], 0).max(axis=-1)
+def hit_tokens(c, path):
+    """[...] the tokens of a path's longest start whose nodes are all found in the cache (0: a
+    miss), and of them those to load from another tier (``c.f.tiers``; None: none)."""
+    found, load = c.f.tiers(c.s, _slot(c.s).cached)
+    at = jnp.maximum(path, 0)
+    lead = jnp.cumprod(jnp.where(path >= 0, found[at], False), axis=-1, dtype=jnp.int32) > 0
+    hit = jnp.where(lead, c.r.node_end[at], 0).max(axis=-1)
+    if load is None:
+        return hit, None
+    return hit, jnp.where(lead & load[at], c.r.node_end[at] - c.r.node_start[at], 0).sum(
+        axis=-1, dtype=jnp.int32)
 
 
-def readmission_lookup(r: Requests, s: EngineState, x: Held, index, length, need) -> Lookup:
+def readmission_lookup(c, index, length, need) -> Lookup:
     """The preempted seat ``index`` recomputing ``length`` tokens in ``need`` blocks: it
     allocates its path's nodes that no running seat holds."""
+    x = c.x
     path = x.path[index]
     own = need - x.shared[index]
     unheld = jnp.where((path >= 0) & ~x.refs[jnp.maximum(path, 0)], x.nb[jnp.maximum(path, 0)],
                        0).sum(dtype=jnp.int32)
-    hit = hit_tokens(r, _slot(s).cached, path)
-    return Lookup(own + unheld, own, hit, length - hit)
+    hit, loaded = hit_tokens(c, path)
+    return Lookup(own + unheld, own, hit, length - hit, loaded)
 
 
-def window_lookup(p: EngineParams, r: Requests, s: EngineState, x: Held, index, need,
-                  prompt) -> Lookup:
-    """The admission window's requests (``index`` 0..S-1 after ``head``), of ``prompt`` tokens
-    in ``need`` blocks. Nodes already held (by a running seat or one admitted before it in
-    this pass) are shared; only nodes cached before the pass save their prefill."""
+def window_lookup(c, need, prompt) -> Lookup:
+    """The admission window's requests (seats' ``index`` 0..S-1 after ``head``), of ``prompt``
+    tokens in ``need`` blocks. Nodes already held (by a running seat or one admitted before it
+    in this pass) are shared; only nodes cached before the pass save their prefill."""
+    p, r, s, x, index = c.p, c.r, c.s, c.x, c.seats.index
     n = r.arrival.shape[0]
     path = path_of(p, r, jnp.minimum(s.head + index, n - 1), jnp.bool_(True))
     nodes = x.nb.shape[0]
@@ -179,11 +186,11 @@ def window_lookup(p: EngineParams, r: Requests, s: EngineState, x: Held, index, 
     at = jnp.maximum(path, 0)
     alone = (path >= 0) & ~x.refs[at] & ~(first[at] < index[:, None])
     own = need - ceil_div(path_tokens(r, path), p.block_tokens).astype(jnp.int32)
-    hit = hit_tokens(r, _slot(s).cached, path)
-    # A transferred admission (a decode pool's) has nothing to prefill.
+    hit, loaded = hit_tokens(c, path)
+    # A transferred admission (a decode pool's) has nothing to prefill or load.
     todo = jnp.where(p.transferred, 0, prompt - hit)
     return Lookup(own + jnp.where(alone, x.nb[at], 0).sum(axis=1, dtype=jnp.int32), own, hit,
-                  todo)
+                  todo, None if loaded is None else jnp.where(p.transferred, 0, loaded))
 
 
 def chunks(s: EngineState, seats: Seats, x: Held, b: Budget, ra, ad):
@@ -204,7 +211,7 @@ def completes(x: Held, work, ra, ad, ps):
     return todo, (ad.new | ra.seat | x.mid) & work & (todo == 0)
 
 
-def _evict(r: Requests, cached, held_now, stamp, free, nb):
+def evict_lru(r: Requests, cached, held_now, stamp, free, nb):
     """Cached nodes that no seat holds live in free blocks: while they do not fit, the least
     recently used is evicted (the oldest stamp; then the deeper node, a path's tail before its
     head, as vLLM frees a sequence's blocks; then the lowest id)."""
@@ -219,9 +226,9 @@ def _evict(r: Requests, cached, held_now, stamp, free, nb):
 
 def cache_after(p: EngineParams, r: Requests, s: EngineState, seats: Seats, x: Held, ra, ad,
                 tk, c):
-    """The state after the pass (``c``: rule 8's completion), and the blocks of the nodes held
-    then. A node is cached once a sequence holding it has prefilled past its end; its stamp is
-    the pass of the last prefill that looked its path up."""
+    """The state after the pass (``c``: rule 8's completion), the blocks of the nodes held then,
+    and the nodes cached before the eviction. A node is cached once a sequence holding it has prefilled past its
+    end; its stamp is the pass of the last prefill that looked its path up."""
     alive = (c.seat_req >= 0) & ~c.seat_pre
     path = path_of(p, r, c.seat_req, alive)
     nodes = x.nb.shape[0]
@@ -234,7 +241,7 @@ def cache_after(p: EngineParams, r: Requests, s: EngineState, seats: Seats, x: H
                                                                           mode="drop")
     cached = old.cached.at[_index(jnp.where(filled, path, -1))].set(True, mode="drop")
     refs = _mark(path, ~c.done, nodes)
-    evict = _evict(r, cached, refs, stamp,
+    evict = evict_lru(r, cached, refs, stamp,
                    p.total_blocks - c.blocks.sum() - jnp.where(refs, x.nb, 0).sum(), x.nb)
     hit = jnp.where(ad.new, ad.hit, 0) + jnp.where(ra.seat, ra.hit, 0)
     got = old.got.at[jnp.where(ad.new, ad.req, old.got.shape[0])].set(ad.hit, mode="drop")
@@ -243,7 +250,7 @@ def cache_after(p: EngineParams, r: Requests, s: EngineState, seats: Seats, x: H
                     lookups=old.lookups + starts.sum(dtype=jnp.int32),
                     hits=old.hits + (starts & (hit > 0)).sum(dtype=jnp.int32),
                     saved=old.saved + jnp.where(starts, hit, 0).sum(dtype=jnp.int64), got=got)
-    return slot, jnp.where(_mark(path, alive, nodes), x.nb, 0).sum(dtype=jnp.int32)
+    return slot, jnp.where(_mark(path, alive, nodes), x.nb, 0).sum(dtype=jnp.int32), cached
 
 
 def run_prefix_blocks(path, nb, alive):
@@ -290,7 +297,7 @@ class Hooks(Plain):
 
     @staticmethod
     def readmission_lookup(c, index, length, need) -> Lookup:
-        return readmission_lookup(c.r, c.s, c.x, index, length, need)
+        return readmission_lookup(c, index, length, need)
 
     @staticmethod
     def within_budget(b, ok):
@@ -303,7 +310,7 @@ class Hooks(Plain):
 
     @staticmethod
     def window_lookup(c, ra, need, prompt, ok):
-        look = window_lookup(c.p, c.r, c.s, c.x, c.seats.index, need, prompt)
+        look = window_lookup(c, need, prompt)
         ahead = exclusive_cumsum(look.todo)
         return look, ok & (ahead < ra.left), ahead
 
@@ -311,7 +318,8 @@ class Hooks(Plain):
     def admitted(ra, admit, look, ahead, slot, ad):
         return ad._replace(overflow=ad.overflow & (jnp.where(admit, look.todo, 0).sum() < ra.left),
                            hit=look.hit[slot], todo=look.todo[slot],
-                           chunk=jnp.clip(ra.left - ahead[slot], 0, look.todo[slot]))
+                           chunk=jnp.clip(ra.left - ahead[slot], 0, look.todo[slot]),
+                           loaded=None if look.loaded is None else look.loaded[slot])
 
     @staticmethod
     def prefills(c, b, ra, ad, load):
@@ -335,9 +343,9 @@ class Hooks(Plain):
 
     @staticmethod
     def cache_after(c, ra, ad, tk, done):
-        slot, prefixes = cache_after(c.p, c.r, c.s, c.seats, c.x, ra, ad, tk, done)
-        return done._replace(features={**done.features, NAME: slot},
-                             in_use=done.in_use + prefixes)
+        slot, prefixes, computed = cache_after(c.p, c.r, c.s, c.seats, c.x, ra, ad, tk, done)
+        return c.f.tier_after(c, slot.stamp, computed, done._replace(
+            features={**done.features, NAME: slot}, in_use=done.in_use + prefixes))
 
     @staticmethod
     def run_ok(s, ok):
