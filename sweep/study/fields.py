@@ -152,6 +152,10 @@ class Applies(NamedTuple):
 _pools = Applies(lambda d, w: d["prefill_gpus"] is not None or d["decode_gpus"] is not None,
                  "with disaggregated pools (prefill_gpus and decode_gpus)")
 _closed = Applies(lambda d, w: w["arrival"] == "closed", 'with arrival = "closed"')
+_warmed = Applies(
+    lambda d, w: w["arrival"] == "closed" or (w.get("trace") is None
+                                               and w.get("num_requests") is not None),
+    'with arrival = "closed", or open arrivals with num_requests (not a trace)')
 _open = Applies(lambda d, w: w["arrival"] != "closed",
                 'with open arrivals (poisson, constant, gamma or a trace), not arrival = "closed"')
 
@@ -353,9 +357,11 @@ FIELDS: tuple[Field, ...] = (
         shown="-", help="`closed` only: clients, all starting at time 0; the run ends when every "
                         "request is done",
         short="closed loop: clients"),
-    _wl("warmup_requests", "int", 0, range=Range(0, MAX_REQUESTS), unit="requests", when=_closed,
-        help="`closed` only: requests sent before the `num_requests` measured ones, excluded from "
-             "every metric", short="closed loop: sent first, not measured"),
+    _wl("warmup_requests", "int", 0, range=Range(0, MAX_REQUESTS), unit="requests",
+        when=_warmed,
+        help="requests sent before the `num_requests` measured ones (a closed loop's, or open "
+             "arrivals' with `num_requests`), excluded from every metric: caches warm up",
+        short="sent first, not measured"),
     _wl("think_time_s", default=0.0, range=Range(0.0, _INF, says=">= 0 seconds"), unit="s",
         when=_closed, help="`closed` only: a client's pause between a response and its next "
                            "request", short="closed loop: pause per request"),

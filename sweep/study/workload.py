@@ -53,7 +53,8 @@ class _Workload:
 
     ``closed`` arrivals: ``concurrency`` clients send ``warmup_requests`` then ``num_requests``
     requests in turn, each its next one ``think_time_s`` after its last one finished (the
-    engine times them: docs/model.md "Closed loop"); the run ends when every one is done.
+    engine times them: docs/model.md "Closed loop"); the run ends when every one is done. Open
+    arrivals with ``num_requests`` send ``warmup_requests`` first too, at the same rate.
 
     ``duration_s`` left out is 60 s, or unset where ``num_requests``, a closed loop or a trace
     sets the length of the run, as a config needs. A value of the wrong type is refused when
@@ -101,6 +102,11 @@ class _Workload:
                                  "the end", "unset with arrival = \"closed\"", self.duration_s)
         elif (self.duration_s is None) == (self.num_requests is None):
             raise FieldError("workload", "give exactly one of duration_s or num_requests")
+        if self.warmup_requests > 0 and self.arrival != "closed" and (
+                self.trace is not None or self.num_requests is None):
+            raise FieldError("workload.warmup_requests", "open arrivals warm up before a count "
+                             "of measured requests", "0 with duration_s or a trace",
+                             self.warmup_requests)
         if self.prefix_share > 0 and (self.prefix_count < 1 or self.prefix_tokens < 1):
             raise FieldError("workload.prefix_share", "requests share prefixes only with "
                              "prefix_count >= 1 and prefix_tokens >= 1", "0 otherwise",
@@ -117,10 +123,8 @@ class _Workload:
         ~ cv x sqrt(mean), so bursty arrivals widen the bound by cv."""
         if self.trace is not None:
             return self.trace.count(self.trace_time_scale, self.duration_s, self.num_requests)
-        if self.arrival == "closed":
-            return self.warmup_requests + self.num_requests
         if self.num_requests is not None:
-            return self.num_requests
+            return self.warmup_requests + self.num_requests
         mean = self.arrival_rate * self.duration_s
         if self.arrival == "constant":
             return int(math.floor(mean)) + 1
@@ -383,8 +387,7 @@ def workload_params(wl: Workload, seed, max_context, n: int,
         seed=np.uint32(seed), kind=np.int32(_KINDS.index(wl.arrival)),
         cv=np.float64(wl.arrival_cv if wl.arrival == "gamma" else 1.0),
         rate=np.float64(wl.arrival_rate),
-        count=np.int32(wl.capacity if closed else wl.num_requests if wl.num_requests is not None
-                       else n),
+        count=np.int32(wl.capacity if wl.num_requests is not None else n),
         duration=inf if wl.duration_s is None else np.float64(wl.duration_s),
         drain=inf if wl.drain_s is None or closed else np.float64(wl.drain_s),
         prompt=_par(wl.prompt_tokens), output=_par(wl.output_tokens),
@@ -393,7 +396,7 @@ def workload_params(wl: Workload, seed, max_context, n: int,
                 np.float64(wl.prefix_share)),
         loop=(np.int32(wl.concurrency if closed else 0),
               np.float64(wl.think_time_s if closed else 0.0),
-              np.int32(wl.warmup_requests if closed else 0)))
+              np.int32(wl.warmup_requests)))
 
 
 _sample_one = jax.jit(_sample, static_argnums=(0, 1))
