@@ -172,7 +172,8 @@ def test_features_compose_by_a_list(monkeypatch):
                 assert getattr(hooks, name) is getattr(f.Hooks, name), (f.NAME, name)
     plain = compose(())
     assert all(getattr(plain, h) is getattr(Plain, h) for h in vars(Plain) if h[0] != "_")
-    assert set(slots(every, 3, SEATS, 4)) == {"prefills", "closed_loop"}  # expert parallelism: none
+    # expert parallelism carries nothing
+    assert set(slots(every, 3, SEATS, 4)) == {"prefills", "kv_offload", "closed_loop"}
     assert slots(("expert_parallel",), 3, SEATS, 4) == {}
 
     class Clash(Plain):
@@ -191,3 +192,6 @@ def test_a_batch_compiles_only_the_features_it_uses():
     assert features.active(params(8, prefix_cache=True), r) == ("prefills",)
     assert features.active(params(8, max_num_batched_tokens=256), r) == ("prefills",)
     assert features.active(params(8), r._replace(clients=jnp.int32(2))) == ("closed_loop",)
+    # A CPU tier comes with the prefix cache it serves.
+    assert features.active(params(8, prefix_cache=True, kv_offload_gib=8.0), r) == (
+        "prefills", "kv_offload")
