@@ -14,7 +14,7 @@ from sweep.study.config import load_study
 CONFIGS = Path(__file__).parents[1] / "configs"
 SEEDS = {"bursty": 2, "trace_replay": 3, "uncertainty": 3, "calibrated": 6, "replicas": 2,
          "disaggregated": 3, "prefix_cache": 6, "chunked_prefill": 4,
-         "vllm_fleet": 6, "block_trace": 3}  # x designs = 12
+         "vllm_fleet": 6, "block_trace": 3, "agent_contexts": 3}  # x designs = 12
 
 
 def shrunk(name: str, tmp_path: Path) -> Path:
@@ -22,7 +22,7 @@ def shrunk(name: str, tmp_path: Path) -> Path:
     for folder in ("traces", "calibration"):
         shutil.copytree(CONFIGS / folder, tmp_path / folder)
     text = (CONFIGS / f"{name}.toml").read_text()
-    text = re.sub(r"(?m)^duration_s = .*\n", "", text)
+    text = re.sub(r"(?m)^(duration_s|num_requests|warmup_requests) = .*\n", "", text)
     text = text.replace("[workload]\n", "[workload]\nnum_requests = 40\n")
     text = text.replace("[levers]\n", "[levers]\nmax_batch = 8\n")
     # the router the comment suggests for a small workload, as an axis
@@ -90,5 +90,9 @@ def test_shipped_config_runs(name, tmp_path):
         assert (runs.loc[~on, "prefix_token_hit_rate"] == 0).all()
         assert (runs.loc[on, "prefix_token_hit_rate"] > 0).all()
         assert (runs.loc[on, "prefill_tokens_saved"] % 512 == 0).all()
+    elif name == "agent_contexts":  # a CPU tier only adds to what the GPUs keep
+        hits = runs.pivot_table(index=["seed", "router"], columns="kv_offload_gib",
+                                values="prefix_token_hit_rate")
+        assert list(hits.columns) == [0.0, 512.0] and (hits[512.0] >= hits[0.0]).all()
     else:
         assert runs["compute_efficiency"].iloc[0] == pytest.approx(0.55, rel=0.03)
