@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sweep.twin.state import Twin
+from sweep.twin.state import Twin, lru_dropped
 
 
 def offload(tw: Twin, computed: set[int]) -> None:
@@ -16,11 +16,7 @@ def offload(tw: Twin, computed: set[int]) -> None:
     if room <= 0:
         return
     tw.host.update(computed)
-    younger = 0
-    for c in sorted(tw.host, key=lambda c: (tw.stamps[c], -tw.node_start[c], c), reverse=True):
-        younger += tw.node_blocks[c]
-        if younger > room:
-            tw.host.discard(c)
+    tw.host.difference_update(lru_dropped(tw, tw.host, room))
 
 
 def pass_time(tw: Twin, duration: np.float64, loaded: int) -> np.float64:

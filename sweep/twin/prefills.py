@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, field
 
 from sweep.twin.kv_offload import offload
-from sweep.twin.state import Seat, Twin, ceil_div
+from sweep.twin.state import Seat, Twin, ceil_div, lru_dropped
 
 
 @dataclass
@@ -82,15 +82,10 @@ def evict(tw: Twin) -> None:
     """At the end of a step: unreferenced cached nodes live in free blocks, so the least
     recently used (stamp, then the deeper node, then the id) are evicted while they do not
     fit: a node stays if it and every younger one fit."""
-    holding = held(tw)
-    idle = sorted((c for c in tw.cached if c not in holding),
-                  key=lambda c: (tw.stamps[c], -tw.node_start[c], c))
     offload(tw, tw.cached)
-    room, younger = free(tw), 0
-    for c in reversed(idle):
-        younger += tw.node_blocks[c]
-        if younger > room:
-            tw.cached.discard(c)
+    holding = held(tw)
+    tw.cached.difference_update(lru_dropped(tw, [c for c in tw.cached if c not in holding],
+                                            free(tw)))
 
 
 def budget(tw: Twin, decoding: list[Seat]) -> float:

@@ -16,6 +16,18 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def lru_dropped(tw: "Twin", nodes, room: int) -> list[int]:
+    """Of ``nodes``, those that do not fit in ``room`` blocks, least recently used first (the
+    oldest stamp, then the deeper node, then the id): a node stays if it and every more
+    recently used one fit."""
+    dropped, younger = [], 0
+    for c in sorted(nodes, key=lambda c: (tw.stamps[c], -tw.node_start[c], c), reverse=True):
+        younger += tw.node_blocks[c]
+        if younger > room:
+            dropped.append(c)
+    return dropped
+
+
 @dataclass
 class Seat:
     """An occupied seat (docs/model.md "State")."""

@@ -3,8 +3,8 @@ below the prefix cache (``prefills``). Every node the GPUs cache is stored in ho
 (as vLLM's offloading connector stores each computed block), which drops its least recently
 used nodes (the prefix cache's order) while they do not fit; a lookup finds a node in either
 tier, and a pass loads its prefills' host-only nodes over the GPUs' host links while it
-computes, taking the longer of the two. Its state is a flag per cache node; a
-pass adds one sort of the K nodes. The twin's rule: ``sweep.twin.kv_offload``."""
+computes, taking the longer of the two. Its state is a flag per cache node; a pass reuses
+the GPU eviction's order of the K nodes. The twin's rule: ``sweep.twin.kv_offload``."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -52,7 +52,7 @@ class Hooks(Plain):
         return tokens.astype(jnp.float64) * c.p.load_s_per_token
 
     @staticmethod
-    def tier_after(c, stamp, computed, done):
+    def tier_after(c, order, computed, done):
         host = c.s.features[NAME].held | computed
-        drop = evict_lru(c.r, host, jnp.zeros_like(host), stamp, c.p.host_blocks, c.x.nb)
+        drop = evict_lru(order, host, c.p.host_blocks, c.x.nb)
         return done._replace(features={**done.features, NAME: Host(host & ~drop)})

@@ -174,9 +174,10 @@ class Plain:
         return None
 
     @staticmethod
-    def tier_after(c, stamp, computed, done):
+    def tier_after(c, order, computed, done):
         """Rule 8's completion with the other tier after the pass (``computed``: the nodes
-        cached in GPU memory before its eviction; ``stamp``: every node's last use)."""
+        cached in GPU memory before its eviction; ``order``: the nodes, least recently used
+        first)."""
         return done
 
     # -- decode runs --------------------------------------------------------------------------

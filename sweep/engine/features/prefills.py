@@ -211,13 +211,15 @@ def completes(x: Held, work, ra, ad, ps):
     return todo, (ad.new | ra.seat | x.mid) & work & (todo == 0)
 
 
-def evict_lru(r: Requests, cached, held_now, stamp, free, nb):
-    """Cached nodes that no seat holds live in free blocks: while they do not fit, the least
-    recently used is evicted (the oldest stamp; then the deeper node, a path's tail before its
-    head, as vLLM frees a sequence's blocks; then the lowest id)."""
-    evictable = cached & ~held_now
-    ids = jnp.arange(nb.shape[0], dtype=jnp.int32)
-    order = jnp.lexsort((ids, -r.node_start, stamp))
+def lru_order(r: Requests, stamp):
+    """i32[K] the nodes, least recently used first: the oldest stamp; then the deeper node, a
+    path's tail before its head, as vLLM frees a sequence's blocks; then the lowest id."""
+    return jnp.lexsort((jnp.arange(stamp.shape[0], dtype=jnp.int32), -r.node_start, stamp))
+
+
+def evict_lru(order, evictable, free, nb):
+    """Of the ``evictable`` nodes, those evicted from ``free`` blocks: while they do not fit,
+    the least recently used (``order``)."""
     size = jnp.where(evictable, nb, 0)[order]
     # A node stays if it and every younger one fit.
     younger = jnp.cumsum(size[::-1], dtype=jnp.int32)[::-1]
@@ -227,8 +229,10 @@ def evict_lru(r: Requests, cached, held_now, stamp, free, nb):
 def cache_after(p: EngineParams, r: Requests, s: EngineState, seats: Seats, x: Held, ra, ad,
                 tk, c):
     """The state after the pass (``c``: rule 8's completion), the blocks of the nodes held then,
-    and the nodes cached before the eviction. A node is cached once a sequence holding it has prefilled past its
-    end; its stamp is the pass of the last prefill that looked its path up."""
+    the nodes cached before the eviction and their least-recently-used order. A node is cached
+    once a sequence holding it has prefilled past its end; its stamp is the pass of the last
+    prefill that looked its path up. Cached nodes that no seat holds live in free blocks,
+    evicted least recently used first while they do not fit."""
     alive = (c.seat_req >= 0) & ~c.seat_pre
     path = path_of(p, r, c.seat_req, alive)
     nodes = x.nb.shape[0]
@@ -241,8 +245,9 @@ def cache_after(p: EngineParams, r: Requests, s: EngineState, seats: Seats, x: H
                                                                           mode="drop")
     cached = old.cached.at[_index(jnp.where(filled, path, -1))].set(True, mode="drop")
     refs = _mark(path, ~c.done, nodes)
-    evict = evict_lru(r, cached, refs, stamp,
-                   p.total_blocks - c.blocks.sum() - jnp.where(refs, x.nb, 0).sum(), x.nb)
+    order = lru_order(r, stamp)
+    evict = evict_lru(order, cached & ~refs,
+                      p.total_blocks - c.blocks.sum() - jnp.where(refs, x.nb, 0).sum(), x.nb)
     hit = jnp.where(ad.new, ad.hit, 0) + jnp.where(ra.seat, ra.hit, 0)
     got = old.got.at[jnp.where(ad.new, ad.req, old.got.shape[0])].set(ad.hit, mode="drop")
     slot = Prefills(todo=jnp.where(c.done | ~alive, 0, tk.todo).astype(jnp.int32),
@@ -250,7 +255,8 @@ def cache_after(p: EngineParams, r: Requests, s: EngineState, seats: Seats, x: H
                     lookups=old.lookups + starts.sum(dtype=jnp.int32),
                     hits=old.hits + (starts & (hit > 0)).sum(dtype=jnp.int32),
                     saved=old.saved + jnp.where(starts, hit, 0).sum(dtype=jnp.int64), got=got)
-    return slot, jnp.where(_mark(path, alive, nodes), x.nb, 0).sum(dtype=jnp.int32), cached
+    return (slot, jnp.where(_mark(path, alive, nodes), x.nb, 0).sum(dtype=jnp.int32), cached,
+            order)
 
 
 def run_prefix_blocks(path, nb, alive):
@@ -343,8 +349,9 @@ class Hooks(Plain):
 
     @staticmethod
     def cache_after(c, ra, ad, tk, done):
-        slot, prefixes, computed = cache_after(c.p, c.r, c.s, c.seats, c.x, ra, ad, tk, done)
-        return c.f.tier_after(c, slot.stamp, computed, done._replace(
+        slot, prefixes, computed, order = cache_after(c.p, c.r, c.s, c.seats, c.x, ra, ad, tk,
+                                                      done)
+        return c.f.tier_after(c, order, computed, done._replace(
             features={**done.features, NAME: slot}, in_use=done.in_use + prefixes))
 
     @staticmethod
