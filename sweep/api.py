@@ -15,6 +15,7 @@ from sweep.study.config import Point, Study
 from sweep.study.design import Design
 from sweep.study.grid import _check_workload, columns
 from sweep.study.metric_names import METRICS
+from sweep.study.sessions import check_server
 from sweep.study.reader import Reader
 from sweep.study.sections import DEFAULT_MAX_REQUESTS, parse_run
 from sweep.study.workload import Workload
@@ -50,6 +51,8 @@ def simulate(designs: Design | list[Design], workload: Workload, seeds: int | li
     for d in designs:
         d.validate()
     _check_workload(r, workload, {}, [], max_requests)
+    for d in designs:
+        check_server(d, workload)
     study = Study(name="simulate", path=None, text="",
                   points=[Point(d, workload, columns(d, workload)) for d in designs], axes=[],
                   skipped=[],

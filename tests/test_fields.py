@@ -52,11 +52,15 @@ def test_columns_are_pinned():
                                              "dequant_compute_efficiency", "concurrency",
                                              "warmup_requests", "think_time_s",
                                              "allreduce_growth", "prompt_overhead_us",
-                                             "hash_block_tokens", "kv_offload_gib"]
+                                             "hash_block_tokens", "kv_offload_gib",
+                                             *(f"{k}_{x}" for k in ("turns", "turn_tokens")
+                                               for x in ("dist", "mean", "low", "high",
+                                                         "sigma"))]
     assert len(set(COLUMNS)) == len(COLUMNS)
     assert set(TEXT_COLUMNS) == {"gpu", "model", "arrival", "prompt_tokens_dist",
                                  "output_tokens_dist", "batching", "kv_cache", "trace", "router",
-                                 "calibration", "prefill_gpu", "decode_gpu"}
+                                 "calibration", "prefill_gpu", "decode_gpu", "turns_dist",
+                                 "turn_tokens_dist"}
 
 
 @pytest.mark.parametrize("cls,declared", [(Design, DESIGN_FIELDS), (Workload, WORKLOAD_FIELDS)])

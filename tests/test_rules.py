@@ -169,7 +169,8 @@ def test_features_compose_by_a_list(monkeypatch):
     for f in features.FEATURES:
         for name, value in vars(f.Hooks).items():
             if not name.startswith("__"):
-                assert getattr(hooks, name) is getattr(f.Hooks, name), (f.NAME, name)
+                found = next(vars(k)[name] for k in hooks.__mro__ if name in vars(k))
+                assert found is value, (f.NAME, name)
     plain = compose(())
     assert all(getattr(plain, h) is getattr(Plain, h) for h in vars(Plain) if h[0] != "_")
     # expert parallelism carries nothing
@@ -192,6 +193,9 @@ def test_a_batch_compiles_only_the_features_it_uses():
     assert features.active(params(8, prefix_cache=True), r) == ("prefills",)
     assert features.active(params(8, max_num_batched_tokens=256), r) == ("prefills",)
     assert features.active(params(8), r._replace(clients=jnp.int32(2))) == ("closed_loop",)
+    # Sessions are a closed loop's, and make no slot until a simulation begins.
+    turns = r._replace(clients=jnp.int32(2), turn=jnp.ones(r.arrival.shape, jnp.int32))
+    assert features.active(params(8), turns) == ("closed_loop", "sessions")
     # A CPU tier comes with the prefix cache it serves.
     assert features.active(params(8, prefix_cache=True, kv_offload_gib=8.0), r) == (
         "prefills", "kv_offload")

@@ -35,13 +35,14 @@ def call_requests(sims: list, reqs, out, rows) -> pd.DataFrame:
     return pd.DataFrame({
         "design": design[real].astype(np.int64), "seed": seed[real].astype(np.int64),
         "request": np.tile(np.arange(n, dtype=np.int64), (len(sims), 1))[real],
-        "arrival_s": arrival[real],
+        "arrival_s": np.asarray(out.arrival)[rows][real],  # a closed loop's as it set them
         "prompt_tokens": np.asarray(reqs.prompt)[rows][real].astype(np.int64),
         "output_tokens": np.asarray(reqs.output)[rows][real].astype(np.int64),
         "first_token_s": np.asarray(out.first)[rows][real],
         "finish_s": np.asarray(out.finish)[rows][real],
         "generated": np.asarray(out.generated)[rows][real].astype(np.int64),
         "cached_tokens": np.asarray(out.cached_tokens)[rows][real].astype(np.int64),
+        "turn": np.asarray(reqs.turn)[rows][real].astype(np.int64),
     })
 
 

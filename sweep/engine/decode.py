@@ -79,9 +79,7 @@ def _run_end(p: EngineParams, r: Requests, aux: Aux, s: EngineState, f: type, sk
     emitted = gen_new - s.seat_gen
     passes_run = jnp.where(took, run.n_run, 0)
     hist = s.itl_hist.at[itl_bin(run.dt)].add(passes_run)
-    passes_done = (done_seat[:, None] & (seat_passes[:, None] - 1 == jnp.arange(
-        took.shape[0], dtype=jnp.int32))).sum(axis=0, dtype=jnp.int32)
-    features = f.spawned_run(p, r, s, passes_done, ends)
+    features = f.spawned_run(p, r, s, done_seat, seat_passes - 1, ends)
     tail_last = f.arrived(r, aux, features, run.starts[last])
     return s._replace(
         t=t_end, tail=f.arrived(r, aux, features, t_end), features=features,
@@ -133,7 +131,7 @@ def decode_run(p: EngineParams, r: Requests, aux: Aux, k_max: int, lookahead: in
     alive = running[:, None] & (gen_before < out_col)  # decodes at pass j
     ctx = prompt[:, None] + gen_before
     need = context_blocks(p, ctx + jnp.minimum(p.draft_tokens + 1, out_col - gen_before))
-    view = f.run_view(p, r, s, running)
+    view = f.run_view(p, f.requests(r, s.features), s, running)
     need = f.run_need(view, need)
     held = jnp.maximum(need, s.seat_blocks[:, None])
     # Each ``unit`` of passes counts growth from the blocks held when it starts (the sequences

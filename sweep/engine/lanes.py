@@ -145,12 +145,19 @@ def _simulate_batch(p: EngineParams, r: Requests, count, *, seats: int, k_max: i
                          static_lookahead=static_lookahead, features=features)
 
     def output_of(s, r):
-        return output(s, r, f.arrivals(r, s.features), f.prefix_counts(s))
+        sent = f.requests(r, s.features)
+        return f.in_table_order(output(s, sent, f.arrivals(sent, s.features),
+                                       f.prefix_counts(s)), s.features)
 
     def load(ids):
         pp = jax.tree_util.tree_map(lambda x: x[ids], p)
         rr = jax.tree_util.tree_map(lambda x: x[ids], r)
         return pp, rr, aux_of(rr, pp)
+
+    def begun(rr):
+        """A fresh state for each of the requests ``rr``."""
+        return jax.vmap(lambda s, r: s._replace(features=f.begin(r, s.features, seats)))(
+            fresh, rr)
 
     def block(pool: _Pool) -> _Pool:
         s = lax.scan(lambda c, _: (step_lanes(pool.p, pool.r, pool.aux, s=c), None), pool.s,
@@ -164,18 +171,19 @@ def _simulate_batch(p: EngineParams, r: Requests, count, *, seats: int, k_max: i
         start = ended & (new_id < count)
         pp, rr, aux = load(jnp.where(start, new_id, 0))
         return _Pool(
-            s=_where(start, fresh, s), p=_where(start, pp, pool.p), r=_where(start, rr, pool.r),
+            s=_where(start, begun(rr), s), p=_where(start, pp, pool.p), r=_where(start, rr, pool.r),
             aux=_where(start, aux, pool.aux),
             sim=jnp.where(ended, jnp.where(start, new_id, -1), pool.sim),
             next=pool.next + ended.sum(dtype=jnp.int32), out=out)
 
     ids = jnp.arange(lanes, dtype=jnp.int32)
     pp, rr, aux = load(ids)
-    empty = jax.eval_shape(jax.vmap(output_of), fresh, rr)
+    first = begun(rr)
+    empty = jax.eval_shape(jax.vmap(output_of), first, rr)
     out = jax.tree_util.tree_map(lambda x: jnp.zeros((m,) + x.shape[1:], x.dtype), empty)
     # A lane with nothing to simulate starts done, so it never asks for a pass.
     idle = ids >= count
-    s0 = _where(idle, fresh._replace(done=jnp.ones(lanes, bool)), fresh)
+    s0 = _where(idle, first._replace(done=jnp.ones(lanes, bool)), first)
     pool = _Pool(s0, pp, rr, aux, jnp.where(idle, -1, ids), jnp.minimum(count, lanes), out)
     return lax.while_loop(lambda q: (q.sim >= 0).any(), block, pool).out
 

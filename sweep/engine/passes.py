@@ -110,13 +110,14 @@ def completion(c: Step, g: Growth, ra: Readmission, ad: Admission, ps: Pass,
         s.finish.at[jnp.where(done, seat_req, n)].set(ps.t_end, mode="drop"), s.features))
 
 
-def advance(st: Step, live, halt, tail, g: Growth, ad: Admission, ps: Pass, tk: Tokens,
-            c: Completion) -> EngineState:
+def advance(st: Step, r: Requests, live, halt, tail, g: Growth, ad: Admission, ps: Pass,
+            tk: Tokens, c: Completion) -> EngineState:
     """Rule 9, t = t_end (for a ``live`` simulation; ``halt``: rule 2 stopped it), and the rest
     of the state after the pass: its seats, and the counts it adds to. In a closed loop the
-    pass's finishes send the next requests."""
+    pass's finishes send the next requests (of ``r``, in their own order)."""
     s = st.s
-    features = st.f.spawned(st.p, st.r, s._replace(features=c.features), c.done, ps.t_end)
+    features = st.f.spawned(st.p, r, s._replace(features=c.features, seat_req=c.seat_req),
+                            c.done, ps.t_end)
     return s._replace(
         t=jnp.where(live, ps.t_end, s.t),
         head=s.head + ad.count,
@@ -155,7 +156,8 @@ def general_pass(p: EngineParams, r: Requests, aux: Aux, features: tuple[str, ..
     live = needs_pass(p, aux, s)
     f = compose(features)
     seats = seats_of(s)
-    c = Step(p, r, aux, s, seats, f, f.view(p, r, s, seats))
+    sent = f.requests(r, s.features)  # by the index the engine gives them
+    c = Step(p, sent, aux, s, seats, f, f.view(p, sent, s, seats))
     t, tail = idle_jump(c, live)
     halt = stop(c, t)
     g = growth(c, live & ~halt)
@@ -165,4 +167,4 @@ def general_pass(p: EngineParams, r: Requests, aux: Aux, features: tuple[str, ..
     ps = the_pass(c, t, g, ra, ad, b)
     tk = tokens(c, g, ra, ad, ps, drafts)
     done = completion(c, g, ra, ad, ps, tk)
-    return advance(c, live, halt, tail, g, ad, ps, tk, done)
+    return advance(c, r, live, halt, tail, g, ad, ps, tk, done)

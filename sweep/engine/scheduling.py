@@ -141,7 +141,8 @@ def admission(c: Step, tail, g: Growth, ra: Readmission) -> Admission:
     n_occ = seats.occupied.sum()
     gate = g.work & ~seats.pre.any() & (~p.static | (n_occ == 0))
     free_seat = ~seats.occupied & (seats.index < p.max_batch)
-    w_prompt, w_output = lax.dynamic_slice_in_dim(c.aux.window, s.head, nseat, axis=1)
+    w_prompt, w_output = lax.dynamic_slice_in_dim(c.f.window(c.aux, s.features), s.head, nseat,
+                                                  axis=1)
     ok = (s.head + seats.index < tail) & (seats.index < free_seat.sum())
     look, ok, ahead = c.f.window_lookup(c, ra, context_blocks(p, w_prompt + 1),
                                         w_prompt, ok)

@@ -98,7 +98,7 @@ def nothing(like: Requests) -> Requests:
     return Requests(np.full(n, np.inf), np.ones(n, np.int32), np.ones(n, np.int32),
                     np.float64(np.inf), np.uint32(0), np.full(n, -1, np.int32),
                     np.full((n, length), -1, np.int32), np.zeros(nodes, np.int32),
-                    np.zeros(nodes, np.int32))
+                    np.zeros(nodes, np.int32), turn=np.zeros_like(np.asarray(like.turn)))
 
 
 def round_robin(n: int, replicas: int) -> np.ndarray:
@@ -140,13 +140,22 @@ def matched(ends, path: tuple, h: int) -> bool:
     return h > 0 and ends[path[h - 1]] >= PREFIX_MATCH_SHARE * ends[path[-1]]
 
 
+def sessions_of(r: Requests) -> bool:
+    """Whether the requests are a workload of sessions' turns."""
+    return bool(np.any(np.asarray(r.turn) == 1))
+
+
 def session(r: Requests, replicas: int) -> np.ndarray:
     """The session router's choice for each request: a request of prefix group c to replica
     c mod N (a consistent hash of its group: the group's requests stay together), one without
-    a group round robin over such requests."""
-    prefix = np.asarray(r.prefix)
-    loose = np.cumsum(prefix < 0) - 1
-    return np.where(prefix >= 0, prefix, loose) % replicas
+    a group round robin over such requests; a workload of sessions' turns by their session
+    instead, session m (in order) to replica m mod N."""
+    key = np.asarray(r.prefix)
+    if sessions_of(r):
+        turn = np.asarray(r.turn)
+        key = np.where(turn > 0, np.cumsum(turn == 1) - 1, -1)
+    loose = np.cumsum(key < 0) - 1
+    return np.where(key >= 0, key, loose) % replicas
 
 
 def route(p: Plan, r: Requests) -> np.ndarray:
@@ -248,12 +257,28 @@ def split(r: Requests, chosen, replicas: int) -> list[Requests]:
     for j in range(replicas):
         idx = np.flatnonzero(chosen == j)
         k = idx.size
-        subs.append(r._replace(arrival=np.concatenate([r.arrival[idx], pad.arrival[k:]]),
+        # A closed loop reaching its servers as it is (sessions) shares its clients among them.
+        subs.append(r._replace(clients=np.int32(share(int(r.clients), j, replicas)),
+                               arrival=np.concatenate([r.arrival[idx], pad.arrival[k:]]),
                                prompt=np.concatenate([r.prompt[idx], pad.prompt[k:]]),
                                output=np.concatenate([r.output[idx], pad.output[k:]]),
                                prefix=np.concatenate([r.prefix[idx], pad.prefix[k:]]),
-                               path=np.concatenate([np.asarray(r.path)[idx], pad.path[k:]])))
+                               path=np.concatenate([np.asarray(r.path)[idx], pad.path[k:]]),
+                               turn=_rows(r.turn, idx, pad.turn, k)))
     return subs
+
+
+def share(clients: int, j: int, servers: int) -> int:
+    """Server j's clients of a closed loop shared among ``servers``: as even as can be, the
+    first servers taking one more."""
+    return clients // servers + (j < clients % servers)
+
+
+def _rows(x, idx, pad, k: int):
+    """Rows ``idx`` of a per-request column, then padding's after the first ``k`` (a column
+    given as one value for every request stays one)."""
+    x = np.asarray(x)
+    return x if x.ndim == 0 else np.concatenate([x[idx], pad[k:]])
 
 
 def prefill_requests(r: Requests) -> Requests:
@@ -336,16 +361,17 @@ def merge_replicas(r: Requests, outs: list, gpus: list, chosen) -> EngineOutput:
         return outs[0]
     n = r.arrival.shape[0]
     first, finish = np.full(n, np.nan), np.full(n, np.nan)
+    arrival = np.asarray(r.arrival, np.float64).copy()
     generated = np.zeros(n, np.int64)
     cached = np.zeros(n, np.asarray(outs[0].cached_tokens).dtype)
     for j, o in enumerate(outs):
         idx = np.flatnonzero(chosen == j)
         k = idx.size
         first[idx], finish[idx], generated[idx] = o.first[:k], o.finish[:k], o.generated[:k]
-        cached[idx] = o.cached_tokens[:k]
+        cached[idx], arrival[idx] = o.cached_tokens[:k], o.arrival[:k]  # a closed loop's own
     hist = sum(np.asarray(o.itl_hist, np.int64) for o in outs)
-    return _combine(r, outs, gpus, first, finish, generated, hist, cached,
-                    load_cv(chosen, r, len(outs)))
+    return _combine(r._replace(arrival=arrival), outs, gpus, first, finish, generated, hist,
+                    cached, load_cv(chosen, r, len(outs)))
 
 
 def merge_pools(r: Requests, pre: EngineOutput, dec: EngineOutput, order, gpus) -> EngineOutput:
@@ -397,8 +423,10 @@ def run(plans: list, reqs: Requests, call: Callable, width: int,
     n = rows[0].arrival.shape[0]
     chosen = [route(p, r) for p, r in zip(plans, rows)]
     # A closed loop's arrivals, as the finishes so far send them (+inf: not yet sent).
+    # (Sessions are not: their router keeps each session, and each client, on one server.)
     gaps = {k: float(r.think) + float(p.system.summary.request_overhead_s)
-            for k, (p, r) in enumerate(zip(plans, rows)) if not plain(p) and int(r.clients) > 0}
+            for k, (p, r) in enumerate(zip(plans, rows))
+            if not plain(p) and int(r.clients) > 0 and not sessions_of(r)}
     arrivals = {k: closed_arrivals(rows[k], np.full(n, np.nan), g) for k, g in gaps.items()}
 
     def given(k) -> Requests:

@@ -383,6 +383,17 @@ FIELDS: tuple[Field, ...] = (
            help="host memory per server keeping the prefix cache's blocks past GPU memory, "
                 "loaded back over the host link on a hit ([model.md](model.md))",
            short="CPU KV tier per server"),
+    _wl("turns", "lengths", values="length table", shown="unset", when=_closed,
+        help="turns per session, `fixed` or `uniform`: with `turn_tokens`, a workload of "
+             "sessions (`closed` only: `concurrency` users run `num_requests` sessions, one after "
+             "another); a turn's prompt is the session's context so far plus its new tokens "
+             "([model.md](model.md))",
+        short="sessions: turns per session"),
+    _wl("turn_tokens", "lengths", values="length table", shown="unset",
+        when=_closed,
+        help="sessions: new user tokens in each turn after the first (the first turn's prompt is "
+             "`prompt_tokens`; each turn's answer is `output_tokens`)",
+        short="sessions: new tokens per later turn"),
 )
 
 #: section -> key -> Field, in declaration order.

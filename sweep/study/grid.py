@@ -13,6 +13,7 @@ from sweep.physics.timing import kv_efficiency
 from sweep.study.design import Design
 from sweep.study.fields import (ATTRS, COLUMNS, CONDITIONAL, DESIGN_FIELDS, FIELDS, KEYS,
                                 WORKLOAD_FIELDS)
+from sweep.study import sessions
 from sweep.study.lengths import length_columns
 from sweep.study.reader import Reader
 from sweep.study.workload import Workload
@@ -144,6 +145,7 @@ def build(r: Reader, keys, excludes, max_requests: int):
         wkey = tuple(wkw.values())
         if wkey not in workloads:
             workloads[wkey] = _check_workload(r, Workload(**wkw), cols, axes, max_requests)
+        _check_server(r, design, workloads[wkey], cols, axes)
         points.append(Point(design, workloads[wkey],
                             columns(design, workloads[wkey], getattr(r, "uncertain", ()))))
     _check_exclusions(r, excludes, seen)
@@ -250,11 +252,16 @@ def _fill(cols, dkw, wkw) -> None:
         cols["kv_bandwidth_efficiency"] = kv_efficiency(gpu, dkw["bandwidth_efficiency"])
     for f in CONDITIONAL:
         kw = wkw if f.section == "workload" else dkw
-        if f.when(dkw, wkw):
+        on = f.when(dkw, wkw)
+        if f.kind == "lengths":
+            cols.update(length_columns(f.key, kw[f.attr] if on else None))
+        elif on:
             v = kw[f.attr]
             cols[f.attr] = float(v) if f.kind == "num" and v is not None else v
+        else:
+            cols[f.attr] = None
+        if on:
             continue
-        cols[f.attr] = None
         # A design key left as given is for its checks to judge (gpus with pools is refused).
         if f.section == "workload":
             kw[f.attr] = f.default
@@ -287,6 +294,13 @@ def _check_design(r: Reader, design: Design, cols, axes):
     except FieldError as exc:
         raise _refusal(r, exc, cols, axes) from None
     return design, None
+
+
+def _check_server(r: Reader, design: Design, wl: Workload, cols, axes) -> None:
+    try:
+        sessions.check_server(design, wl)
+    except FieldError as exc:
+        raise _refusal(r, exc, cols, axes) from None
 
 
 def _check_workload(r: Reader, wl: Workload, cols, axes, max_requests: int) -> Workload:

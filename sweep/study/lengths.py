@@ -47,7 +47,9 @@ class Lengths:
 
 def length_columns(key: str, x: Lengths) -> dict:
     """The results columns of ``x`` as the length key ``key`` (``prompt_tokens``): every table
-    key, None where its distribution does not use it."""
+    key, None where its distribution does not use it (all None where ``x`` is unset)."""
+    if x is None:
+        return dict.fromkeys(f"{key}_{k}" for k in LENGTH_KEYS)
     uses = LENGTH_USES[x.dist]
     cols = {f"{key}_{k}": (getattr(x, k) if k == "dist" or k in uses else None)
             for k in LENGTH_KEYS}

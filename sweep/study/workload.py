@@ -21,6 +21,7 @@ from sweep.physics.numerics import float64, running_sum
 from sweep.runtime import executables
 from sweep.study.design import KINDS, check_kind
 from sweep.study.fields import ARRIVALS, WORKLOAD_FIELDS, check, declared, declared_class
+from sweep.study import sessions
 from sweep.study.lengths import DISTS, Lengths
 from sweep.study.trace import MAX_TOKENS, Trace
 
@@ -69,7 +70,7 @@ class _Workload:
         for attr, f in WORKLOAD_FIELDS.items():
             value = getattr(self, attr)
             check_kind(f, value, *_KIND_TYPES[f.kind])
-            if f.kind == "lengths":
+            if f.kind == "lengths" and value is not None:
                 for k, kind in _LENGTH_KINDS.items():
                     types, what = KINDS[kind]
                     part = f._replace(key=f"{f.key}.{k}", kind=kind,
@@ -85,7 +86,8 @@ class _Workload:
                              f"{', '.join(ARRIVALS)} without one")
         for f in WORKLOAD_FIELDS.values():
             if f.kind == "lengths":
-                getattr(self, f.attr).validate(f"workload.{f.attr}")
+                if getattr(self, f.attr) is not None:
+                    getattr(self, f.attr).validate(f"workload.{f.attr}")
             elif not (f.attr == "arrival" and self.trace is not None):
                 check(f, getattr(self, f.attr), "workload")
         if self.trace is not None:
@@ -111,6 +113,7 @@ class _Workload:
             raise FieldError("workload.prefix_share", "requests share prefixes only with "
                              "prefix_count >= 1 and prefix_tokens >= 1", "0 otherwise",
                              self.prefix_share)
+        sessions.check(self)
         if self.prefix_share > 0 and self.trace is not None:
             raise FieldError("workload.prefix_share", "a trace's prompts are replayed as they "
                              "are", "0 with a trace", self.prefix_share)
@@ -123,6 +126,8 @@ class _Workload:
         ~ cv x sqrt(mean), so bursty arrivals widen the bound by cv."""
         if self.trace is not None:
             return self.trace.count(self.trace_time_scale, self.duration_s, self.num_requests)
+        if self.turns is not None:
+            return self.num_requests * sessions.max_turns(self.turns)
         if self.num_requests is not None:
             return self.warmup_requests + self.num_requests
         mean = self.arrival_rate * self.duration_s
@@ -170,6 +175,9 @@ class Requests(NamedTuple):
     clients: jax.Array = np.int32(0)  # int32 []
     think: jax.Array = np.float64(0.0)  # float64 [], seconds
     warmup: jax.Array = np.int32(0)  # int32 [], the first requests, excluded from every metric
+    # Sessions (docs/model.md "Sessions"): each row's turn in its session, 1 first (0: not a
+    # session's); a session's turns are consecutive rows. The engine sends them in its own order.
+    turn: jax.Array = np.int32(0)  # int32 [N]
 
 
 def shared_paths(prefix, prefix_tokens, nodes: int = MAX_PREFIXES) -> dict:
@@ -247,6 +255,7 @@ class WorkloadParams(NamedTuple):
     # padded; else unused
     prefix: tuple  # shared prefixes: count, tokens, share of requests using one
     loop: tuple  # a closed loop's clients (0: open), think time, warm-up requests
+    session: tuple  # sessions' turn counts and new tokens (length tables), most turns (0: none)
 
 
 def _sample(n: int, gamma: bool, a: WorkloadParams) -> Requests:
@@ -277,18 +286,36 @@ def _sample(n: int, gamma: bool, a: WorkloadParams) -> Requests:
                        jnp.where(uses, jnp.minimum(sampled + p_tokens, limit), sampled))
     prefix = jnp.where(uses & (prompt > p_tokens),
                        jnp.minimum(jnp.floor(u_id * p_count), p_count - 1), -1).astype(jnp.int32)
-    output = jnp.minimum(jnp.where(is_trace, jnp.clip(t_out, 1, limit),
-                                   _lengths(k_out, a.output, n, limit)),
+    drawn = _lengths(k_out, a.output, n, limit)
+    output = jnp.minimum(jnp.where(is_trace, jnp.clip(t_out, 1, limit), drawn),
                          a.max_context - prompt)
     last = jnp.max(jnp.where(jnp.isfinite(arrival), arrival, 0.0))
     clients, think, warmup = a.loop
     # A shared prefix is a path of one node, prefix c's; a trace's paths come as they are.
     shared = jnp.full(t_path.shape, -1, jnp.int32).at[:, 0].set(prefix)
-    return Requests(arrival, prompt, output, last + a.drain, jnp.asarray(a.seed, jnp.uint32),
-                    jnp.where(is_trace, -1, prefix), jnp.where(is_trace, t_path, shared),
-                    jnp.where(is_trace, t_start, 0),
-                    jnp.where(is_trace, t_end, jnp.asarray(p_tokens, jnp.int32)),
-                    clients, think, warmup)
+    r = Requests(arrival, prompt, output, last + a.drain, jnp.asarray(a.seed, jnp.uint32),
+                 jnp.where(is_trace, -1, prefix), jnp.where(is_trace, t_path, shared),
+                 jnp.where(is_trace, t_start, 0),
+                 jnp.where(is_trace, t_end, jnp.asarray(p_tokens, jnp.int32)),
+                 clients, think, warmup, jnp.zeros((n,), jnp.int32))
+    return _sessions(r, a, n, sampled, drawn, limit)
+
+
+def _sessions(r: Requests, a: WorkloadParams, n: int, first_prompt, output, limit) -> Requests:
+    """The requests as a workload of sessions' turns where it is one (``sessions.table``): the
+    first turn's prompt is the prompt draw, each turn's answer the output draw."""
+    turns_par, new_par, t_max, count = a.session
+    k_turns, k_new = sessions.draw_keys(a.seed)
+    rows = sessions.table(n, r.path.shape[1], r.node_end.shape[0],
+                          _lengths(k_turns, turns_par, n, 2**30), first_prompt,
+                          _lengths(k_new, new_par, n, limit), output, count, t_max, limit)
+    real, prompt, out, turn, path, start, end = rows
+    on = t_max > 0
+    return r._replace(arrival=jnp.where(on, jnp.where(real, 0.0, jnp.inf), r.arrival),
+                      prompt=jnp.where(on, prompt, r.prompt), output=jnp.where(on, out, r.output),
+                      prefix=jnp.where(on, -1, r.prefix), path=jnp.where(on, path, r.path),
+                      node_start=jnp.where(on, start, r.node_start),
+                      node_end=jnp.where(on, end, r.node_end), turn=jnp.where(on, turn, 0))
 
 
 def _par(x: Lengths):
@@ -315,6 +342,7 @@ def path_shape(workloads) -> tuple[int, int]:
     for wl in workloads:
         if wl.prefix_share > 0 and wl.prefix_count > nodes:  # a power of two: few shapes
             nodes = 1 << (wl.prefix_count - 1).bit_length()
+        length, nodes = (max(x, y) for x, y in zip((length, nodes), sessions.shape(wl)))
         if wl.trace is not None and wl.trace.hash_flat is not None:
             ids, _ = trace_nodes(wl.trace)
             length = max(length, int(np.diff(wl.trace.hash_offsets).max(initial=0)))
@@ -394,9 +422,16 @@ def workload_params(wl: Workload, seed, max_context, n: int,
         max_context=np.int32(max_context), trace=rows,
         prefix=(np.int32(wl.prefix_count), np.int32(wl.prefix_tokens),
                 np.float64(wl.prefix_share)),
-        loop=(np.int32(wl.concurrency if closed else 0),
-              np.float64(wl.think_time_s if closed else 0.0),
-              np.int32(wl.warmup_requests)))
+        loop=(np.int32(_clients(wl)), np.float64(wl.think_time_s if closed else 0.0),
+              np.int32(wl.warmup_requests)),
+        session=sessions.params(wl, _par))
+
+
+def _clients(wl: Workload) -> int:
+    """A closed loop's clients (0: open); users beyond the sessions have none to run."""
+    if wl.arrival != "closed":
+        return 0
+    return min(wl.concurrency, wl.num_requests) if wl.turns is not None else wl.concurrency
 
 
 _sample_one = jax.jit(_sample, static_argnums=(0, 1))
@@ -426,7 +461,9 @@ def sample_batch_shape(n: int, args: WorkloadParams) -> Requests:
 
 
 @float64()
-def sample_n(wl: Workload, seed, max_context, n: int) -> Requests:
-    """``sample`` into exactly ``n >= wl.capacity`` slots (the rest never arrive)."""
-    args = workload_params(wl, seed, max_context, n)
+def sample_n(wl: Workload, seed, max_context, n: int,
+             paths: tuple[int, int] | None = None) -> Requests:
+    """``sample`` into exactly ``n >= wl.capacity`` slots (the rest never arrive), its paths of
+    shape ``paths`` (default: its own, ``path_shape``)."""
+    args = workload_params(wl, seed, max_context, n, paths)
     return _sample_one(n, _has_gamma(args.kind), args)

@@ -10,13 +10,18 @@ import numpy as np
 
 from sweep.engine.params import EngineParams
 from sweep.study.workload import Requests
+from sweep.twin import sessions
 from sweep.twin.state import RefResult, Twin, columns
 
 
-def send(tw: Twin, t: float) -> None:
-    """A closed loop's finish (the ``tw.finished``-th) sends the next request at ``t``; with a
-    warm-up of W requests, the finishes of the warm-up send only its own, and its last one
-    sends the first ``clients`` measured requests together."""
+def send(tw: Twin, t: float, req: int) -> None:
+    """A closed loop's finish (the ``tw.finished``-th, of request ``req``) sends the next
+    request at ``t``; with a warm-up of W requests, the finishes of the warm-up send only its
+    own, and its last one sends the first ``clients`` measured requests together. Sessions
+    send their own (``sessions.send``)."""
+    if tw.table is not None:
+        sessions.send(tw, req, t)
+        return
     for i in sent_by(tw.finished, tw.clients, tw.warmup):
         if i < tw.real:
             tw.arrival[i] = t

@@ -76,6 +76,13 @@ def simulate_replicas_reference(params: EngineParams, req: Requests, replicas: i
     replica is the plain server."""
     if replicas == 1:
         return simulate_reference(params, req)
+    turn = np.broadcast_to(np.asarray(req.turn), np.shape(req.arrival)).reshape(-1)
+    if router == "session" and (turn == 1).any():  # each session, and user, on one replica
+        session = np.where(turn > 0, np.cumsum(turn == 1) - 1, -1)
+        loose = np.cumsum(session < 0) - 1
+        chosen = np.where(session >= 0, session, loose) % replicas
+        return _replicas(req, _serve([params] * replicas, req, chosen.tolist())[0], chosen,
+                         replicas)
     if int(np.asarray(req.clients)) > 0:
         return closed_loop(req, gap(req, params), lambda r: simulate_replicas_reference(
             params, r, replicas, router))
@@ -101,8 +108,13 @@ def simulate_replicas_reference(params: EngineParams, req: Requests, replicas: i
         if again == chosen:
             break
         chosen = again
-    merged = _merged_servers(req, parts)
+    merged = _replicas(req, parts, chosen, replicas)
     merged.truncated |= again != chosen
+    return merged
+
+
+def _replicas(req: Requests, parts: list, chosen, replicas: int) -> RefResult:
+    merged = _merged_servers(req, parts)
     merged.replica = np.asarray(chosen, dtype=np.int64)
     merged.servers = replicas
     return merged
@@ -138,12 +150,15 @@ def _serve(servers: list[EngineParams], req: Requests, chosen: list):
     """Each server's requests (``chosen[i]``: request i's server) simulated on its own: the
     (request indices, result) of each, and the finish times in request order."""
     arrival, prompt, output, n = columns(req)
+    turn = np.broadcast_to(np.asarray(req.turn), (n,))
+    c = int(np.asarray(req.clients))  # a closed loop's that reaches its servers as it is
     parts = []
     for j, params in enumerate(servers):
         idx = [i for i in range(n) if chosen[i] == j]
         sub = req._replace(arrival=arrival[idx], prompt=prompt[idx], output=output[idx],
                            prefix=np.asarray(req.prefix).reshape(-1)[idx],
-                           path=_rows(req.path, n)[idx])
+                           path=_rows(req.path, n)[idx], turn=turn[idx],
+                           clients=np.int32(c // len(servers) + (j < c % len(servers))))
         parts.append((idx, simulate_reference(params, sub)))
     finish = np.full(n, np.nan)
     for idx, res in parts:
@@ -156,11 +171,17 @@ def _merged_servers(req: Requests, parts: list) -> RefResult:
     arrival, _, _, n = columns(req)
     first, finish = np.full(n, np.nan), np.full(n, np.nan)
     generated, cached = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    arrival = arrival.copy()
     for idx, res in parts:
         first[idx], finish[idx], generated[idx] = res.first_token, res.finish, res.generated
         cached[idx] = res.cached_tokens
+        if res.arrival is not None:  # a closed loop's, as it set them
+            arrival[idx] = res.arrival
     gaps = np.concatenate([res.itl_gaps for _, res in parts])
-    return _merged(arrival, [res for _, res in parts], first, finish, generated, gaps, cached)
+    merged = _merged(arrival, [res for _, res in parts], first, finish, generated, gaps, cached)
+    if any(res.arrival is not None for _, res in parts):
+        merged.arrival = arrival
+    return merged
 
 
 def _least_outstanding(arrival, finish, chosen: list, replicas: int) -> list:
@@ -244,7 +265,7 @@ def simulate_disaggregated_reference(prefill: EngineParams, decode: EngineParams
         output=np.array([output[i] - 1 for i in order], dtype=np.int64),
         prefix=np.full(len(order), -1, np.int32),
         path=np.full((len(order), _rows(req.path, n).shape[1]), -1, np.int32),
-        clients=0, think=0.0, warmup=0))
+        clients=0, think=0.0, warmup=0, turn=np.zeros(len(order), np.int32)))
     finish = pre.finish.copy()
     generated = pre.generated.copy()
     gaps = list(dec.itl_gaps)

@@ -10,6 +10,7 @@ import numpy as np
 from sweep.engine.params import EngineParams
 from sweep.physics import timing
 from sweep.study.workload import Requests
+from sweep.twin import sessions
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -70,6 +71,9 @@ class Twin:
     gap: float = 0.0
     real: int = 0  # requests to send (those after are padding)
     warmup: int = 0  # the first requests, after which the measured ones start together
+    # A workload of sessions: its rows, sent in an order the finishes set (the lists above are
+    # by the order sent).
+    table: sessions.Table | None = None
     # The state.
     t: float = 0.0
     head: int = 0  # requests ever admitted
@@ -153,14 +157,18 @@ def load(params: EngineParams, req: Requests, max_steps: int | None) -> Twin:
         w = int(np.asarray(req.warmup))
         arrival = np.where(np.arange(n) < (min(clients, w) if w > 0 else clients), arrival,
                            np.inf)
-    return Twin(
+    tw = Twin(
         arrival=arrival.tolist(), prompt=prompt.tolist(), output=output.tolist(), paths=paths,
         node_start=start, node_end=end, end_time=float(np.asarray(req.end_time)),
         seed=np.uint32(np.asarray(req.seed)), design=scalars(params),
         node_blocks=[ceil_div(e, b) - ceil_div(a, b) for a, e in zip(start, end)],
         max_steps=max_steps,
         clients=clients, real=real, warmup=int(np.asarray(req.warmup)),
-        gap=float(np.asarray(req.think) + np.asarray(params.summary.request_overhead_s)))
+        gap=float(np.asarray(req.think) + np.asarray(params.summary.request_overhead_s)),
+        table=sessions.table(req, prompt.tolist(), output.tolist(), paths))
+    if tw.table is not None:
+        sessions.start(tw)
+    return tw
 
 
 @dataclass
@@ -195,10 +203,13 @@ def result(tw: Twin) -> RefResult:
     real = np.isfinite(arrival) & (arrival <= tw.t)
     ends = np.where(np.isfinite(tw.finish), np.minimum(tw.finish, tw.t), tw.t)
     area = float(np.sum(np.clip(ends[real] - arrival[real], 0.0, None)))
-    return RefResult(
+    res = RefResult(
         first_token=tw.first_token, finish=tw.finish, generated=tw.generated, t_stop=float(tw.t),
         itl_gaps=np.asarray(tw.itl_gaps, dtype=np.float64), preemptions=tw.preemptions,
         max_queue=tw.max_queue, peak_blocks=tw.peak_blocks, area_in_system=area, steps=tw.steps,
         passes=tw.passes, tokens=tw.tokens, truncated=tw.truncated, prefix_lookups=tw.lookups,
         prefix_hits=tw.hits, prefix_saved=tw.saved, cached_tokens=tw.cached_tokens,
         arrival=arrival if tw.clients > 0 else None)
+    if tw.table is not None:
+        sessions.in_table_order(tw, res)
+    return res

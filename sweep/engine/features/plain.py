@@ -70,9 +70,9 @@ class Plain:
         return s.features
 
     @staticmethod
-    def spawned_run(p, r: Requests, s: EngineState, passes_done, ends) -> dict:
-        """The features' slots after a decode run whose pass j ends at ``ends[j]`` and finishes
-        ``passes_done[j]`` seats."""
+    def spawned_run(p, r: Requests, s: EngineState, done, at, ends) -> dict:
+        """The features' slots after a decode run whose pass j ends at ``ends[j]``, in which
+        the seats ``done`` finish, each at its pass ``at``."""
         return s.features
 
     @staticmethod
@@ -85,6 +85,34 @@ class Plain:
     def arrivals(r: Requests, features: dict):
         """Every request's arrival, as the simulation set them."""
         return r.arrival
+
+    @staticmethod
+    def sending(r: Requests, s: EngineState, done, key):
+        """Of the seats ``done`` finishing (in the order of ``key``), those whose client sends
+        its next request, and the features' slots after it: every one."""
+        return done, s.features
+
+    # -- the requests in the order they are sent ----------------------------------------------
+
+    @staticmethod
+    def begin(r: Requests, features: dict, seats: int) -> dict:
+        """The features' slots at the start of a simulation of ``r`` on ``seats`` seats."""
+        return features
+
+    @staticmethod
+    def requests(r: Requests, features: dict) -> Requests:
+        """The requests by the index the engine gives them (the order they are sent)."""
+        return r
+
+    @staticmethod
+    def window(aux: Aux, features: dict):
+        """i32[2, N + S] prompt and output lengths by that index, 0-padded."""
+        return aux.window
+
+    @staticmethod
+    def in_table_order(out, features: dict):
+        """A simulation's results (by the engine's index) in the order of its requests."""
+        return out
 
     # -- the rules' prefills ------------------------------------------------------------------
 

@@ -1,0 +1,279 @@
+"""Sessions: a turn's prompt is its session's context so far plus its new tokens, up to the
+context; each turn is sent when the last one's answer is back plus the loop's gap; the engine
+and the twin agree request by request (prefix caching, caches small enough to evict, a CPU tier,
+chunked prefill, speculation); the next turn finds the last one's prompt cached where memory is
+ample; Little's law holds; the keys and the `turn` column. One engine call (one compiled shape)
+serves every case."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import sweep
+from sweep.cli import main
+from sweep.engine import topology
+from sweep.engine.params import engine_params
+from sweep.execution.batch import stack
+from sweep.study.design import Design
+from sweep.study.workload import Lengths, Workload, sample, sample_n
+from sweep.twin import simulate_reference, simulate_replicas_reference, summarize_reference
+from tests.helpers import run_batch
+from tests.test_twin_agreement import K_MAX, _random_design
+
+CONTEXT = 512
+SEATS = 12
+SLOTS = 96  # request rows per simulation
+N_RANDOM = 24
+#: Little's law cases: (users, think time s) x seeds, on one design.
+LITTLE = [(c, z) for c in (2, 5) for z in (0.0, 0.05)]
+LITTLE_SEEDS = 3
+TIERED = ("H100-SXM", "H200", "A100-80GB", "B200")  # GPUs with a host link for a CPU tier
+PATHS = (8, 128)  # every case's paths: at most 8 turns, a node per row
+
+
+def _sessions(rng, users: int, sessions: int, think: float) -> Workload:
+    return Workload(arrival="closed", concurrency=users, num_requests=sessions, duration_s=None,
+                    think_time_s=think, turns=Lengths("uniform", 0, 1, int(rng.integers(2, 9))),
+                    turn_tokens=Lengths("uniform", 0, 1, 60),
+                    prompt_tokens=Lengths("uniform", 0, 20, 200),
+                    output_tokens=Lengths("uniform", 0, 1, 30))
+
+
+def _random_case(rng: np.random.Generator, i: int):
+    """A random design (some caching prefixes, with a budget or a CPU tier, some with a cache
+    small enough to evict) on random sessions."""
+    while True:
+        d, _, small = _random_design(rng, i, experts=False)
+        if d.batching == "continuous" and d.kv_cache == "paged" and rng.random() < 0.8:
+            extra = dict(prefix_cache=True)
+            if rng.random() < 0.3:
+                extra["max_num_batched_tokens"] = int(rng.choice([64, 256]))
+            if d.gpu in TIERED and rng.random() < 0.4:
+                extra["kv_offload_gib"] = 1.0
+            d = d.replace(**extra)
+        try:
+            p = engine_params(d)
+        except ValueError:
+            continue
+        if small:
+            one_seq = math.ceil(CONTEXT / int(p.block_tokens)) + int(p.seq_blocks)
+            p = p._replace(total_blocks=np.int32(rng.integers(one_seq, one_seq + 8)))
+        wl = _sessions(rng, int(rng.choice([1, 3, 8, 20])), int(rng.integers(3, 13)),
+                       float(rng.choice([0.0, 0.01, 0.2])))
+        return d, p, sample_n(wl, int(rng.integers(0, 2**31)), CONTEXT, SLOTS, PATHS)
+
+
+def _little(users: int, think: float, seed: int):
+    d = Design(model="Llama-3-8B", max_batch=8, max_seq_len=CONTEXT, prefix_cache=True)
+    wl = Workload(arrival="closed", concurrency=users, num_requests=24, duration_s=None,
+                  think_time_s=think, turns=Lengths("fixed", 4.0),
+                  turn_tokens=Lengths("uniform", 0, 10, 40),
+                  prompt_tokens=Lengths("uniform", 0, 50, 150),
+                  output_tokens=Lengths("uniform", 0, 5, 40))
+    return d, engine_params(d), sample_n(wl, seed, CONTEXT, SLOTS, PATHS)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    rng = np.random.default_rng(20261204)
+    cases = [_random_case(rng, i) for i in range(N_RANDOM)]
+    cases += [_little(c, z, s) for c, z in LITTLE for s in range(LITTLE_SEEDS)]
+    designs, params, reqs = zip(*cases)
+    out, mets = run_batch(stack(params), stack(reqs), SEATS, K_MAX)
+    return designs, params, reqs, out, mets
+
+
+def test_a_turn_is_the_context_so_far_plus_its_new_tokens():
+    """Turn k's prompt is turn k-1's prompt and answer plus at least one new token; a session
+    ends before the first turn its context cannot hold; turns are consecutive rows."""
+    rng = np.random.default_rng(7)
+    wl = _sessions(rng, 3, 40, 0.0)
+    r = sample_n(wl, 11, CONTEXT, 40 * 8)
+    turn, prompt, output = (np.asarray(x) for x in (r.turn, r.prompt, r.output))
+    real = np.isfinite(np.asarray(r.arrival))
+    assert (turn[real] >= 1).all() and (turn[~real] == 0).all()
+    assert (turn == 1).sum() == 40  # every session has a first turn
+    later = np.flatnonzero(turn[1:] > 1) + 1
+    assert (turn[later] == turn[later - 1] + 1).all()
+    grown = prompt[later] - prompt[later - 1] - output[later - 1]
+    assert grown.min() >= 1 and grown.max() <= 60
+    assert (prompt[real] + output[real] <= CONTEXT).all()
+    # Cut by the context: the longest sessions stop short of their turn count's bound.
+    assert prompt[real].max() > CONTEXT / 2
+    # Each turn's path is its session's turns so far, ending at its own prompt.
+    path, end = np.asarray(r.path), np.asarray(r.node_end)
+    for q in later[:50]:
+        nodes = path[q][path[q] >= 0]
+        assert len(nodes) == turn[q] and end[nodes[-1]] == prompt[q]
+        assert end[nodes[-2]] == prompt[q - 1]
+
+
+def test_sessions_agree_with_the_twin_request_by_request(runs):
+    designs, params, reqs, out, mets = runs
+    cached = 0
+    for b in range(len(designs)):
+        ref = simulate_reference(params[b], reqs[b])
+        msg = f"case {b}: {designs[b]}"
+        for eng, twin in [(out.arrival[b], ref.arrival), (out.first[b], ref.first_token),
+                          (out.finish[b], ref.finish)]:
+            eng, twin = np.asarray(eng), np.asarray(twin)
+            assert np.array_equal(~np.isfinite(eng), ~np.isfinite(twin)), msg
+            ok = np.isfinite(twin)
+            np.testing.assert_allclose(eng[ok], twin[ok], rtol=1e-9, atol=0, err_msg=msg)
+        np.testing.assert_array_equal(np.asarray(out.generated[b]), ref.generated, err_msg=msg)
+        np.testing.assert_array_equal(np.asarray(out.cached_tokens[b]), ref.cached_tokens,
+                                      err_msg=msg)
+        for name in ("tokens", "preemptions", "max_queue", "peak_blocks", "passes"):
+            assert int(getattr(out, name)[b]) == int(getattr(ref, name)), (name, msg)
+        twin = summarize_reference(ref, reqs[b], params[b])
+        for key in ("mean_ttft_s", "mean_e2e_s", "tokens_per_s", "completed",
+                    "prefix_token_hit_rate"):
+            assert mets[key][b] == pytest.approx(twin[key], rel=1e-9, nan_ok=True), (key, msg)
+        cached += int(np.asarray(out.cached_tokens[b]).sum() > 0)
+    assert cached >= 10
+    assert (mets["preemptions"][:N_RANDOM] > 0).sum() >= 2
+    assert not mets["truncated"].any() and not mets["unstable"].any()
+
+
+def test_each_turn_follows_the_last_answer_and_finds_its_prompt_cached(runs):
+    """Every session's turns are all served, each sent the loop's gap after its predecessor's
+    finish; under prefix caching with memory to spare it finds that turn's prompt cached."""
+    designs, params, reqs, out, _ = runs
+    for b in range(N_RANDOM, len(designs)):
+        r = reqs[b]
+        turn, prompt = np.asarray(r.turn), np.asarray(r.prompt)
+        arrival, finish = np.asarray(out.arrival[b]), np.asarray(out.finish[b])
+        real = turn > 0
+        assert np.isfinite(finish[real]).all()
+        later = np.flatnonzero(turn[1:] > 1) + 1
+        gap = float(r.think) + float(params[b].summary.request_overhead_s)
+        np.testing.assert_allclose(arrival[later], finish[later - 1] + gap, rtol=1e-12)
+        np.testing.assert_array_equal(np.asarray(out.cached_tokens[b])[later], prompt[later - 1])
+
+
+def test_littles_law_for_sessions_within_the_monte_carlo_interval(runs):
+    """Users = throughput x (mean E2E + the gap) while every user is busy: from time 0 to the
+    start of the last session."""
+    _, params, reqs, out, _ = runs
+    for k, (users, think) in enumerate(LITTLE):
+        ratios = []
+        for s in range(LITTLE_SEEDS):
+            b = N_RANDOM + k * LITTLE_SEEDS + s
+            turn = np.asarray(reqs[b].turn)
+            arrival, finish = np.asarray(out.arrival[b]), np.asarray(out.finish[b])
+            hi = arrival[turn == 1].max()
+            inside = (turn > 0) & (finish <= hi)
+            w = (np.mean(finish[inside] - arrival[inside]) + think
+                 + float(params[b].summary.request_overhead_s))
+            ratios.append(inside.sum() / hi * w / users)
+        mean, se = np.mean(ratios), np.std(ratios, ddof=1) / math.sqrt(LITTLE_SEEDS)
+        edge = users / (turn > 0).sum()  # the window cuts one cycle per user
+        assert abs(mean - 1) <= 3 * se + edge, (users, think, ratios)
+
+
+SESSIONS_TOML = """
+name = "sessions"
+[hardware]
+gpu = "H100-SXM"
+[model]
+name = "Llama-3-8B"
+[workload]
+arrival = "closed"
+concurrency = 4
+num_requests = 6
+think_time_s = 1.0
+turns = { dist = "uniform", low = 2, high = 5 }
+turn_tokens = 200
+prompt_tokens = { dist = "uniform", low = 500, high = 1500 }
+output_tokens = 64
+[levers]
+max_batch = 8
+prefix_cache = [false, true]
+[run]
+seeds = 1
+per_request = true
+"""
+
+
+def test_a_config_of_sessions_writes_each_turn(tmp_path):
+    """``sweep run`` of sessions: `requests.parquet` holds each turn's position, its TTFT by
+    turn can be read from it, and prefix caching finds the earlier turns' prompts."""
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(SESSIONS_TOML)
+    assert main(["run", str(cfg), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    req = pd.read_parquet(tmp_path / "out" / "requests.parquet")
+    assert set(req["turn"]) == set(range(1, int(req["turn"].max()) + 1))
+    assert (req.groupby("design")["turn"].apply(lambda t: (t == 1).sum()) == 6).all()
+    later = req[req["turn"] > 1]
+    assert (later.loc[later["design"] == 0, "cached_tokens"] == 0).all()
+    assert (later.loc[later["design"] == 1, "cached_tokens"] > 0).all()
+    ttft = (req["first_token_s"] - req["arrival_s"]).groupby([req["design"], req["turn"]]).mean()
+    assert ttft.loc[1].iloc[1:].mean() < ttft.loc[0].iloc[1:].mean()
+    runs = pd.read_parquet(tmp_path / "out" / "runs.parquet")
+    assert list(runs["turns_dist"]) == ["uniform"] * 2 and list(runs["turn_tokens_mean"]) == [200.0] * 2
+
+
+TURNS = 'turns = { dist = "uniform", low = 2, high = 5 }\n'
+
+
+@pytest.mark.parametrize("old,new,key", [
+    ("turn_tokens = 200\n", "", "workload.turns"),
+    (TURNS, 'turns = { dist = "exponential", mean = 3 }\n', "workload.turns.dist"),
+    (TURNS, TURNS + "warmup_requests = 2\n", "workload.warmup_requests"),
+    ('arrival = "closed"\nconcurrency = 4\n', "arrival_rate = 2.0\n", "workload.turns"),
+])
+def test_sessions_refused_in_one_line(tmp_path, capsys, old, new, key):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(SESSIONS_TOML.replace(old, new).replace("think_time_s = 1.0\n", ""
+                                                           if "rate" in new else
+                                                           "think_time_s = 1.0\n"))
+    assert main(["run", str(cfg), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert key in err and "\n" not in err, err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("levers,key", [("replicas = 2", "levers.router"),
+                                         ("replicas = 2\nrouter = \"round_robin\"", "levers.router"),
+                                         ("prefill_gpus = 1\ndecode_gpus = 1", "levers.prefill_gpus")])
+def test_sessions_on_a_fleet_refused_in_one_line(tmp_path, capsys, levers, key):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(SESSIONS_TOML.replace("max_batch = 8", "max_batch = 8\n" + levers))
+    assert main(["run", str(cfg), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert key in err and "\n" not in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_sessions_behind_the_session_router_agree_with_the_twin():
+    """Replicas behind the session router: each session, and each user, stays on one replica
+    (its turns find the earlier ones cached there); the engine and the twin agree request by
+    request, arrivals included."""
+    wl = Workload(arrival="closed", concurrency=5, num_requests=9, duration_s=None,
+                  think_time_s=0.5, turns=Lengths("uniform", 0, 1, 5),
+                  turn_tokens=Lengths("uniform", 0, 20, 200),
+                  prompt_tokens=Lengths("uniform", 0, 200, 1500),
+                  output_tokens=Lengths("uniform", 0, 5, 60))
+    d = Design(gpu="H200", model="Llama-3.1-8B", max_batch=8, prefix_cache=True, replicas=3,
+               router="session")
+    res = sweep.simulate([d], wl, seeds=1, model_error=False)
+    reqs = sample(wl, 0, d.context_limit)
+    ref = simulate_replicas_reference(topology.plan(d).first[0], reqs, 3, "session")
+    mine = res.requests
+    real = np.isfinite(ref.arrival)
+    np.testing.assert_allclose(mine["arrival_s"], ref.arrival[real], rtol=1e-12)
+    np.testing.assert_allclose(mine["first_token_s"], ref.first_token[real], rtol=1e-12)
+    np.testing.assert_allclose(mine["finish_s"], ref.finish[real], rtol=1e-12)
+    np.testing.assert_array_equal(mine["cached_tokens"], ref.cached_tokens[real])
+    turn = np.asarray(reqs.turn)[real]
+    session = np.cumsum(turn == 1) - 1
+    assert (ref.replica[real] == session % 3).all()
+    prompt = np.asarray(reqs.prompt)[real]
+    later = np.flatnonzero(turn[1:] > 1) + 1
+    np.testing.assert_array_equal(mine["cached_tokens"].to_numpy()[later], prompt[later - 1])
+    # Users: 2, 2 and 1 on the three replicas, each turn sent the gap after the last answer.
+    gap = 0.5 + float(topology.plan(d).first[0].summary.request_overhead_s)
+    np.testing.assert_allclose(ref.arrival[real][later], ref.finish[real][later - 1] + gap,
+                               rtol=1e-12)
+    assert (mine["arrival_s"] == 0).sum() == 5
