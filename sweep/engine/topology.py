@@ -268,6 +268,48 @@ def split(r: Requests, chosen, replicas: int) -> list[Requests]:
     return subs
 
 
+def by_session(p: Plan, r: Requests) -> bool:
+    """Whether a plan's replicas serve a workload of sessions by the session router: each then
+    holds its own sessions, and nothing of another's."""
+    return p.router == "session" and p.weights is None and p.decode is None and sessions_of(r)
+
+
+def session_slots(r: Requests, chosen, replicas: int) -> int:
+    """The rows the busiest replica of a session router gets (real ones), as a power of two."""
+    real = np.isfinite(np.asarray(r.arrival))
+    most = int(np.bincount(np.asarray(chosen)[real], minlength=replicas).max(initial=1))
+    return 1 << max(most - 1, 1).bit_length()
+
+
+def split_sessions(r: Requests, chosen, replicas: int, slots: int) -> list[Requests]:
+    """Replica j's sessions in ``slots`` rows: its rows in order, each its own cache node
+    renumbered from 0 (a session's turns are its own nodes, so a replica's paths name only its
+    own rows), and its share of the users. The cache state of each replica is then sized by
+    its own rows, not the fleet's."""
+    real = np.isfinite(np.asarray(r.arrival))
+    path, start, end = np.asarray(r.path), np.asarray(r.node_start), np.asarray(r.node_end)
+    pad = nothing(r._replace(arrival=np.zeros(slots), path=path[:1].repeat(slots, 0),
+                             node_end=np.zeros(slots, np.int32), turn=np.zeros(slots, np.int32)))
+    subs = []
+    for j in range(replicas):
+        idx = np.flatnonzero((chosen == j) & real)
+        k = idx.size
+        local = np.full(start.shape[0], -1, np.int32)
+        local[idx] = np.arange(k, dtype=np.int32)
+        mine = np.where(path[idx] >= 0, local[np.maximum(path[idx], 0)], -1)
+        subs.append(pad._replace(
+            arrival=np.concatenate([r.arrival[idx], pad.arrival[k:]]),
+            prompt=np.concatenate([r.prompt[idx], pad.prompt[k:]]),
+            output=np.concatenate([r.output[idx], pad.output[k:]]),
+            path=np.concatenate([mine, pad.path[k:]]).astype(np.int32),
+            node_start=np.concatenate([start[idx], pad.node_start[k:]]),
+            node_end=np.concatenate([end[idx], pad.node_end[k:]]),
+            turn=np.concatenate([np.asarray(r.turn)[idx], pad.turn[k:]]),
+            end_time=r.end_time, seed=r.seed, think=r.think,
+            clients=np.int32(share(int(r.clients), j, replicas))))
+    return subs
+
+
 def share(clients: int, j: int, servers: int) -> int:
     """Server j's clients of a closed loop shared among ``servers``: as even as can be, the
     first servers taking one more."""
@@ -365,7 +407,8 @@ def merge_replicas(r: Requests, outs: list, gpus: list, chosen) -> EngineOutput:
     generated = np.zeros(n, np.int64)
     cached = np.zeros(n, np.asarray(outs[0].cached_tokens).dtype)
     for j, o in enumerate(outs):
-        idx = np.flatnonzero(chosen == j)
+        # (A replica's rows may be fewer than its padding's: ``split_sessions``.)
+        idx = np.flatnonzero(chosen == j)[:o.finish.shape[0]]
         k = idx.size
         first[idx], finish[idx], generated[idx] = o.first[:k], o.finish[:k], o.generated[:k]
         cached[idx], arrival[idx] = o.cached_tokens[:k], o.arrival[:k]  # a closed loop's own
@@ -466,10 +509,15 @@ def _serve(plans: list, given: dict, chosen: list, call: Callable, width: int) -
     first call (``width`` servers), then the decode pools' (a lane per plan)."""
     m = len(plans)
     params, subs, owner = [], [], {}
+    # Replicas each holding their own sessions run in as few rows as the busiest needs.
+    compact = all(by_session(plans[k], r) for k, r in given.items())
+    slots = max((session_slots(r, chosen[k], len(plans[k].first)) for k, r in given.items()),
+                default=0) if compact else 0
     for k, r in given.items():
         p = plans[k]
-        parts = [prefill_requests(r)] if p.decode is not None else split(r, chosen[k],
-                                                                          len(p.first))
+        parts = ([prefill_requests(r)] if p.decode is not None else
+                 split_sessions(r, chosen[k], len(p.first), slots) if compact else
+                 split(r, chosen[k], len(p.first)))
         owner[k] = range(len(subs), len(subs) + len(parts))
         params += p.first
         subs += parts
