@@ -3,7 +3,7 @@
 # and keeps the log under benchmarks/results/ (or $OUT when set) with the date and the device.
 # Needs jax with its CUDA plugin, numpy, pandas, pyarrow and pytest; nothing is installed.
 # Each stage has a time limit (seconds: STAGE_S, default 170), so that one slow stage still
-# leaves the others their figures; the whole script stays under ~9 minutes.
+# leaves the others their figures; the whole script stays under ~15 minutes.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
@@ -24,4 +24,7 @@ assert jax.default_backend() == 'gpu', 'no GPU backend: ' + jax.default_backend(
   timeout "$stage" python3 benchmarks/throughput.py --seeds 1389 --chunk-size 32768 --twin-sims 0
   echo "== engine vs twin on the GPU"
   timeout "$stage" python3 -m pytest -q -x -p no:cacheprovider tests/test_twin_agreement.py
+  echo "== 10,000 sessions on 16 replicas, and 64 designs of it"
+  timeout "$stage" python3 benchmarks/sessions.py
+  timeout "$stage" python3 benchmarks/sessions.py --designs 64
 } 2>&1 | tee "$log"

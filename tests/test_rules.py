@@ -164,17 +164,22 @@ def test_features_compose_by_a_list(monkeypatch):
     """Each hook comes from the one feature that replaces it, else the plain form; a batch's
     state carries the slots of its features and no other; two features replacing one hook are
     refused."""
-    every = tuple(f.NAME for f in features.FEATURES)
+    replaced = {name for f in features.FEATURES for name in getattr(f, "REPLACES", ())}
+    every = tuple(f.NAME for f in features.FEATURES if f.NAME not in replaced)
     hooks = compose(every)
-    for f in features.FEATURES:
+    for f in (f for f in features.FEATURES if f.NAME in every):
         for name, value in vars(f.Hooks).items():
             if not name.startswith("__"):
                 found = next(vars(k)[name] for k in hooks.__mro__ if name in vars(k))
                 assert found is value, (f.NAME, name)
     plain = compose(())
     assert all(getattr(plain, h) is getattr(Plain, h) for h in vars(Plain) if h[0] != "_")
-    # expert parallelism carries nothing
-    assert set(slots(every, 3, SEATS, 4)) == {"prefills", "kv_offload", "closed_loop"}
+    # Sessions stand for the closed loop (its hooks extend it; compiled together they clash)
+    # and make their slots, and its, as a simulation begins; expert parallelism carries nothing.
+    assert "closed_loop" in replaced and issubclass(hooks, features.closed_loop.Hooks)
+    with pytest.raises(TypeError, match="replaced by both"):
+        compose(("closed_loop", "sessions"))
+    assert set(slots(every, 3, SEATS, 4)) == {"prefills", "kv_offload"}
     assert slots(("expert_parallel",), 3, SEATS, 4) == {}
 
     class Clash(Plain):
@@ -193,9 +198,9 @@ def test_a_batch_compiles_only_the_features_it_uses():
     assert features.active(params(8, prefix_cache=True), r) == ("prefills",)
     assert features.active(params(8, max_num_batched_tokens=256), r) == ("prefills",)
     assert features.active(params(8), r._replace(clients=jnp.int32(2))) == ("closed_loop",)
-    # Sessions are a closed loop's, and make no slot until a simulation begins.
+    # Sessions, open or closed, stand for the closed loop.
     turns = r._replace(clients=jnp.int32(2), turn=jnp.ones(r.arrival.shape, jnp.int32))
-    assert features.active(params(8), turns) == ("closed_loop", "sessions")
+    assert features.active(params(8), turns) == ("sessions",)
     # A CPU tier comes with the prefix cache it serves.
     assert features.active(params(8, prefix_cache=True, kv_offload_gib=8.0), r) == (
         "prefills", "kv_offload")

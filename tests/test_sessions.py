@@ -32,9 +32,15 @@ TIERED = ("H100-SXM", "H200", "A100-80GB", "B200")  # GPUs with a host link for 
 PATHS = (8, 128)  # every case's paths: at most 8 turns, a node per row
 
 
-def _sessions(rng, users: int, sessions: int, think: float) -> Workload:
-    return Workload(arrival="closed", concurrency=users, num_requests=sessions, duration_s=None,
-                    think_time_s=think, turns=Lengths("uniform", 0, 1, int(rng.integers(2, 9))),
+def _sessions(rng, users: int, sessions: int, think: float, rate: float = 0.0) -> Workload:
+    """Sessions of a closed loop of ``users``, or (``rate`` > 0) arriving at ``rate`` per s."""
+    arrival = dict(arrival="closed", concurrency=users) if rate == 0 else dict(
+        arrival=str(rng.choice(["poisson", "constant", "gamma"])), arrival_rate=rate,
+        arrival_cv=2.0)
+    if arrival["arrival"] != "gamma":
+        arrival.pop("arrival_cv", None)
+    return Workload(**arrival, num_requests=sessions, duration_s=None, think_time_s=think,
+                    turns=Lengths("uniform", 0, 1, int(rng.integers(2, 9))),
                     turn_tokens=Lengths("uniform", 0, 1, 60),
                     prompt_tokens=Lengths("uniform", 0, 20, 200),
                     output_tokens=Lengths("uniform", 0, 1, 30))
@@ -59,8 +65,9 @@ def _random_case(rng: np.random.Generator, i: int):
         if small:
             one_seq = math.ceil(CONTEXT / int(p.block_tokens)) + int(p.seq_blocks)
             p = p._replace(total_blocks=np.int32(rng.integers(one_seq, one_seq + 8)))
+        rate = float(rng.choice([2.0, 20.0, 200.0])) if i % 2 else 0.0  # every other: open
         wl = _sessions(rng, int(rng.choice([1, 3, 8, 20])), int(rng.integers(3, 13)),
-                       float(rng.choice([0.0, 0.01, 0.2])))
+                       float(rng.choice([0.0, 0.01, 0.2])), rate)
         return d, p, sample_n(wl, int(rng.integers(0, 2**31)), CONTEXT, SLOTS, PATHS)
 
 
@@ -133,7 +140,25 @@ def test_sessions_agree_with_the_twin_request_by_request(runs):
         cached += int(np.asarray(out.cached_tokens[b]).sum() > 0)
     assert cached >= 10
     assert (mets["preemptions"][:N_RANDOM] > 0).sum() >= 2
-    assert not mets["truncated"].any() and not mets["unstable"].any()
+    closed = np.array([int(r.clients) > 0 for r in reqs])
+    assert not mets["truncated"].any() and not mets["unstable"][closed].any()
+
+
+def test_open_sessions_start_at_their_arrivals_and_turns_follow_their_answers(runs):
+    """Arriving at a rate, a session's first turn comes at its arrival (the process's draw, as
+    a request's would be), each later turn the gap after its predecessor's finish; requests are
+    indexed in the order they arrive."""
+    designs, params, reqs, out, _ = runs
+    for b in range(1, N_RANDOM, 2):
+        r = reqs[b]
+        turn = np.asarray(r.turn)
+        arrival, finish = np.asarray(out.arrival[b]), np.asarray(out.finish[b])
+        first = turn == 1
+        np.testing.assert_array_equal(arrival[first], np.asarray(r.arrival)[first])
+        assert (np.diff(arrival[first]) >= 0).all()
+        later = np.flatnonzero(turn[1:] > 1) + 1
+        gap = float(r.think) + float(params[b].summary.request_overhead_s)
+        np.testing.assert_allclose(arrival[later], finish[later - 1] + gap, rtol=1e-12)
 
 
 def test_each_turn_follows_the_last_answer_and_finds_its_prompt_cached(runs):
@@ -221,17 +246,32 @@ TURNS = 'turns = { dist = "uniform", low = 2, high = 5 }\n'
     ("turn_tokens = 200\n", "", "workload.turns"),
     (TURNS, 'turns = { dist = "exponential", mean = 3 }\n', "workload.turns.dist"),
     (TURNS, TURNS + "warmup_requests = 2\n", "workload.warmup_requests"),
-    ('arrival = "closed"\nconcurrency = 4\n', "arrival_rate = 2.0\n", "workload.turns"),
 ])
 def test_sessions_refused_in_one_line(tmp_path, capsys, old, new, key):
     cfg = tmp_path / "bad.toml"
-    cfg.write_text(SESSIONS_TOML.replace(old, new).replace("think_time_s = 1.0\n", ""
-                                                           if "rate" in new else
-                                                           "think_time_s = 1.0\n"))
+    cfg.write_text(SESSIONS_TOML.replace(old, new))
     assert main(["run", str(cfg), "--out", str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert key in err and "\n" not in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_sessions_arriving_at_a_rate_from_a_config(tmp_path):
+    """Open sessions: `arrival_rate` sessions/s for `duration_s`, each turn after the last
+    one's answer and the think time; the later turns find the earlier prompts cached."""
+    cfg = tmp_path / "open.toml"
+    cfg.write_text(SESSIONS_TOML.replace('arrival = "closed"\nconcurrency = 4\nnum_requests = 6\n',
+                                         'arrival = "poisson"\narrival_rate = 0.5\n'
+                                         'duration_s = 20.0\n'))
+    assert main(["run", str(cfg), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    req = pd.read_parquet(tmp_path / "out" / "requests.parquet")
+    mine = req[req["design"] == 1]
+    first = mine[mine["turn"] == 1]
+    assert 2 <= len(first) <= 30 and (first["arrival_s"] <= 20.0).all()
+    later = mine[mine["turn"] > 1]
+    assert len(later) > 0 and (later["cached_tokens"] > 0).all()
+    prev = mine.set_index("request").loc[later["request"] - 1]
+    assert (later["arrival_s"].to_numpy() > prev["finish_s"].to_numpy() + 1.0).all()
 
 
 @pytest.mark.parametrize("levers,key", [("replicas = 2", "levers.router"),

@@ -116,8 +116,8 @@ def advance(st: Step, r: Requests, live, halt, tail, g: Growth, ad: Admission, p
     of the state after the pass: its seats, and the counts it adds to. In a closed loop the
     pass's finishes send the next requests (of ``r``, in their own order)."""
     s = st.s
-    features = st.f.spawned(st.p, r, s._replace(features=c.features, seat_req=c.seat_req),
-                            c.done, ps.t_end)
+    features = st.f.spawned(st.p, r, s._replace(features=c.features, seat_req=c.seat_req,
+                                                head=s.head + ad.count), c.done, ps.t_end)
     return s._replace(
         t=jnp.where(live, ps.t_end, s.t),
         head=s.head + ad.count,

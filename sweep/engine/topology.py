@@ -19,6 +19,8 @@ import numpy as np
 
 from sweep.engine import ITL_BINS, ITL_LO_S, ITL_LOG_WIDTH, EngineOutput
 from sweep.engine.features.closed_loop import closed_arrival
+from sweep.engine.fleet_sessions import (by_session, session_slots, sessions_of, share,
+                                         split_sessions)
 from sweep.engine.params import EngineParams, engine_params
 from sweep.study.design import Design
 from sweep.study.fleet import MixedFleet
@@ -138,11 +140,6 @@ def matched(ends, path: tuple, h: int) -> bool:
     """Whether ``h`` leading nodes of ``path`` (nodes ending at ``ends``) are enough of it for
     the prefix-aware router."""
     return h > 0 and ends[path[h - 1]] >= PREFIX_MATCH_SHARE * ends[path[-1]]
-
-
-def sessions_of(r: Requests) -> bool:
-    """Whether the requests are a workload of sessions' turns."""
-    return bool(np.any(np.asarray(r.turn) == 1))
 
 
 def session(r: Requests, replicas: int) -> np.ndarray:
@@ -266,54 +263,6 @@ def split(r: Requests, chosen, replicas: int) -> list[Requests]:
                                path=np.concatenate([np.asarray(r.path)[idx], pad.path[k:]]),
                                turn=_rows(r.turn, idx, pad.turn, k)))
     return subs
-
-
-def by_session(p: Plan, r: Requests) -> bool:
-    """Whether a plan's replicas serve a workload of sessions by the session router: each then
-    holds its own sessions, and nothing of another's."""
-    return p.router == "session" and p.weights is None and p.decode is None and sessions_of(r)
-
-
-def session_slots(r: Requests, chosen, replicas: int) -> int:
-    """The rows the busiest replica of a session router gets (real ones), as a power of two."""
-    real = np.isfinite(np.asarray(r.arrival))
-    most = int(np.bincount(np.asarray(chosen)[real], minlength=replicas).max(initial=1))
-    return 1 << max(most - 1, 1).bit_length()
-
-
-def split_sessions(r: Requests, chosen, replicas: int, slots: int) -> list[Requests]:
-    """Replica j's sessions in ``slots`` rows: its rows in order, each its own cache node
-    renumbered from 0 (a session's turns are its own nodes, so a replica's paths name only its
-    own rows), and its share of the users. The cache state of each replica is then sized by
-    its own rows, not the fleet's."""
-    real = np.isfinite(np.asarray(r.arrival))
-    path, start, end = np.asarray(r.path), np.asarray(r.node_start), np.asarray(r.node_end)
-    pad = nothing(r._replace(arrival=np.zeros(slots), path=path[:1].repeat(slots, 0),
-                             node_end=np.zeros(slots, np.int32), turn=np.zeros(slots, np.int32)))
-    subs = []
-    for j in range(replicas):
-        idx = np.flatnonzero((chosen == j) & real)
-        k = idx.size
-        local = np.full(start.shape[0], -1, np.int32)
-        local[idx] = np.arange(k, dtype=np.int32)
-        mine = np.where(path[idx] >= 0, local[np.maximum(path[idx], 0)], -1)
-        subs.append(pad._replace(
-            arrival=np.concatenate([r.arrival[idx], pad.arrival[k:]]),
-            prompt=np.concatenate([r.prompt[idx], pad.prompt[k:]]),
-            output=np.concatenate([r.output[idx], pad.output[k:]]),
-            path=np.concatenate([mine, pad.path[k:]]).astype(np.int32),
-            node_start=np.concatenate([start[idx], pad.node_start[k:]]),
-            node_end=np.concatenate([end[idx], pad.node_end[k:]]),
-            turn=np.concatenate([np.asarray(r.turn)[idx], pad.turn[k:]]),
-            end_time=r.end_time, seed=r.seed, think=r.think,
-            clients=np.int32(share(int(r.clients), j, replicas))))
-    return subs
-
-
-def share(clients: int, j: int, servers: int) -> int:
-    """Server j's clients of a closed loop shared among ``servers``: as even as can be, the
-    first servers taking one more."""
-    return clients // servers + (j < clients % servers)
 
 
 def _rows(x, idx, pad, k: int):

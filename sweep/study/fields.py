@@ -156,6 +156,7 @@ _warmed = Applies(
     lambda d, w: w["arrival"] == "closed" or (w.get("trace") is None
                                                and w.get("num_requests") is not None),
     'with arrival = "closed", or open arrivals with num_requests (not a trace)')
+_untraced = Applies(lambda d, w: w.get("trace") is None, "without a trace")
 _open = Applies(lambda d, w: w["arrival"] != "closed",
                 'with open arrivals (poisson, constant, gamma or a trace), not arrival = "closed"')
 
@@ -363,8 +364,10 @@ FIELDS: tuple[Field, ...] = (
              "arrivals' with `num_requests`), excluded from every metric: caches warm up",
         short="sent first, not measured"),
     _wl("think_time_s", default=0.0, range=Range(0.0, _INF, says=">= 0 seconds"), unit="s",
-        when=_closed, help="`closed` only: a client's pause between a response and its next "
-                           "request", short="closed loop: pause per request"),
+        when=Applies(lambda d, w: w["arrival"] == "closed" or w.get("turns") is not None,
+                     'with arrival = "closed" or sessions (turns)'),
+        help="`closed` or sessions: a client's pause between a response and its next request "
+             "(a session's next turn)", short="pause per request (closed, sessions)"),
     _hw("allreduce_growth", range=Range(0.0, 10.0), gpu_default=True, fitted="engine",
         help="share of `allreduce_latency_us` each GPU past 2 adds: 1, `n - 1` times it; 0, one "
              "latency at any degree", short="all-reduce latency growth"),
@@ -383,14 +386,15 @@ FIELDS: tuple[Field, ...] = (
            help="host memory per server keeping the prefix cache's blocks past GPU memory, "
                 "loaded back over the host link on a hit ([model.md](model.md))",
            short="CPU KV tier per server"),
-    _wl("turns", "lengths", values="length table", shown="unset", when=_closed,
+    _wl("turns", "lengths", values="length table", shown="unset", when=_untraced,
         help="turns per session, `fixed` or `uniform`: with `turn_tokens`, a workload of "
-             "sessions (`closed` only: `concurrency` users run `num_requests` sessions, one after "
-             "another); a turn's prompt is the session's context so far plus its new tokens "
-             "([model.md](model.md))",
+             "sessions, arriving at `arrival_rate` sessions/s (`num_requests` sessions, or for "
+             "`duration_s`), or `closed`: `concurrency` users run `num_requests` sessions, one "
+             "after another; a turn's prompt is the session's context so far plus its new "
+             "tokens ([model.md](model.md))",
         short="sessions: turns per session"),
     _wl("turn_tokens", "lengths", values="length table", shown="unset",
-        when=_closed,
+        when=_untraced,
         help="sessions: new user tokens in each turn after the first (the first turn's prompt is "
              "`prompt_tokens`; each turn's answer is `output_tokens`)",
         short="sessions: new tokens per later turn"),

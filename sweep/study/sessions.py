@@ -29,9 +29,9 @@ def check(wl) -> None:
                          "together", "both, or neither")
     if wl.turns is None:
         return
-    if wl.arrival != "closed":
-        raise FieldError("workload.arrival", "sessions run as a closed loop (concurrency users, "
-                         "num_requests sessions)", "closed", wl.arrival)
+    if wl.trace is not None:
+        raise FieldError("workload.turns", "a trace's requests are replayed as they are",
+                         "unset with a trace")
     if wl.turns.dist not in TURN_DISTS:
         raise FieldError("workload.turns.dist", "a session's turns need a bound",
                          ", ".join(TURN_DISTS), wl.turns.dist)
@@ -42,7 +42,7 @@ def check(wl) -> None:
                              "own prefix)", "0 with turns", getattr(wl, key))
 
 
-def table(n: int, length: int, nodes: int, turns, first_prompt, new_tokens, output,
+def table(n: int, length: int, nodes: int, starts, turns, first_prompt, new_tokens, output,
           sessions, t_max, limit):
     """The rows of ``sessions`` sessions of at most ``t_max`` turns (traced; 0: none) in ``n``
     slots: each session's slots are ``t_max`` in a row before packing. ``turns``: i32[n] turn
@@ -51,7 +51,7 @@ def table(n: int, length: int, nodes: int, turns, first_prompt, new_tokens, outp
     prompt is P_k = P_(k-1) + O_(k-1) + U_k; a session ends before the first turn whose prompt
     passes ``limit`` (the context less one output token). Returns the packed rows' (real,
     prompt, output, turn (1-based; 0: padding), path [n, length], node start and end
-    [nodes])."""
+    [nodes], arrival: the session's, ``starts[m]`` (f64[n]; +inf: no such session))."""
     t = jnp.maximum(t_max, 1)
     q = jnp.arange(n, dtype=jnp.int32)
     m, k = q // t, q % t
@@ -60,7 +60,9 @@ def table(n: int, length: int, nodes: int, turns, first_prompt, new_tokens, outp
                     output[jnp.maximum(q - 1, 0)].astype(jnp.int64) + new_tokens)
     total = jnp.cumsum(inc)
     prompt = total - total[head] + inc[head]
-    real = (t_max > 0) & (m < sessions) & (k < turns[jnp.minimum(m, n - 1)]) & (prompt <= limit)
+    begins = starts[jnp.minimum(m, n - 1)]
+    real = ((t_max > 0) & (m < sessions) & jnp.isfinite(begins)
+            & (k < turns[jnp.minimum(m, n - 1)]) & (prompt <= limit))
     # A turn is real only after every earlier one of its session (prompts only grow).
     dest = jnp.cumsum(real, dtype=jnp.int32) - 1
     at = jnp.where(real, dest, n)
@@ -77,7 +79,7 @@ def table(n: int, length: int, nodes: int, turns, first_prompt, new_tokens, outp
     end = jnp.zeros((nodes,), jnp.int32).at[node_at].set(prompt.astype(jnp.int32), mode="drop")
     out = jnp.minimum(output, limit + 1 - prompt).astype(jnp.int32)
     return (packed(real, False), packed(prompt.astype(jnp.int32), 1), packed(out, 1),
-            packed(k + 1, 0), packed(path, -1), start, end)
+            packed(k + 1, 0), packed(path, -1), start, end, packed(begins, jnp.inf))
 
 
 def draw_keys(seed):
@@ -101,8 +103,8 @@ def params(wl, par) -> tuple:
     if wl.turns is None:
         dummy = par(type(wl.prompt_tokens)("fixed", 1.0))
         return dummy, dummy, np.int32(0), np.int32(0)
-    return (par(wl.turns), par(wl.turn_tokens), np.int32(max_turns(wl.turns)),
-            np.int32(wl.num_requests))
+    count = wl.num_requests if wl.num_requests is not None else np.iinfo(np.int32).max
+    return (par(wl.turns), par(wl.turn_tokens), np.int32(max_turns(wl.turns)), np.int32(count))
 
 
 def check_server(design, wl) -> None:

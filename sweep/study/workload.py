@@ -126,15 +126,14 @@ class _Workload:
         ~ cv x sqrt(mean), so bursty arrivals widen the bound by cv."""
         if self.trace is not None:
             return self.trace.count(self.trace_time_scale, self.duration_s, self.num_requests)
-        if self.turns is not None:
-            return self.num_requests * sessions.max_turns(self.turns)
+        turns = 1 if self.turns is None else sessions.max_turns(self.turns)
         if self.num_requests is not None:
-            return self.warmup_requests + self.num_requests
+            return (self.warmup_requests + self.num_requests) * turns
         mean = self.arrival_rate * self.duration_s
         if self.arrival == "constant":
-            return int(math.floor(mean)) + 1
+            return (int(math.floor(mean)) + 1) * turns
         spread = max(1.0, self.arrival_cv) if self.arrival == "gamma" else 1.0
-        return int(math.ceil(mean + 6.0 * spread * math.sqrt(mean) + 16))
+        return int(math.ceil(mean + 6.0 * spread * math.sqrt(mean) + 16)) * turns
 
 
 class _Duration:
@@ -306,12 +305,13 @@ def _sessions(r: Requests, a: WorkloadParams, n: int, first_prompt, output, limi
     first turn's prompt is the prompt draw, each turn's answer the output draw."""
     turns_par, new_par, t_max, count = a.session
     k_turns, k_new = sessions.draw_keys(a.seed)
-    rows = sessions.table(n, r.path.shape[1], r.node_end.shape[0],
+    rows = sessions.table(n, r.path.shape[1], r.node_end.shape[0], r.arrival,
                           _lengths(k_turns, turns_par, n, 2**30), first_prompt,
                           _lengths(k_new, new_par, n, limit), output, count, t_max, limit)
-    real, prompt, out, turn, path, start, end = rows
+    real, prompt, out, turn, path, start, end, arrival = rows
     on = t_max > 0
-    return r._replace(arrival=jnp.where(on, jnp.where(real, 0.0, jnp.inf), r.arrival),
+    # Each turn's arrival is its session's: a bound (the engine sends the later turns).
+    return r._replace(arrival=jnp.where(on, arrival, r.arrival),
                       prompt=jnp.where(on, prompt, r.prompt), output=jnp.where(on, out, r.output),
                       prefix=jnp.where(on, -1, r.prefix), path=jnp.where(on, path, r.path),
                       node_start=jnp.where(on, start, r.node_start),
@@ -422,7 +422,8 @@ def workload_params(wl: Workload, seed, max_context, n: int,
         max_context=np.int32(max_context), trace=rows,
         prefix=(np.int32(wl.prefix_count), np.int32(wl.prefix_tokens),
                 np.float64(wl.prefix_share)),
-        loop=(np.int32(_clients(wl)), np.float64(wl.think_time_s if closed else 0.0),
+        loop=(np.int32(_clients(wl)),
+              np.float64(wl.think_time_s if closed or wl.turns is not None else 0.0),
               np.int32(wl.warmup_requests)),
         session=sessions.params(wl, _par))
 

@@ -186,6 +186,6 @@ def completion(tw: Twin, t_end: float) -> None:
         s = tw.occupied.pop(seat_index)
         tw.finish[s.req] = t_end
         heapq.heappush(tw.free_seats, seat_index)
-        if tw.clients > 0:
+        if tw.clients > 0 or tw.table is not None:
             send(tw, t_end + tw.gap, s.req)
         tw.finished += 1

@@ -1,11 +1,13 @@
 """The twin's sessions (docs/model.md "Sessions"; the engine's: ``sweep.engine.features.sessions``):
-a request gets its index when it is sent, the first ``clients`` sessions' first turns at time 0,
-then at each finish (in a pass, in request order) its session's next turn or, after its last,
-the next session's first; the results go back to the rows' order at the end."""
+the requests are indexed in the order they arrive, the sessions' starts (open: every session at
+its arrival; closed: the first ``clients`` at time 0) merged with the sends of finishes (in a
+pass, in request order: a session's next turn, or in a closed loop after its last the next
+session's first), a start before a send at the same time. The requests not yet arrived are
+placed again whenever a finish sends; the results go back to the rows' order at the end."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -14,15 +16,18 @@ from sweep.study.workload import Requests
 
 @dataclass
 class Table:
-    """A workload of sessions' rows, and which of them have been sent."""
+    """A workload of sessions' rows, and the requests placed so far."""
 
     prompt: list[int]
     output: list[int]
     paths: list[tuple]
     turn: list[int]
     opener: list[int]  # each session's first row
-    row: list[int]  # each sent request's row
+    starts: list[float]  # each session's own arrival (open arrivals)
+    row: list[int] = field(default_factory=list)  # each placed request's row
+    key: list[tuple] = field(default_factory=list)  # and its (time, start 0 / send 1, order)
     opened: int = 0  # sessions started
+    sends: int = 0  # finishes that sent a request
 
 
 def table(req: Requests, prompt, output, paths) -> Table | None:
@@ -30,55 +35,74 @@ def table(req: Requests, prompt, output, paths) -> Table | None:
     turn = np.broadcast_to(np.asarray(req.turn), np.shape(req.arrival)).astype(int).tolist()
     if 1 not in turn:
         return None
-    return Table(list(prompt), list(output), list(paths), turn,
-                 [q for q, k in enumerate(turn) if k == 1], [])
+    opener = [q for q, k in enumerate(turn) if k == 1]
+    arrival = np.asarray(req.arrival, dtype=np.float64).reshape(-1)
+    return Table(list(prompt), list(output), list(paths), turn, opener,
+                 [float(arrival[q]) for q in opener])
 
 
 def start(tw) -> None:
-    """The first ``clients`` sessions' first turns, sent at time 0 (every other request unsent)."""
+    """The sessions' starts placed: a closed loop's first ``clients`` at time 0, else every
+    session at its own arrival."""
+    tab = tw.table
     n = len(tw.arrival)
     tw.arrival = [math.inf] * n
     tw.prompt, tw.output, tw.paths = [1] * n, [1] * n, [()] * n
-    tw.clients = min(tw.clients, len(tw.table.opener))
-    for m in range(tw.clients):
-        _record(tw, tw.table.opener[m], 0.0)
-    tw.table.opened = tw.clients
+    if tw.clients > 0:
+        tw.clients = min(tw.clients, len(tab.opener))
+        tab.opened = tw.clients
+        times = [0.0] * tw.clients
+    else:
+        tab.opened = len(tab.opener)
+        times = tab.starts
+    for m, t in enumerate(times):
+        _place(tw, len(tab.row), tab.opener[m], (t, 0, m))
 
 
-def _record(tw, row: int, t: float) -> None:
-    i = len(tw.table.row)
-    tw.table.row.append(row)
-    tw.arrival[i] = t
-    tw.prompt[i], tw.output[i] = tw.table.prompt[row], tw.table.output[row]
-    tw.paths[i] = tw.table.paths[row]
+def _place(tw, i: int, row: int, key: tuple) -> None:
+    tab = tw.table
+    if i == len(tab.row):
+        tab.row.append(row)
+        tab.key.append(key)
+    tab.row[i], tab.key[i] = row, key
+    tw.arrival[i] = key[0]
+    tw.prompt[i], tw.output[i], tw.paths[i] = tab.prompt[row], tab.output[row], tab.paths[row]
 
 
 def send(tw, i: int, t: float) -> None:
-    """The finish of request ``i`` sends, at ``t``, its session's next turn, or the next
-    session's first turn if one is left."""
+    """The finish of request ``i`` sends, at ``t``, its session's next turn, or in a closed
+    loop the next session's first if one is left; the requests not yet arrived are placed again
+    in order."""
     tab = tw.table
     row = tab.row[i]
     if row + 1 < len(tab.turn) and tab.turn[row + 1] == tab.turn[row] + 1:
-        _record(tw, row + 1, t)
-    elif tab.opened < len(tab.opener):
-        _record(tw, tab.opener[tab.opened], t)
+        new = row + 1
+    elif tw.clients > 0 and tab.opened < len(tab.opener):
+        new = tab.opener[tab.opened]
         tab.opened += 1
+    else:
+        return
+    waiting = sorted([(tab.key[j], tab.row[j]) for j in range(tw.tail, len(tab.row))]
+                     + [((t, 1, tab.sends), new)])
+    tab.sends += 1
+    for j, (key, r) in enumerate(waiting):
+        _place(tw, tw.tail + j, r, key)
 
 
 def in_table_order(tw, res) -> None:
     """The per-request results ``res`` (a ``RefResult``), by row."""
     n = len(tw.arrival)
     rows = np.asarray(tw.table.row, dtype=np.int64)
-    sent = len(rows)
+    placed = len(rows)
 
     def by_row(x, fill):
         x = np.asarray(x)
         y = np.full(n, fill, dtype=x.dtype)
-        y[rows] = x[:sent]
+        y[rows] = x[:placed]
         return y
 
     res.first_token = by_row(res.first_token, np.nan)
     res.finish = by_row(res.finish, np.nan)
     res.generated = by_row(res.generated, 0)
     res.cached_tokens = by_row(res.cached_tokens, 0)
-    res.arrival = by_row(res.arrival, np.inf)
+    res.arrival = by_row(tw.arrival, np.inf)

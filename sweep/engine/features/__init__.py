@@ -8,7 +8,8 @@ A feature is one module of this package holding, side by side:
   ``n`` requests, ``seats`` seats and ``nodes`` cache nodes, or None when it carries nothing
   from pass to pass;
 - ``Hooks``: a subclass of ``plain.Plain`` that replaces the hooks it changes; every other hook
-  keeps its plain form, which adds nothing.
+  keeps its plain form, which adds nothing (or of another feature's ``Hooks``, which it then
+  ``REPLACES``: compiled in, it stands for that feature).
 
 ``FEATURES`` lists them; ``compose`` builds one batch's hooks from the active ones. A hook is
 replaced by at most one feature, so the order of the list changes nothing. The twin's rule of
@@ -27,8 +28,11 @@ _BY_NAME = {f.NAME: f for f in FEATURES}
 
 def active(p, r) -> tuple[str, ...]:
     """The features some simulation of a (concrete) batch uses: the static part of its
-    compiled program."""
-    return tuple(f.NAME for f in FEATURES if f.uses(p, r))
+    compiled program. A feature that ``REPLACES`` others (its hooks extend theirs) stands for
+    them."""
+    used = [f for f in FEATURES if f.uses(p, r)]
+    replaced = {name for f in used for name in getattr(f, "REPLACES", ())}
+    return tuple(f.NAME for f in used if f.NAME not in replaced)
 
 
 @cache

@@ -1,16 +1,23 @@
-"""Sessions (docs/model.md "Sessions"): a closed loop whose users each run one session after
-another, sending a session's turns in order, each once the last one's answer is back (plus the
-loop's gap). The requests' rows are the sessions' turns (``sweep.study.sessions``); the engine
-gives a request its index when it is sent, so that arrivals stay sorted and the FIFO queue is
-still ``head..tail``. The feature's slot maps that index to the row and holds, by it, the
-prompt and output lengths and the path that the rules read (``requests``, ``window``); the
-results go back to the rows' order at the end (``in_table_order``).
+"""Sessions (docs/model.md "Sessions"): each a sequence of turns, a turn sent once the last one's
+answer is back (plus the loop's gap). The requests' rows are the sessions' turns
+(``sweep.study.sessions``); a request's index, its place in the FIFO queue, is its place in the
+order of arrival, which the finishes set as the simulation goes, so that arrivals stay sorted and
+the queue is still ``head..tail``.
 
-The first ``clients`` sessions' first turns are sent at time 0. Each later finish sends its
-session's next turn or, after a session's last turn, the next session's first (none once every
-session has started); the finishes of one pass send in request order, those of a decode run in
-pass order, then request order. A lane of a batch compiled with it that is not a workload of
-sessions keeps its own order. The twin's rule: ``sweep.twin.sessions``."""
+Two streams arrive, and their merge (in time order; a start before a finish's send at the same
+time, each stream in its own order) is the order of the indices: the **starts**, sessions'
+first turns at times given in advance (open: every session at its arrival; closed: the first
+``clients`` sessions at time 0), and the **sends** of finishes, ``gap`` after them, in the closed
+loop's ``spawn`` array (a session's next turn; closed, after a session's last turn, the next
+session's first, none once every session has started). The feature's slot holds, by index, each
+request's row, arrival, prompt and output lengths and path that the rules read (``requests``,
+``window``): those admitted, and the next ``S`` of the merge as it stands (rewritten whenever a
+finish sends, before the next admission reads them; a send is always later than every arrival
+so far, so the requests arrived keep their places). The results go back to the rows' order at
+the end (``in_table_order``).
+
+It stands for the closed loop (its hooks are the closed loop's, for the lanes of a batch that
+are no workload of sessions, and more). The twin's rule: ``sweep.twin.sessions``."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -18,12 +25,16 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
-from sweep.engine.features.plain import Plain
+from sweep.engine.features import closed_loop
+from sweep.engine.params import EngineParams
 from sweep.engine.state import Aux, EngineOutput, EngineState
 from sweep.study.workload import Requests
 
 NAME = "sessions"
+#: Compiled in, it replaces the closed loop, whose hooks it extends.
+REPLACES = (closed_loop.NAME,)
 
 
 def uses(p, r: Requests) -> bool:
@@ -37,33 +48,26 @@ def init(n: int, seats: int, nodes: int) -> None:
 
 
 class Sessions(NamedTuple):
-    """The feature's slot of the state."""
+    """The feature's slot of the state (by index: the admitted requests, then the next S)."""
 
     on: jax.Array  # bool the simulation is a workload of sessions
-    row: jax.Array  # i32[N+S] each sent request's row (-1: not sent)
+    row: jax.Array  # i32[N+S] the request's row (-1: none)
+    arr: jax.Array  # f64[N+S] its arrival
+    start: jax.Array  # bool[N+S] it is a session's start (not a finish's send)
     window: jax.Array  # i32[2, N+S] its prompt and output lengths (0-padded)
-    path: jax.Array  # i32[N, L] its path of cache nodes
-    opener: jax.Array  # i32[N] the m-th session's first row (N past the last session)
+    path: jax.Array  # i32[N+S, L] its path of cache nodes
+    starts: jax.Array  # f64[N] the m-th start's time (inf: none)
+    opener: jax.Array  # i32[N] the m-th session's first row (N: none)
+    sent_row: jax.Array  # i32[N+S] the row of the j-th finish's send
     sessions: jax.Array  # i32 sessions in all
-    opened: jax.Array  # i32 sessions started
-    sent: jax.Array  # i32 requests sent
-
-
-def _record(slot: Sessions, r: Requests, index, rows, ok) -> Sessions:
-    """The slot with the rows ``rows`` sent as the requests ``index`` where ``ok``."""
-    n, width = r.turn.shape[0], slot.row.shape[0]
-    at = jnp.where(ok, index, width)
-    safe = jnp.clip(rows, 0, n - 1)
-    return slot._replace(
-        row=slot.row.at[at].set(rows, mode="drop"),
-        window=slot.window.at[:, at].set(jnp.stack([r.prompt[safe], r.output[safe]]),
-                                         mode="drop"),
-        path=slot.path.at[jnp.where(ok, index, n)].set(r.path[safe], mode="drop"))
+    opened: jax.Array  # i32 sessions started, as starts or sends
+    head: jax.Array  # i32 requests admitted
+    took: jax.Array  # i32 of which starts
 
 
 def begin(r: Requests, seats: int) -> Sessions:
-    """The slot at the start: the first ``clients`` sessions' first turns sent (a simulation
-    that is no workload of sessions: every request as its own row)."""
+    """The slot at the start, with the first S of the merge (a simulation that is no workload
+    of sessions: every request at its own index)."""
     n = r.turn.shape[0]
     i = jnp.arange(n, dtype=jnp.int32)
     first = r.turn == 1
@@ -71,13 +75,18 @@ def begin(r: Requests, seats: int) -> Sessions:
         i, mode="drop")
     on = first.any()
     sessions = first.sum(dtype=jnp.int32)
-    started = jnp.minimum(r.clients, sessions)
+    closed = r.clients > 0
+    c = jnp.where(closed, jnp.minimum(r.clients, sessions), sessions)
+    starts = jnp.where(i < c, jnp.where(closed, 0.0, r.arrival[jnp.minimum(opener, n - 1)]),
+                       jnp.inf)
     own = jnp.arange(n + seats, dtype=jnp.int32)
-    empty = Sessions(on, jnp.where(on, -1, jnp.where(own < n, own, -1)),
-                     jnp.where(on, 0, jnp.pad(jnp.stack([r.prompt, r.output]), ((0, 0),
-                                                                                (0, seats)))),
-                     jnp.where(on, -1, r.path), opener, sessions, started, started)
-    return _record(empty, r, i, opener, on & (i < started))
+    path = jnp.pad(r.path, ((0, seats), (0, 0)), constant_values=-1)
+    return Sessions(
+        on, jnp.where(on, -1, jnp.where(own < n, own, -1)), jnp.full((n + seats,), jnp.inf),
+        jnp.zeros((n + seats,), bool),
+        jnp.where(on, 0, jnp.pad(jnp.stack([r.prompt, r.output]), ((0, 0), (0, seats)))),
+        jnp.where(on, -1, path), starts, opener, jnp.full((n + seats,), n, jnp.int32), sessions,
+        c, jnp.int32(0), jnp.int32(0))
 
 
 def rank(mask, key):
@@ -88,9 +97,44 @@ def rank(mask, key):
         jnp.arange(key.shape[0], dtype=jnp.int32))
 
 
+def ahead(slot: Sessions, r: Requests, spawn) -> Sessions:
+    """The slot with the next S of the merge of the starts and the sends (``spawn``) written
+    from index ``head`` on."""
+    n = r.turn.shape[0]
+    s = slot.row.shape[0] - n
+    q = jnp.arange(s, dtype=jnp.int32)
+    m = slot.took + q
+    j = slot.head - slot.took + q
+    times = jnp.concatenate([slot.starts[jnp.minimum(m, n - 1)] + jnp.where(m < n, 0.0, jnp.inf),
+                             spawn[jnp.minimum(j, spawn.shape[0] - 1)]])
+    rows = jnp.concatenate([slot.opener[jnp.minimum(m, n - 1)],
+                            slot.sent_row[jnp.minimum(j, spawn.shape[0] - 1)]])
+    # A start before a send at the same time; each stream in its own order.
+    pick = jnp.argsort(times, stable=True)[:s]
+    t, row = times[pick], rows[pick]
+    row = jnp.where(jnp.isfinite(t) & (row < n), row, -1)
+    safe = jnp.clip(row, 0, n - 1)
+    put = lambda x, v, axis=0: lax.dynamic_update_slice_in_dim(x, v, slot.head, axis)  # noqa: E731
+    new = slot._replace(
+        row=put(slot.row, row), arr=put(slot.arr, t), start=put(slot.start, pick < s),
+        window=put(slot.window, jnp.where(row >= 0, jnp.stack([r.prompt[safe], r.output[safe]]),
+                                          0), 1),
+        path=put(slot.path, jnp.where(row[:, None] >= 0, r.path[safe], -1)))
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(slot.on, a, b), new, slot)
+
+
+def admitted(slot: Sessions, head) -> Sessions:
+    """The slot once the requests up to ``head`` are admitted: they keep their places."""
+    s = slot.row.shape[0] - slot.starts.shape[0]
+    mine = lax.dynamic_slice_in_dim(slot.start, slot.head, s)
+    took = (mine & (jnp.arange(s) < head - slot.head)).sum(dtype=jnp.int32)
+    return slot._replace(head=head, took=slot.took + jnp.where(slot.on, took, 0))
+
+
 def sending(r: Requests, s: EngineState, done, key):
-    """The seats ``done`` whose finish sends a request, and the slot after: a session's next
-    turn, or after its last the next session's first, in the order of ``key``."""
+    """The seats ``done`` whose finish sends a request, and the slots after: a session's next
+    turn, or in a closed loop after its last the next session's first, in the order of
+    ``key``."""
     slot = s.features[NAME]
     n = r.turn.shape[0]
     rows = jnp.clip(slot.row[jnp.clip(s.seat_req, 0, slot.row.shape[0] - 1)], 0, n - 1)
@@ -98,12 +142,14 @@ def sending(r: Requests, s: EngineState, done, key):
     goes_on = done & (rows + 1 < n) & (r.turn[after] == r.turn[rows] + 1)
     ends = done & ~goes_on
     m = slot.opened + rank(ends, key)
-    opens = ends & (m < slot.sessions)
+    opens = ends & (m < slot.sessions) & (r.clients > 0)
     send = goes_on | opens
     new = jnp.where(goes_on, rows + 1, slot.opener[jnp.clip(m, 0, n - 1)])
-    slot = _record(slot, r, slot.sent + rank(send, key), new, slot.on & send)._replace(
-        opened=slot.opened + opens.sum(dtype=jnp.int32),
-        sent=slot.sent + send.sum(dtype=jnp.int32))
+    j = s.features[closed_loop.NAME].sends + rank(send, key)
+    slot = slot._replace(
+        sent_row=slot.sent_row.at[jnp.where(slot.on & send, j, slot.sent_row.shape[0])].set(
+            new, mode="drop"),
+        opened=slot.opened + opens.sum(dtype=jnp.int32))
     return jnp.where(slot.on, send, done), {**s.features, NAME: slot}
 
 
@@ -113,29 +159,77 @@ def in_table_order(out: EngineOutput, slot: Sessions) -> EngineOutput:
     at = jnp.where(slot.row[:n] >= 0, slot.row[:n], n)
 
     def by_row(x, fill):
-        return jnp.full(x.shape, fill, x.dtype).at[at].set(x, mode="drop")
+        return jnp.where(slot.on, jnp.full(x.shape, fill, x.dtype).at[at].set(x, mode="drop"),
+                         x)
 
     return out._replace(arrival=by_row(out.arrival, jnp.inf), first=by_row(out.first, jnp.nan),
                         finish=by_row(out.finish, jnp.nan), generated=by_row(out.generated, 0),
                         cached_tokens=by_row(out.cached_tokens, 0))
 
 
-class Hooks(Plain):
-    """The requests in the order they are sent, for the lanes of sessions."""
+def _ahead(features: dict, r: Requests) -> dict:
+    return {**features, NAME: ahead(features[NAME], r, features[closed_loop.NAME].spawn)}
+
+
+class Hooks(closed_loop.Hooks):
+    """The requests in the order they arrive, for the lanes of sessions; the closed loop's
+    hooks for the others."""
+
+    @staticmethod
+    def begin(r: Requests, features: dict, seats: int) -> dict:
+        n = r.turn.shape[0]
+        features = {**features, closed_loop.NAME: closed_loop.init(n, seats, 0),
+                    NAME: begin(r, seats)}
+        return _ahead(features, r)
 
     @staticmethod
     def sending(r: Requests, s: EngineState, done, key):
         return sending(r, s, done, key)
 
+    @classmethod
+    def spawned(cls, p: EngineParams, r: Requests, s: EngineState, done, t_end) -> dict:
+        """The pass's admissions keep their places; its finishes send; the next S again."""
+        s = s._replace(features={**s.features, NAME: admitted(s.features[NAME], s.head)})
+        return _ahead(super().spawned(p, r, s, done, t_end), r)
+
+    @classmethod
+    def spawned_run(cls, p: EngineParams, r: Requests, s: EngineState, done, at, ends) -> dict:
+        return _ahead(super().spawned_run(p, r, s, done, at, ends), r)
+
     @staticmethod
-    def begin(r: Requests, features: dict, seats: int) -> dict:
-        return {**features, NAME: begin(r, seats)}
+    def arrival_of(r: Requests, s: EngineState, i):
+        slot = s.features[NAME]
+        # Past the next S (never asked while some are waiting), the S-th: a bound from below.
+        at = jnp.clip(i, 0, slot.head + slot.row.shape[0] - r.turn.shape[0] - 1)
+        return jnp.where(slot.on, slot.arr[at], closed_loop.Hooks.arrival_of(r, s, i))
+
+    @staticmethod
+    def arrived(r: Requests, aux: Aux, features: dict, t):
+        slot = features[NAME]
+        mine = ((slot.starts <= t).sum(dtype=jnp.int32)
+                + (features[closed_loop.NAME].spawn <= t).sum(dtype=jnp.int32))
+        return jnp.where(slot.on, mine, closed_loop.Hooks.arrived(r, aux, features, t))
+
+    @staticmethod
+    def run_arrival(p: EngineParams, r: Requests, s: EngineState, next_arrival, finishes,
+                    ends):
+        # A finish that sends nothing (a session's last) ends a run too: no result changes.
+        first = jnp.where(finishes, ends, jnp.inf).min() + closed_loop.gap(p, r)
+        return jnp.where(s.features[NAME].on, jnp.minimum(next_arrival, first),
+                         closed_loop.Hooks.run_arrival(p, r, s, next_arrival, finishes, ends))
+
+    @staticmethod
+    def arrivals(r: Requests, features: dict):
+        slot = features[NAME]
+        return jnp.where(slot.on, slot.arr[:r.turn.shape[0]],
+                         closed_loop.Hooks.arrivals(r, features))
 
     @staticmethod
     def requests(r: Requests, features: dict) -> Requests:
         slot = features[NAME]
         n = r.turn.shape[0]
-        return r._replace(prompt=slot.window[0, :n], output=slot.window[1, :n], path=slot.path)
+        return r._replace(prompt=slot.window[0, :n], output=slot.window[1, :n],
+                          path=slot.path[:n])
 
     @staticmethod
     def window(aux: Aux, features: dict):
