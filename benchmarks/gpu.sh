@@ -21,7 +21,7 @@ assert jax.default_backend() == 'gpu', 'no GPU backend: ' + jax.default_backend(
   echo "== the brief, 72 designs x 16 seeds"
   timeout "$stage" python3 benchmarks/throughput.py --seeds 16 --chunk-size 1152 --twin-sims 4
   echo "== a 100,000-simulation study (72 designs x 1389 seeds)"
-  timeout "$stage" python3 benchmarks/throughput.py --seeds 1389 --chunk-size 32768 --twin-sims 0
+  timeout "$stage" python3 benchmarks/throughput.py --seeds 1389 --chunk-size 16384 --twin-sims 0
   echo "== engine vs twin on the GPU"
   timeout "$stage" python3 -m pytest -q -x -p no:cacheprovider tests/test_twin_agreement.py
   echo "== 10,000 sessions on 16 replicas, and 64 designs of it"
