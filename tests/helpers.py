@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from sweep.engine import simulate_batch
-from sweep.execution.batch import summarize_batch
+from sweep.execution.batch import stack, summarize_batch
 from sweep.physics.hardware import GPU
 from sweep.physics.models import Model
 from sweep.physics.numerics import float64
@@ -21,6 +21,41 @@ def run_batch(params, reqs, seats: int, k_max: int, max_steps=None, lanes: int |
     out = simulate_batch(params, reqs, seats=seats, k_max=k_max, lanes=lanes,
                          max_steps=max_steps)
     return out, {k: np.asarray(v) for k, v in summarize_batch(out, reqs, params).items()}
+
+
+def run_cases(cases: list, seats: int, k_max: int):
+    """(designs, params, requests, EngineOutput, metrics) of ``(design, params, requests)``
+    cases, run in one engine call."""
+    designs, params, reqs = zip(*cases)
+    out, mets = run_batch(stack(params), stack(reqs), seats, k_max)
+    return designs, params, reqs, out, mets
+
+
+def against_the_twin(runs, b: int):
+    """Simulation ``b`` of ``run_cases``' results, run by the twin, agrees with the engine
+    request by request (``agrees_per_request``): the twin's result, its summary, and the
+    case's name."""
+    from sweep.twin import simulate_reference, summarize_reference
+
+    designs, params, reqs, out, _ = runs
+    ref = simulate_reference(params[b], reqs[b])
+    msg = f"case {b}: {designs[b]}"
+    agrees_per_request(out, b, ref, msg)
+    return ref, summarize_reference(ref, reqs[b], params[b]), msg
+
+
+def agrees_per_request(out, b: int, ref, msg: str) -> None:
+    """Simulation ``b`` of an engine call agrees with the twin's result ``ref``: every
+    request's arrival, first token and finish (to 1e-9), its tokens, and the run's counts."""
+    for eng, twin in [(out.arrival[b], ref.arrival), (out.first[b], ref.first_token),
+                      (out.finish[b], ref.finish)]:
+        eng, twin = np.asarray(eng), np.asarray(twin)
+        assert np.array_equal(~np.isfinite(eng), ~np.isfinite(twin)), msg
+        ok = np.isfinite(twin)
+        np.testing.assert_allclose(eng[ok], twin[ok], rtol=1e-9, atol=0, err_msg=msg)
+    np.testing.assert_array_equal(np.asarray(out.generated[b]), ref.generated, err_msg=msg)
+    for name in ("tokens", "preemptions", "max_queue", "peak_blocks", "passes"):
+        assert int(getattr(out, name)[b]) == int(getattr(ref, name)), (name, msg)
 
 
 def capacity_refused(tmp_path, capsys, text: str, key: str, args=()) -> None:

@@ -7,14 +7,12 @@ import numpy as np
 import pytest
 
 from sweep.engine.params import engine_params
-from sweep.twin import simulate_reference, summarize_reference
-from sweep.execution.batch import stack
 from sweep.execution.runner import simulate_rows
 from sweep.study.config import parse_study
 from sweep.study.design import Design
 from sweep.study.workload import Lengths, Workload, sample_n
 from sweep.workflows import capacity, capacity_checks, capacity_tables
-from tests.helpers import capacity_refused, run_batch
+from tests.helpers import against_the_twin, capacity_refused, run_cases
 from tests.test_twin_agreement import CONTEXT, DISTS, K_MAX, OUTS, SEATS, _random_design
 
 N_REQ = 240
@@ -53,27 +51,14 @@ def runs():
     rng = np.random.default_rng(20261202)
     cases = [_random_closed(rng, i) for i in range(N_RANDOM)]
     cases += [_little(c, z, s) for c, z in LITTLE for s in range(LITTLE_SEEDS)]
-    designs, params, reqs = zip(*cases)
-    out, mets = run_batch(stack(params), stack(reqs), SEATS, K_MAX)
-    return designs, params, reqs, out, mets
+    return run_cases(cases, SEATS, K_MAX)
 
 
 def test_closed_loop_agrees_with_the_twin_request_by_request(runs):
     designs, params, reqs, out, mets = runs
     queued = 0
     for b in range(len(designs)):
-        ref = simulate_reference(params[b], reqs[b])
-        msg = f"case {b}: {designs[b]}"
-        for eng, twin in [(out.arrival[b], ref.arrival), (out.first[b], ref.first_token),
-                          (out.finish[b], ref.finish)]:
-            eng, twin = np.asarray(eng), np.asarray(twin)
-            assert np.array_equal(~np.isfinite(eng), ~np.isfinite(twin)), msg
-            ok = np.isfinite(twin)
-            np.testing.assert_allclose(eng[ok], twin[ok], rtol=1e-9, atol=0, err_msg=msg)
-        np.testing.assert_array_equal(np.asarray(out.generated[b]), ref.generated, err_msg=msg)
-        for name in ("tokens", "preemptions", "max_queue", "peak_blocks", "passes"):
-            assert int(getattr(out, name)[b]) == int(getattr(ref, name)), (name, msg)
-        twin = summarize_reference(ref, reqs[b], params[b])
+        ref, twin, msg = against_the_twin(runs, b)
         for key in ("mean_ttft_s", "p90_ttft_s", "mean_tpot_ms", "mean_e2e_s", "tokens_per_s",
                     "cost_per_mtok", "completed", "goodput_rps", "mean_in_system"):
             assert mets[key][b] == pytest.approx(twin[key], rel=1e-9, nan_ok=True), (key, msg)

@@ -14,11 +14,10 @@ import sweep
 from sweep.cli import main
 from sweep.engine import topology
 from sweep.engine.params import engine_params
-from sweep.execution.batch import stack
 from sweep.study.design import Design
 from sweep.study.workload import Lengths, Workload, sample, sample_n
-from sweep.twin import simulate_reference, simulate_replicas_reference, summarize_reference
-from tests.helpers import run_batch
+from sweep.twin import simulate_replicas_reference
+from tests.helpers import against_the_twin, run_cases
 from tests.test_twin_agreement import K_MAX, _random_design
 
 CONTEXT = 512
@@ -83,12 +82,10 @@ def _little(users: int, think: float, seed: int):
 
 @pytest.fixture(scope="module")
 def runs():
+    """The random cases (every other one open), then Little's law's, in one engine call."""
     rng = np.random.default_rng(20261204)
-    cases = [_random_case(rng, i) for i in range(N_RANDOM)]
-    cases += [_little(c, z, s) for c, z in LITTLE for s in range(LITTLE_SEEDS)]
-    designs, params, reqs = zip(*cases)
-    out, mets = run_batch(stack(params), stack(reqs), SEATS, K_MAX)
-    return designs, params, reqs, out, mets
+    little = [_little(c, z, s) for c, z in LITTLE for s in range(LITTLE_SEEDS)]
+    return run_cases([_random_case(rng, i) for i in range(N_RANDOM)] + little, SEATS, K_MAX)
 
 
 def test_a_turn_is_the_context_so_far_plus_its_new_tokens():
@@ -120,20 +117,9 @@ def test_sessions_agree_with_the_twin_request_by_request(runs):
     designs, params, reqs, out, mets = runs
     cached = 0
     for b in range(len(designs)):
-        ref = simulate_reference(params[b], reqs[b])
-        msg = f"case {b}: {designs[b]}"
-        for eng, twin in [(out.arrival[b], ref.arrival), (out.first[b], ref.first_token),
-                          (out.finish[b], ref.finish)]:
-            eng, twin = np.asarray(eng), np.asarray(twin)
-            assert np.array_equal(~np.isfinite(eng), ~np.isfinite(twin)), msg
-            ok = np.isfinite(twin)
-            np.testing.assert_allclose(eng[ok], twin[ok], rtol=1e-9, atol=0, err_msg=msg)
-        np.testing.assert_array_equal(np.asarray(out.generated[b]), ref.generated, err_msg=msg)
+        ref, twin, msg = against_the_twin(runs, b)
         np.testing.assert_array_equal(np.asarray(out.cached_tokens[b]), ref.cached_tokens,
                                       err_msg=msg)
-        for name in ("tokens", "preemptions", "max_queue", "peak_blocks", "passes"):
-            assert int(getattr(out, name)[b]) == int(getattr(ref, name)), (name, msg)
-        twin = summarize_reference(ref, reqs[b], params[b])
         for key in ("mean_ttft_s", "mean_e2e_s", "tokens_per_s", "completed",
                     "prefix_token_hit_rate"):
             assert mets[key][b] == pytest.approx(twin[key], rel=1e-9, nan_ok=True), (key, msg)

@@ -99,11 +99,13 @@ def _mixed_lines(mixed: pd.DataFrame, design_text, good) -> list[str]:
 
 
 def _load_text(row) -> str:
-    """A design's capacity: requests/s and their bracket, or a closed loop's clients."""
+    """A design's capacity: requests/s (sessions/s) and their bracket, or a closed loop's
+    clients."""
     if "max_concurrency" in row.index:
         high = row["max_concurrency_high"]
         more = f"{high:.0f} do not" if math.isfinite(high) else "censored"
         return f"{int(row['max_concurrency'])} clients ({more}), {row['max_rate']:.4g} requests/s"
     high, low = row["max_rate_high"], row["max_rate_low"]
     bracket = f"{low:.4g}..{high:.4g}" if math.isfinite(high) else f">= {low:.4g}, censored"
-    return f"{row['max_rate']:.4g} requests/s ({bracket})"
+    unit = "sessions/s" if isinstance(row.get("turns_dist"), str) else "requests/s"
+    return f"{row['max_rate']:.4g} {unit} ({bracket})"

@@ -117,20 +117,33 @@ def _mean_tokens(lengths) -> float:
     return float(lengths.mean)
 
 
+def _turns(wl) -> tuple[float, float, float]:
+    """Requests per unit of load (a session's mean turns, else 1), their mean prompt, and the
+    part of it new to each (a later turn's answer and new tokens; all of it but for sessions)."""
+    prompt = _mean_tokens(wl.prompt_tokens) + wl.prefix_share * wl.prefix_tokens
+    if wl.turns is None:
+        return 1.0, prompt, prompt
+    turns, grows = _mean_tokens(wl.turns), _mean_tokens(wl.output_tokens) + _mean_tokens(
+        wl.turn_tokens)
+    return turns, prompt + (turns - 1) / 2 * grows, grows
+
+
 def roofline_clients(point: Point) -> float:
     """Clients a closed loop's design serves at once at most (its seats, or the sequences its
     KV cache holds): beyond them requests only queue."""
     d, wl = point.design, point.workload
-    tokens = _mean_tokens(wl.prompt_tokens) + _mean_tokens(wl.output_tokens)
+    tokens = _turns(wl)[1] + _mean_tokens(wl.output_tokens)
     return float(max(1, min(d.seats, d.kv_tokens() // max(1, int(tokens)))))
 
 
 def roofline_rate(point: Point) -> float:
-    """Requests/s a design's passes could carry at its full batch: each request's share of a
-    full decode pass per generated token, plus its prefill pass (no queueing, no latency limit:
-    an upper guide for the search, not a result)."""
+    """Requests/s (sessions/s for a workload of sessions) a design's passes could carry at its
+    full batch: each request's share of a full decode pass per generated token, plus its
+    prefill pass, of the new part of its prompt if prefixes are cached (no queueing, no latency
+    limit: an upper guide for the search, not a result)."""
     d, wl = point.design, point.workload
-    prompt = _mean_tokens(wl.prompt_tokens) + wl.prefix_share * wl.prefix_tokens
+    turns, prompt, new = _turns(wl)
+    fill = new if d.prefix_cache else prompt
     out = _mean_tokens(wl.output_tokens)
     pre_d = d.prefill_pool() if d.disaggregated else d
     dec_d = d.decode_pool() if d.disaggregated else d
@@ -138,11 +151,12 @@ def roofline_rate(point: Point) -> float:
     k, a = d.draft_tokens, d.acceptance
     per_pass = (1 - a ** (k + 1)) / (1 - a) if k and a < 1 else k + 1.0
     decode = float(pass_time(dec_d.timing(), 0.0, 0.0, seats, seats * (prompt + out / 2)))
-    prefill = float(pass_time(pre_d.timing(), prompt, prompt * (prompt + 1) / 2, 0.0, 0.0))
+    prefill = float(pass_time(pre_d.timing(), fill, fill * (prompt - fill)
+                              + fill * (fill + 1) / 2, 0.0, 0.0))
     per_request_decode = out / per_pass * decode / seats
     if d.disaggregated:  # the pools work at once
-        return 1.0 / max(per_request_decode, prefill)
-    return d.replicas / (per_request_decode + prefill)
+        return 1.0 / max(per_request_decode, prefill) / turns
+    return d.replicas / (per_request_decode + prefill) / turns
 
 
 def failures(row, limits: list[Limit]) -> list[str]:
