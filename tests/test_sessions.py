@@ -244,20 +244,25 @@ def test_sessions_refused_in_one_line(tmp_path, capsys, old, new, key):
 
 def test_sessions_arriving_at_a_rate_from_a_config(tmp_path):
     """Open sessions: `arrival_rate` sessions/s for `duration_s`, each turn after the last
-    one's answer and the think time; the later turns find the earlier prompts cached."""
+    one's answer and the think time; the later turns find the earlier prompts cached, on one
+    server or two behind the session router (one grid: the two kinds of fleet in one call)."""
     cfg = tmp_path / "open.toml"
     cfg.write_text(SESSIONS_TOML.replace('arrival = "closed"\nconcurrency = 4\nnum_requests = 6\n',
                                          'arrival = "poisson"\narrival_rate = 0.5\n'
-                                         'duration_s = 20.0\n'))
+                                         'duration_s = 20.0\n').replace(
+        "max_batch = 8", 'max_batch = 8\nreplicas = [1, 2]\nrouter = "session"'))
     assert main(["run", str(cfg), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    runs = pd.read_parquet(tmp_path / "out" / "runs.parquet")
     req = pd.read_parquet(tmp_path / "out" / "requests.parquet")
-    mine = req[req["design"] == 1]
-    first = mine[mine["turn"] == 1]
-    assert 2 <= len(first) <= 30 and (first["arrival_s"] <= 20.0).all()
-    later = mine[mine["turn"] > 1]
-    assert len(later) > 0 and (later["cached_tokens"] > 0).all()
-    prev = mine.set_index("request").loc[later["request"] - 1]
-    assert (later["arrival_s"].to_numpy() > prev["finish_s"].to_numpy() + 1.0).all()
+    assert (runs["completed"] == runs["requests"]).all()
+    for design in runs.loc[runs["prefix_cache"], "design"]:
+        mine = req[req["design"] == design]
+        first = mine[mine["turn"] == 1]
+        assert 2 <= len(first) <= 30 and (first["arrival_s"] <= 20.0).all()
+        later = mine[mine["turn"] > 1]
+        assert len(later) > 0 and (later["cached_tokens"] > 0).all()
+        prev = mine.set_index("request").loc[later["request"] - 1]
+        assert (later["arrival_s"].to_numpy() > prev["finish_s"].to_numpy() + 1.0).all()
 
 
 @pytest.mark.parametrize("levers,key", [("replicas = 2", "levers.router"),

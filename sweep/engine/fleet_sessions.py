@@ -15,8 +15,10 @@ def sessions_of(r: Requests) -> bool:
 
 def by_session(p, r: Requests) -> bool:
     """Whether a plan's (``topology.Plan``) replicas serve a workload of sessions by the
-    session router: each then holds its own sessions, and nothing of another's."""
-    return p.router == "session" and p.weights is None and p.decode is None and sessions_of(r)
+    session router: each then holds its own sessions, and nothing of another's (one server
+    holds the requests as they are)."""
+    return (p.router == "session" and p.weights is None and p.decode is None
+            and len(p.first) > 1 and sessions_of(r))
 
 
 def share(clients: int, j: int, servers: int) -> int:
