@@ -13,9 +13,8 @@ from sweep.execution.planning import check_per_request
 from sweep.execution.runner import run_study
 from sweep.study.config import Point, Study
 from sweep.study.design import Design
-from sweep.study.grid import _check_workload, columns
+from sweep.study.grid import _check_server, _check_workload, columns
 from sweep.study.metric_names import METRICS
-from sweep.study.sessions import check_server
 from sweep.study.reader import Reader
 from sweep.study.sections import DEFAULT_MAX_REQUESTS, parse_run
 from sweep.study.workload import Workload
@@ -52,7 +51,7 @@ def simulate(designs: Design | list[Design], workload: Workload, seeds: int | li
         d.validate()
     _check_workload(r, workload, {}, [], max_requests)
     for d in designs:
-        check_server(d, workload)
+        _check_server(r, d, workload, {}, [])
     study = Study(name="simulate", path=None, text="",
                   points=[Point(d, workload, columns(d, workload)) for d in designs], axes=[],
                   skipped=[],
