@@ -222,7 +222,8 @@ def test_a_config_of_sessions_writes_each_turn(tmp_path):
     ttft = (req["first_token_s"] - req["arrival_s"]).groupby([req["design"], req["turn"]]).mean()
     assert ttft.loc[1].iloc[1:].mean() < ttft.loc[0].iloc[1:].mean()
     runs = pd.read_parquet(tmp_path / "out" / "runs.parquet")
-    assert list(runs["turns_dist"]) == ["uniform"] * 2 and list(runs["turn_tokens_mean"]) == [200.0] * 2
+    assert list(runs["turns_dist"]) == ["uniform"] * 2
+    assert list(runs["turn_tokens_mean"]) == [200.0] * 2
 
 
 TURNS = 'turns = { dist = "uniform", low = 2, high = 5 }\n'
@@ -265,9 +266,11 @@ def test_sessions_arriving_at_a_rate_from_a_config(tmp_path):
         assert (later["arrival_s"].to_numpy() > prev["finish_s"].to_numpy() + 1.0).all()
 
 
-@pytest.mark.parametrize("levers,key", [("replicas = 2", "levers.router"),
-                                         ("replicas = 2\nrouter = \"round_robin\"", "levers.router"),
-                                         ("prefill_gpus = 1\ndecode_gpus = 1", "levers.prefill_gpus")])
+@pytest.mark.parametrize("levers,key", [
+    ("replicas = 2", "levers.router"),
+    ("replicas = 2\nrouter = \"round_robin\"", "levers.router"),
+    ("prefill_gpus = 1\ndecode_gpus = 1", "levers.prefill_gpus"),
+])
 def test_sessions_on_a_fleet_refused_in_one_line(tmp_path, capsys, levers, key):
     cfg = tmp_path / "bad.toml"
     cfg.write_text(SESSIONS_TOML.replace("max_batch = 8", "max_batch = 8\n" + levers))

@@ -3,8 +3,8 @@ as the ``lax.scan`` engine (``sweep.engine``), compared with it request by reque
 
 - ``state``: the twin's state and results;
 - ``rules``: the rules of one step, one function each;
-- ``prefills``, ``kv_offload``, ``closed_loop``, ``sessions``: each feature's rule, named as the engine's feature
-  (``sweep.engine.features``);
+- ``prefills``, ``kv_offload``, ``closed_loop``, ``sessions``: each feature's rule, named as
+  the engine's feature (``sweep.engine.features``);
 - ``simulate``: the entries, one server and several;
 - ``metrics``: a result's summary metrics, written apart from the engine's.
 """
