@@ -3,8 +3,8 @@ context so far (earlier prompts and answers) plus its new tokens. A session's tu
 the requests table, in session order and turn order, packed at its start (padding after); each
 turn is one cache node covering its new part of the context, and its path is its session's nodes
 up to its own, so the next turn finds the earlier turns' prompts cached (while they are kept).
-How the rows are sent (a closed loop of users, each running one session after another) is the
-engine's: ``sweep.engine.features.sessions``."""
+Every turn's arrival here is its session's start (at a rate; 0 in a closed loop), a bound: when
+the later turns are sent is the engine's, ``sweep.engine.features.sessions``."""
 from __future__ import annotations
 
 import jax

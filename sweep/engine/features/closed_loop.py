@@ -12,11 +12,11 @@ happens), written in the pass (or decode run) of the finish. A lane of a batch c
 that has 0 clients is open. The twin's rule: ``sweep.twin.closed_loop``."""
 from __future__ import annotations
 
-import jax.numpy as jnp
-import numpy as np
 from typing import NamedTuple
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from sweep.engine.features.plain import Plain

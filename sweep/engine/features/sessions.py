@@ -114,13 +114,17 @@ def ahead(slot: Sessions, r: Requests, spawn) -> Sessions:
     t, row = times[pick], rows[pick]
     row = jnp.where(jnp.isfinite(t) & (row < n), row, -1)
     safe = jnp.clip(row, 0, n - 1)
-    put = lambda x, v, axis=0: lax.dynamic_update_slice_in_dim(x, v, slot.head, axis)  # noqa: E731
-    new = slot._replace(
+    def put(x, v, axis=0):
+        """``x`` with ``v`` from ``head`` on (a lane that is no workload of sessions keeps its
+        own: the select is over the S entries, not the whole array, on every pass)."""
+        old = lax.dynamic_slice_in_dim(x, slot.head, s, axis)
+        return lax.dynamic_update_slice_in_dim(x, jnp.where(slot.on, v, old), slot.head, axis)
+
+    return slot._replace(
         row=put(slot.row, row), arr=put(slot.arr, t), start=put(slot.start, pick < s),
         window=put(slot.window, jnp.where(row >= 0, jnp.stack([r.prompt[safe], r.output[safe]]),
                                           0), 1),
         path=put(slot.path, jnp.where(row[:, None] >= 0, r.path[safe], -1)))
-    return jax.tree_util.tree_map(lambda a, b: jnp.where(slot.on, a, b), new, slot)
 
 
 def admitted(slot: Sessions, head) -> Sessions:
