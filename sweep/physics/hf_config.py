@@ -1,7 +1,8 @@
 """Reading a local Hugging Face ``config.json`` (no network) into a Model, layer by layer.
 
-Each layer has an attention kind (full, windowed, multi-head latent, linear or state-space) and
-an MLP kind (dense, routed experts with or without a shared expert, or none); the counts follow
+Each layer has an attention kind (full, windowed, multi-head latent, linear, state-space, or
+DeepSeek-V4's window beside compressed latents) and an MLP kind (dense, routed experts in the
+hidden width or a latent one, with or without a shared expert, or none); the counts follow
 the publishers' modelling code (transformers' and vLLM's model files). A field that would change
 the model's size in a way read here is refused in one line naming it, never guessed."""
 from __future__ import annotations
@@ -10,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sweep.errors import clip
+from sweep.physics.compressed_attention import (UNQUANTISED, compressed_attention,
+                                                 compressed_kinds, hyper_connections_and_hash)
 from sweep.physics.config_file import Reading, positive, read_json, shown
 from sweep.physics.models import Model
 from sweep.physics.quantisation import Weights, checkpoint_precision
@@ -54,7 +57,7 @@ KNOWN = frozenset((
     "v_head_dim", "vocab_size_per_layer_input", "moe_router_enable_expert_bias",
     "router_aux_loss_coef", "output_router_logits", "norm_topk_prob", "moe_aux_loss_coeff",
     "use_mamba_kernels", "router_jitter_noise", "moe_z_loss_coeff", "ep_size", "moe_layers",
-    "attn_type_list",
+    "attn_type_list", "moe_latent_size", "expert_dtype", "o_lora_rank",
 ))
 UNREAD = (("audio_config", "an audio tower's weights"),
           ("num_kv_shared_layers", "layers sharing another layer's KV cache"),
@@ -103,6 +106,8 @@ def _layer_kinds(r: Reading, layers: int, moe: bool) -> list[tuple[str, str]]:
 
 def _attention_kinds(r: Reading, layers: int) -> list[str]:
     c = r.cfg
+    if c.get("compress_ratios") is not None:  # DeepSeek-V4: a window and compressed latents
+        return compressed_kinds(r, layers)
     latent = "mla" if _nonzero(c.get("kv_lora_rank")) else "full"
     minimax = c.get("attn_type_list")  # MiniMax: 1 softmax attention, 0 lightning (linear)
     if minimax is not None:
@@ -185,6 +190,9 @@ def _attention(r: Reading, kind: str, hidden: int, count: _Count, m: dict) -> No
         return
     if kind in ("linear", "mamba"):
         (_linear if kind == "linear" else _mamba)(r, hidden, count, m)
+        return
+    if kind.startswith("compressed"):
+        compressed_attention(r, kind, hidden, count, m)
         return
     glob = kind == "full" and c.get("global_head_dim") is not None  # Gemma-4's global layers
     hd = r.int("global_head_dim") if glob else _head_dim(r, hidden, heads)
@@ -315,7 +323,8 @@ def _mlp(r: Reading, kind: str, hidden: int, count: _Count, e: dict) -> None:
         return
     experts, top_k = e["experts"], e["top_k"]
     ffn = r.int("moe_intermediate_size", c.get("intermediate_size"), "intermediate_size")
-    one = mats * hidden * ffn + (2 * ffn + hidden if c.get("model_type") == "gpt_oss" else 0)
+    width = _latent_moe(r, hidden, count)
+    one = mats * width * ffn + (2 * ffn + hidden if c.get("model_type") == "gpt_oss" else 0)
     count.add("experts", experts * one, top_k * one)
     e["params"] += experts * one
     shared = _shared_ffn(r, ffn)
@@ -325,6 +334,19 @@ def _mlp(r: Reading, kind: str, hidden: int, count: _Count, e: dict) -> None:
             parts["shared_expert_gate"] = hidden
         count.add("shared_expert", sum(parts.values()), parts=parts)
     count.add("gate", hidden * experts + (experts if c.get("model_type") == "gpt_oss" else 0))
+
+
+def _latent_moe(r: Reading, hidden: int, count: _Count) -> int:
+    """The width the routed experts work in: ``hidden_size``, or Nemotron-3's latent MoE's
+    ``moe_latent_size``, tokens projected down to it before the routed experts and back up after
+    by each layer's own ``fc1_latent_proj`` and ``fc2_latent_proj`` (the router and the shared
+    experts read the full width: vLLM's and NVIDIA's NemotronH modelling code)."""
+    if not _nonzero(r.cfg.get("moe_latent_size")):
+        return hidden
+    latent = r.int("moe_latent_size")
+    parts = {"fc1_latent_proj": hidden * latent, "fc2_latent_proj": latent * hidden}
+    count.add("latent_proj", sum(parts.values()), parts=parts)
+    return latent
 
 
 def _projections(mats: int, size: int) -> dict:
@@ -432,14 +454,15 @@ def load_hf_config(path: str | Path, name: str | None = None) -> Model:
     if not c.get("tie_word_embeddings", False):
         count.add("lm_head", vocab * hidden)
     count.add("vision", _vision(Reading(outer, where)), 0.0)
+    hyper_connections_and_hash(r, layers, hidden, count)
     split = m.pop("kv_split")
     if not m["kv_values"]:
         r.refuse("layer_types", "has no full-attention layer (a KV cache that grows with the "
                                 "context), which is not modelled")
     outer_quant = any(_nonzero(outer.get(k)) for k in ("quantization_config", "quantization"))
     weights = Weights(count.by_module, count.parts, layers_of, experts)
-    precision = checkpoint_precision(c, path, weights, where, layers,
-                                     () if outer_quant else ("vision",))
+    precision = checkpoint_precision(c, path, weights, where, layers, tuple(
+        u for u in UNQUANTISED if u in count.by_module) + (() if outer_quant else ("vision",)))
     latent = _nonzero(c.get("kv_lora_rank"))
     head_dim = (r.int("qk_nope_head_dim") + r.int("qk_rope_head_dim")) if latent \
         else _head_dim(r, hidden, heads)
@@ -455,7 +478,7 @@ def load_hf_config(path: str | Path, name: str | None = None) -> Model:
                                      "moe_intermediate_size"), vocab=vocab, max_context=context,
         experts=experts, experts_per_token=top_k, expert_params=e["params"] if experts > 1
         else 0.0, **m, native_bits=precision.bits, native_nominal_bits=precision.nominal,
-        native_activation_bits=precision.activation,
+        native_activation_bits=precision.activation, native_expert_bits=precision.experts,
         kept_params=precision.kept, moe_layers=sum(k == "moe" for _, k in kinds),
         kv_split=1 if latent else min(split),
         source="; ".join((f"Hugging Face config {path}", *precision.notes)))

@@ -47,6 +47,9 @@ class Model:
     native_bits: float = 16.0  # the checkpoint's bits per quantised weight, scales included
     native_nominal_bits: int = 16  # the same as the weight_bits lever names it (16, 8 or 4)
     native_activation_bits: int = 16  # the precision the checkpoint computes in (W8A8 fp8: 8)
+    # The routed experts' own bits per weight, scales included, where the checkpoint holds them
+    # apart from its other quantised weights (DeepSeek-V4's MXFP4 experts); 0: native_bits.
+    native_expert_bits: float = 0.0
     kept_params: float = 0.0  # weights the checkpoint holds at 16 bits (embeddings, skip list)
     moe_layers: int = 0  # layers with routed experts
     kv_split: int = 1  # ways tensor parallelism splits the KV cache (KV heads; MLA's latent: 1)
@@ -109,10 +112,22 @@ class Model:
             return self.native_bits
         return float(weight_bits)
 
+    def expert_weight_bits(self, weight_bits: int | None) -> float:
+        """Bits per routed-expert weight: the checkpoint's own for its experts where it holds
+        them apart and the lever keeps the checkpoint's precision, else ``weight_bits``'."""
+        if self.native_expert_bits and (weight_bits is None
+                                        or weight_bits == self.native_nominal_bits):
+            return self.native_expert_bits
+        return self.weight_bits(weight_bits)
+
     def weight_bytes(self, weight_bits: int | None) -> float:
         kept = self.kept_params
+        if self.native_expert_bits:
+            rest = self.params - kept - self.expert_params
+            return (rest * self.weight_bits(weight_bits) / 8.0 + self.expert_bytes(weight_bits)
+                    + kept * 2.0)
         return (self.params - kept) * self.weight_bits(weight_bits) / 8.0 + kept * 2.0
 
     def expert_bytes(self, weight_bits: int | None) -> float:
         """Bytes of every routed expert's weights (a pass reads only the experts it routes to)."""
-        return self.expert_params * self.weight_bits(weight_bits) / 8.0
+        return self.expert_params * self.expert_weight_bits(weight_bits) / 8.0

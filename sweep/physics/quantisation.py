@@ -9,7 +9,8 @@ Bits per weight, scales included (each format's block layout):
 - NVFP4 (ModelOpt): 4, plus one fp8 scale per 16 weights: 4.5 (the per-tensor fp32 scale is
   nothing per weight);
 - int4 AWQ/GPTQ: 4, plus a 16-bit scale and a 4-bit zero point per group (128 unless given);
-- compressed-tensors: its weights' ``num_bits``, plus a 16-bit scale per group.
+- compressed-tensors: its weights' ``num_bits``, plus a 16-bit scale per group;
+- DeepSeek-V4's ``expert_dtype`` beside fp8: its routed experts in MXFP4 (or the same fp8).
 Embeddings and norms are not linear layers, so no format converts them; a skip list
 (``modules_to_not_convert``, ``ignored_layers``, ``ignore``, ``exclude_modules``) keeps more at
 16 bits: whole modules, their projections, or one layer's share of them. An entry naming no
@@ -33,14 +34,15 @@ NEVER_CONVERTED = ("embed_tokens", "norm", "gate")
 #: (a segment that is "gate" alone is a router; a dense MLP's ``gate_proj`` is its MLP's part).
 MODULE_WORDS = (("lm_head", r"lm_head"), ("embed_tokens", r"embed"),
                 ("vision", r"visual|vision"), ("shared_expert", r"shared_expert"),
-                ("experts", r"experts"), ("gate", r"router|^\W*gate\W*$"),
+                ("experts", r"experts"), ("latent_proj", r"latent_proj"),
+                ("gate", r"router|^\W*gate\W*$"),
                 ("linear_attn", r"linear_attn"), ("mixer", r"mixer"), ("self_attn", r"attn"),
                 ("norm", r"norm"), ("mlp", r"mlp|feed_forward|block_sparse_moe"))
-#: What a module's word names beside it: a layer's MLP whole is its router, shared expert and
-#: routed experts too; Nemotron-H calls every layer's token mixer "mixer", an attention, MLP or
+#: What a module's word names beside it: a layer's MLP whole is its router, shared expert,
+#: routed experts and latent projections too; Nemotron-H calls every layer's token mixer "mixer", an attention, MLP or
 #: expert layer's as well as a Mamba layer's.
-ALSO = {"mlp": ("gate", "shared_expert", "experts"),
-        "mixer": ("self_attn", "mlp", "gate", "shared_expert", "experts")}
+ALSO = {"mlp": ("gate", "shared_expert", "experts", "latent_proj"),
+        "mixer": ("self_attn", "mlp", "gate", "shared_expert", "experts", "latent_proj")}
 #: Words of weights no format converts, which the loader sizes within a module or not at all:
 #: norms, biases (a router's correction bias), a state-space layer's A_log and D, its
 #: convolution, attention sinks, rotary tables, scales.
@@ -62,6 +64,12 @@ METHODS = ("fp8", "mxfp4", "modelopt", "awq", "gptq", "compressed-tensors")
 #: through AWQ-Marlin; compressed-tensors' WNA16 and W8A8 schemes 4 or 8): any other is no
 #: checkpoint that exists.
 INT_BITS = {"gptq": (2, 3, 4, 8), "awq": (4, 8), "compressed-tensors": (4, 8)}
+#: MXFP4 (OCP Microscaling) bits per weight: 4, plus one 8-bit shared exponent per 32 weights.
+MXFP4_BITS = 4.0 + 8.0 / 32
+#: DeepSeek-V4's ``expert_dtype``, its routed experts' own precision beside the fp8 block format
+#: of its other linear layers (vLLM's DeepseekV4FP8Config, which allows only these): "fp4" holds
+#: them in MXFP4 (one e8m0 scale per 32 weights), "fp8" in that block format (bits: 0, as the rest).
+EXPERT_DTYPES = {"fp4": MXFP4_BITS, "fp8": 0.0}
 #: The fewest weights one scale serves: NVFP4's 16, the finest group of any format; a finer
 #: one would count more bits of scales than of weights.
 MIN_GROUP = 16
@@ -74,6 +82,7 @@ class Precision:
     kept: float  # parameters held at 16 bits
     activation: int = 16  # what the kernels compute in where the GPU has it
     notes: tuple = ()  # skip-list entries left unread, in a line
+    experts: float = 0.0  # the routed experts' bits where the checkpoint holds them apart
 
 
 @dataclass(frozen=True)
@@ -101,12 +110,29 @@ def checkpoint_precision(cfg: dict, path: Path, weights: Weights, where: str, la
     ``quantization_config``)."""
     q, source = _quant_config(cfg, path, where)
     if q is None:
+        if cfg.get("expert_dtype") is not None:
+            _refuse("expert_dtype", where, "is given without a quantization_config",
+                    "expert_dtype beside an fp8 quantization_config")
         return Precision(16.0, 16, 0.0)
     method = str(q.get("quant_method", "")).lower()
     bits, nominal = _format(q, method, source, where)
     held, unread, unmodelled = _kept(_skip_list(q, source, where), weights, layers, kept)
     notes = _unread(unread, unmodelled, bits, held, weights, source, where)
-    return Precision(bits, nominal, held, _activation(q, method), notes)
+    return Precision(bits, nominal, held, _activation(q, method), notes,
+                     _expert_bits(cfg, method, where))
+
+
+def _expert_bits(cfg: dict, method: str, where: str) -> float:
+    """The routed experts' own bits per weight that ``expert_dtype`` names (0: none named, or
+    the same format as the rest)."""
+    v = cfg.get("expert_dtype")
+    if v is None:
+        return 0.0
+    if v not in EXPERT_DTYPES or method != "fp8":
+        _refuse("expert_dtype", where, f"= {clip(show(v), 20)} beside quant_method "
+                                       f"{clip(method or '-', 20)!r} is not modelled",
+                f"{', '.join(EXPERT_DTYPES)} beside fp8")
+    return EXPERT_DTYPES[v]
 
 
 def _unread(unread: list, unmodelled: list, bits: float, held: float, w: Weights,
@@ -212,7 +238,7 @@ def _format(q: dict, method: str, source: str, where: str) -> tuple[float, int]:
         area = _group(block[0] * block[1], "weight_block_size's area", source, where)
         return 8.0 + 32.0 / area, 8
     if method == "mxfp4":
-        return 4.25, 4
+        return MXFP4_BITS, 4
     if method == "modelopt":
         algo = str(q.get("quant_algo", "")).upper()
         if algo == "FP8":
