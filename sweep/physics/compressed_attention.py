@@ -35,8 +35,9 @@ def compressed_kinds(r, layers: int) -> list[str]:
     ratios = r.cfg.get("compress_ratios")
     if not isinstance(ratios, list) or len(ratios) < layers or not all(
             isinstance(v, int) and not isinstance(v, bool) and v in RATIOS for v in ratios):
-        r.refuse("compress_ratios", f"is not a list of at least {layers} of "
-                                    f"{', '.join(map(str, RATIOS))}")
+        allowed = ", ".join(map(str, RATIOS))
+        r.refuse("compress_ratios", f"is not a list of at least {layers} of {allowed}",
+                 f"one of {allowed} per layer")
     if r.int("num_key_value_heads", 1) != 1:
         r.refuse("num_key_value_heads", "is not 1 beside compress_ratios (one shared latent)",
                  "1")
@@ -96,6 +97,7 @@ def hyper_connections_and_hash(r, layers: int, hidden: int, count) -> None:
     if c.get("num_hash_layers"):
         hashed = r.int("num_hash_layers")
         if hashed > layers:
-            r.refuse("num_hash_layers", f"= {hashed} exceeds num_hidden_layers = {layers}")
+            r.refuse("num_hash_layers", f"= {hashed} exceeds num_hidden_layers = {layers}",
+                     f"at most {layers}")
         table = hashed * r.int("vocab_size") * r.int("num_experts_per_tok")
         count.add("gate", table, 0.0)
