@@ -95,6 +95,8 @@ def test_deepseek_v4_flash_experts_are_held_in_mxfp4_beside_fp8():
     assert m.weight_bytes(None) == pytest.approx(
         rest * m.native_bits / 8 + m.expert_params * 4.25 / 8 + m.kept_params * 2)
     assert m.weight_bytes(16) == pytest.approx(m.params * 2)
+    # 4-bit experts beside 8-bit products run in weight-only kernels (vLLM's MXFP4 MoE)
+    assert m.weight_only_experts(None, 8) and not m.weight_only_experts(8, 4)
 
 
 def test_fp8_experts_take_the_block_format(tmp_path):

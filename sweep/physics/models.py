@@ -90,8 +90,11 @@ class Model:
 
     def weight_only_experts(self, weight_bits: int | None, activation_bits: int) -> bool:
         """Whether its routed experts run in weight-only kernels: their weights (``weight_bits``,
-        unset the checkpoint's) narrower than the products (``activation_bits``)."""
+        unset the checkpoint's, its experts' own where it holds them apart: MXFP4's 4) narrower
+        than the products (``activation_bits``)."""
         nominal = self.native_nominal_bits if weight_bits is None else weight_bits
+        if self.native_expert_bits and nominal == self.native_nominal_bits:
+            nominal = int(self.native_expert_bits)  # the format's bits, its scales aside
         return self.experts > 1 and nominal < activation_bits
 
     def activation_bits(self, gpu, activation_bits: int | None) -> int:
