@@ -1,9 +1,10 @@
 """A workload of sessions at scale: many users' chat sessions on replicas behind the session
-router, with prefix caching, in one ``sweep run``.
+router (or another), with prefix caching, in one ``sweep run``.
 
     python benchmarks/sessions.py                                # 10,000 sessions, 16 replicas
     python benchmarks/sessions.py --sessions 1000 --replicas 4   # a quicker look
     python benchmarks/sessions.py --designs 64                   # a sweep of 64 designs of it
+    python benchmarks/sessions.py --sessions 100 --replicas 4 --router prefix_aware
 
 Writes the config it runs (beside its results, under a temporary folder), then prints the
 requests (turns) simulated, the wall time of the run (compilation included), the peak host
@@ -43,7 +44,7 @@ output_tokens = {{ dist = "uniform", low = 20, high = 300 }}
 {levers}
 prefix_cache = true
 replicas = {replicas}
-router = "session"
+router = "{router}"
 [run]
 seeds = 1
 """
@@ -57,6 +58,9 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=8, help="most turns per session")
     ap.add_argument("--designs", type=int, choices=(1, 64), default=1,
                     help="64: seats, token budget and CPU tier as axes, 4 values each")
+    ap.add_argument("--router", default="session",
+                    choices=("session", "round_robin", "least_outstanding", "prefix_aware"),
+                    help="the others route each turn as it arrives, found in rounds")
     args = ap.parse_args()
     levers = ("max_batch = 128\nmax_num_batched_tokens = 8192" if args.designs == 1 else
               "max_batch = [32, 64, 128, 256]\nmax_num_batched_tokens = [2048, 4096, 8192, 16384]"
@@ -65,7 +69,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "sessions_scale.toml"
         cfg.write_text(CONFIG.format(users=users, sessions=args.sessions, turns=args.turns,
-                                     replicas=args.replicas, levers=levers))
+                                     replicas=args.replicas, levers=levers,
+                                     router=args.router))
         start = time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()):  # the verdict: not a figure here
             code = sweep_main(["run", str(cfg), "--out", str(Path(tmp) / "out"), "--quiet"])
@@ -73,7 +78,8 @@ def main() -> None:
         runs = pd.read_parquet(Path(tmp) / "out" / "runs.parquet") if code == 0 else None
     stats = getattr(jax.devices()[0], "memory_stats", lambda: None)() or {}
     print(f"device {jax.devices()[0].device_kind}; {args.designs} design(s) of {args.sessions} "
-          f"sessions (at most {args.turns} turns), {users} users, {args.replicas} replicas: "
+          f"sessions (at most {args.turns} turns), {users} users, {args.replicas} replicas, "
+          f"router {args.router}: "
           f"exit {code}")
     if runs is not None:
         r = runs.iloc[0]

@@ -13,7 +13,7 @@ from sweep.execution.planning import check_per_request
 from sweep.execution.runner import run_study
 from sweep.study.config import Point, Study
 from sweep.study.design import Design
-from sweep.study.grid import _check_server, _check_workload, columns
+from sweep.study.grid import _check_workload, columns
 from sweep.study.metric_names import METRICS
 from sweep.study.reader import Reader
 from sweep.study.sections import DEFAULT_MAX_REQUESTS, parse_run
@@ -50,8 +50,6 @@ def simulate(designs: Design | list[Design], workload: Workload, seeds: int | li
     for d in designs:
         d.validate()
     _check_workload(r, workload, {}, [], max_requests)
-    for d in designs:
-        _check_server(r, d, workload, {}, [])
     study = Study(name="simulate", path=None, text="",
                   points=[Point(d, workload, columns(d, workload)) for d in designs], axes=[],
                   skipped=[],

@@ -16,7 +16,7 @@ from sweep.engine import topology
 from sweep.engine.params import engine_params
 from sweep.study.design import Design
 from sweep.study.workload import Lengths, Workload, sample, sample_n
-from sweep.twin import simulate_replicas_reference
+from sweep.twin import simulate_disaggregated_reference, simulate_replicas_reference
 from tests.helpers import against_the_twin, run_cases
 from tests.test_twin_agreement import K_MAX, _random_design
 
@@ -266,18 +266,54 @@ def test_sessions_arriving_at_a_rate_from_a_config(tmp_path):
         assert (later["arrival_s"].to_numpy() > prev["finish_s"].to_numpy() + 1.0).all()
 
 
-@pytest.mark.parametrize("levers,key", [
-    ("replicas = 2", "levers.router"),
-    ("replicas = 2\nrouter = \"round_robin\"", "levers.router"),
-    ("prefill_gpus = 1\ndecode_gpus = 1", "levers.prefill_gpus"),
-])
-def test_sessions_on_a_fleet_refused_in_one_line(tmp_path, capsys, levers, key):
-    cfg = tmp_path / "bad.toml"
-    cfg.write_text(SESSIONS_TOML.replace("max_batch = 8", "max_batch = 8\n" + levers))
-    assert main(["run", str(cfg), "--out", str(tmp_path / "out"), "--quiet"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert key in err and "\n" not in err, err
-    assert not (tmp_path / "out").exists()
+#: Every topology a workload of sessions runs on beside one server and the session router:
+#: replicas behind the routers that take turns one by one, data-parallel ranks, pools.
+FLEETS = [dict(replicas=3, router="round_robin"), dict(replicas=3, router="least_outstanding"),
+          dict(replicas=3, router="prefix_aware"), dict(prefill_gpus=1, decode_gpus=1),
+          dict(model="Qwen3-30B-A3B", expert_parallel=True, data_parallel=2)]
+
+
+def _twin(d: Design, reqs):
+    p = topology.plan(d)
+    if d.disaggregated:
+        return simulate_disaggregated_reference(p.first[0], p.decode, reqs,
+                                                p.kv_bytes_per_token, p.link_bytes_per_s)
+    return simulate_replicas_reference(p.first[0], reqs, d.replicas, d.router)
+
+
+@pytest.mark.parametrize("rate", [0.0, 3.0])
+def test_sessions_on_every_topology_agree_with_the_twin(rate):
+    """Sessions, closed and open, behind every router, on data-parallel ranks and on
+    disaggregated pools: each turn reaches the servers as an open request when the last
+    one's answer is back plus the gap, and the engine and the twin agree request by request,
+    arrivals included. Round robin spreads a session's turns (its cache finds fewer of them)
+    where the prefix-aware router follows them."""
+    wl = Workload(**(dict(arrival="closed", concurrency=5) if rate == 0 else
+                     dict(arrival="poisson", arrival_rate=rate)),
+                  num_requests=9, duration_s=None, think_time_s=0.5,
+                  turns=Lengths("uniform", 0, 1, 5), turn_tokens=Lengths("uniform", 0, 20, 200),
+                  prompt_tokens=Lengths("uniform", 0, 200, 1500),
+                  output_tokens=Lengths("uniform", 0, 5, 60))
+    base = Design(gpu="H200", model="Llama-3.1-8B", max_batch=8, prefix_cache=True)
+    designs = [base.replace(**f) for f in FLEETS]
+    res = sweep.simulate(designs, wl, seeds=1, model_error=False)
+    reqs = sample(wl, 0, base.context_limit)
+    real = np.isfinite(np.asarray(reqs.arrival))
+    turn = np.asarray(reqs.turn)[real]
+    later = np.flatnonzero(turn[1:] > 1) + 1
+    cached = {}
+    for i, d in enumerate(designs):
+        ref, mine = _twin(d, reqs), res.requests[res.requests["sim"] == i]
+        assert not ref.truncated and len(mine) == real.sum(), d
+        for col, twin in (("arrival_s", ref.arrival), ("first_token_s", ref.first_token),
+                          ("finish_s", ref.finish)):
+            np.testing.assert_allclose(mine[col], twin[real], rtol=1e-12, err_msg=str(d))
+        np.testing.assert_array_equal(mine["cached_tokens"], ref.cached_tokens[real])
+        gap = 0.5 + float(topology.plan(d).system.summary.request_overhead_s)
+        np.testing.assert_allclose(mine["arrival_s"].to_numpy()[later],
+                                   mine["finish_s"].to_numpy()[later - 1] + gap, rtol=1e-12)
+        cached[d.router if d.replicas > 1 else i] = int(mine["cached_tokens"].sum())
+    assert cached["round_robin"] < cached["prefix_aware"]
 
 
 def test_sessions_behind_the_session_router_agree_with_the_twin():

@@ -8,7 +8,7 @@ import pytest
 
 from sweep.analysis.metrics import summarize
 from sweep.engine import ITL_LOG_WIDTH, simulate_batch
-from sweep.engine import topology
+from sweep.engine import routers, topology
 from sweep.engine.params import engine_params
 from sweep.twin import (simulate_disaggregated_reference, simulate_mixed_reference,
                                     simulate_replicas_reference, summarize_reference)
@@ -331,7 +331,7 @@ def test_replicas_split_round_robin_and_cost_every_gpu():
     assert len(p.first) == 3 and float(p.system.summary.gpus) == 6.0
     r = sample_n(Workload(num_requests=10, duration_s=None), 0, 8192, 12)
     r = type(r)(*(np.asarray(x) for x in r))
-    subs = topology.split(r, topology.round_robin(12, 3), 3)
+    subs = topology.split(r, routers.round_robin(12, 3), 3)
     np.testing.assert_array_equal(subs[1].arrival[:3], np.asarray(r.arrival)[[1, 4, 7]])
     assert np.isinf(subs[1].arrival[4:]).all()
 

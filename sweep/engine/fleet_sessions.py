@@ -1,10 +1,16 @@
-"""Sessions behind replicas (docs/model.md "Sessions"): the session router keeps each session,
-and each user, on one replica, so each replica runs its own sessions as one server does, in
-rows of its own: its cache state is sized by its own turns, not the fleet's."""
+"""Sessions on several servers (docs/model.md "Sessions"). The session router keeps each
+session, and each user, on one replica, so each replica runs its own sessions as one server
+does, in rows of its own: its cache state is sized by its own turns, not the fleet's. Any other
+router, and disaggregated pools, get the turns as open requests, in the order they arrive:
+their arrivals are the finishes' sends (``sent``), found by rounds as a closed loop's are
+(``topology.run``)."""
 from __future__ import annotations
+
+import heapq
 
 import numpy as np
 
+from sweep.engine.state import EngineOutput
 from sweep.study.workload import Requests
 
 
@@ -62,3 +68,62 @@ def split_sessions(r: Requests, chosen, replicas: int, slots: int) -> list[Reque
             node_end=_column(r.node_end, idx, slots, 0), turn=_column(r.turn, idx, slots, 0),
             clients=np.int32(share(int(r.clients), j, replicas))))
     return subs
+
+
+def sent(r: Requests, finish, gap: float) -> tuple[np.ndarray, np.ndarray]:
+    """The turns' arrivals, by row, as the finish times ``finish`` (by row; nan: none) send
+    them, and the rows in the order they arrive (the rows not sent last). As one server's
+    (``features.sessions``): the starts (open: each session at its arrival; closed: the first
+    ``clients`` sessions at 0), and each finish, in time order (simultaneous ones in their
+    requests' order of arrival), sending ``gap`` later its session's next turn or, closed,
+    after its last the next session's first; a start before a send at the same time."""
+    turn = np.asarray(r.turn)
+    n, clients = turn.shape[0], int(r.clients)
+    opener = np.flatnonzero(turn == 1).tolist()
+    starts = ([0.0] * min(clients, len(opener)) if clients > 0 else
+              np.asarray(r.arrival, np.float64)[opener].tolist())
+    arrival, key, ends = np.full(n, np.inf), [None] * n, []
+
+    def place(row: int, k: tuple) -> None:
+        arrival[row], key[row] = k[0], k
+        if np.isfinite(finish[row]):
+            heapq.heappush(ends, (float(finish[row]), k, row))
+
+    for m, t in enumerate(starts):
+        place(opener[m], (t, 0, m))
+    opened, sends = len(starts), 0
+    while ends:
+        t, _, row = heapq.heappop(ends)
+        if row + 1 < n and turn[row + 1] == turn[row] + 1:
+            new = row + 1
+        elif clients > 0 and opened < len(opener):
+            new, opened = opener[opened], opened + 1
+        else:
+            continue
+        place(new, (t + gap, 1, sends))
+        sends += 1
+    order = sorted(range(n), key=lambda q: (key[q] is None, key[q] or (), q))
+    return arrival, np.asarray(order, np.int64)
+
+
+def in_order(r: Requests, arrival, order) -> Requests:
+    """Requests as servers get them, open, at ``arrival`` (by row) and in the rows' ``order``:
+    a closed loop's or sessions' sent as they are."""
+    return r._replace(arrival=np.asarray(arrival, np.float64)[order],
+                      prompt=np.asarray(r.prompt)[order], output=np.asarray(r.output)[order],
+                      prefix=np.asarray(r.prefix)[order], path=np.asarray(r.path)[order],
+                      turn=np.zeros_like(np.asarray(r.turn)), clients=np.int32(0),
+                      warmup=np.int32(0))
+
+
+def by_row(out: EngineOutput, order) -> EngineOutput:
+    """The per-request results of ``in_order`` requests back in the rows' order."""
+    def back(x):
+        x = np.asarray(x)
+        y = np.empty_like(x)
+        y[order] = x
+        return y
+
+    return out._replace(arrival=back(out.arrival), first=back(out.first),
+                        finish=back(out.finish), generated=back(out.generated),
+                        cached_tokens=back(out.cached_tokens))

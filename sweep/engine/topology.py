@@ -19,9 +19,10 @@ import numpy as np
 
 from sweep.engine import ITL_BINS, ITL_LO_S, ITL_LOG_WIDTH, EngineOutput
 from sweep.engine.features.closed_loop import closed_arrival
-from sweep.engine.fleet_sessions import (by_session, session_slots, sessions_of, share,
-                                         split_sessions)
+from sweep.engine.fleet_sessions import (by_row, by_session, in_order, sent, session_slots,
+                                         sessions_of, share, split_sessions)
 from sweep.engine.params import EngineParams, engine_params
+from sweep.engine.routers import BY_LOAD, load_cv, route
 from sweep.study.design import Design
 from sweep.study.fleet import MixedFleet
 from sweep.study.workload import Requests
@@ -101,148 +102,6 @@ def nothing(like: Requests) -> Requests:
                     np.float64(np.inf), np.uint32(0), np.full(n, -1, np.int32),
                     np.full((n, length), -1, np.int32), np.zeros(nodes, np.int32),
                     np.zeros(nodes, np.int32), turn=np.zeros_like(np.asarray(like.turn)))
-
-
-def round_robin(n: int, replicas: int) -> np.ndarray:
-    """The round-robin router's choice for each request: i mod N."""
-    return np.arange(n) % replicas
-
-
-def by_capacity(n: int, weights) -> np.ndarray:
-    """The capacity-weighted router's choice for each request, in arrival order: the server
-    furthest below its share of the requests so far, this one included (request i: the
-    largest ``(i + 1) w_j - W sent_j``, W the weights' sum; ties: the lowest), as nginx's smooth
-    weighted round robin. Every server's count stays within one request of its share; equal
-    weights are round robin."""
-    w = [float(x) for x in weights]
-    total = float(np.sum(w))
-    sent = [0.0] * len(w)
-    servers = range(len(w))
-    chosen = np.empty(n, np.int64)
-    for i in range(n):  # Python floats: a few servers, where numpy's per-call cost dominates
-        j = max(servers, key=lambda j: ((i + 1) * w[j] - total * sent[j], -j))
-        chosen[i] = j
-        sent[j] += 1.0
-    return chosen
-
-
-#: A replica holding a request's prefix takes it under ``prefix_aware`` unless it has more
-#: than this many outstanding requests beyond the least loaded replica's (SGLang's
-#: cache-aware router, ``--balance-abs-threshold``, default 32).
-PREFIX_LOAD_CAP = 32
-#: ... and only if that replica holds at least this share of the request's cacheable path, in
-#: tokens (SGLang's cache-aware router, ``cache_threshold``, default 0.5; on a shared prefix,
-#: a path of one node, a holder holds all of it).
-PREFIX_MATCH_SHARE = 0.5
-
-
-def matched(ends, path: tuple, h: int) -> bool:
-    """Whether ``h`` leading nodes of ``path`` (nodes ending at ``ends``) are enough of it for
-    the prefix-aware router."""
-    return h > 0 and ends[path[h - 1]] >= PREFIX_MATCH_SHARE * ends[path[-1]]
-
-
-def session(r: Requests, replicas: int) -> np.ndarray:
-    """The session router's choice for each request: a request of prefix group c to replica
-    c mod N (a consistent hash of its group: the group's requests stay together), one without
-    a group round robin over such requests; a workload of sessions' turns by their session
-    instead, session m (in order) to replica m mod N."""
-    key = np.asarray(r.prefix)
-    if sessions_of(r):
-        turn = np.asarray(r.turn)
-        key = np.where(turn > 0, np.cumsum(turn == 1) - 1, -1)
-    loose = np.cumsum(key < 0) - 1
-    return np.where(key >= 0, key, loose) % replicas
-
-
-def route(p: Plan, r: Requests) -> np.ndarray:
-    """The first choices of ``p``'s router for the requests ``r`` (the routers that read the
-    replicas' load start from round robin and are found by rounds, ``run``)."""
-    n = r.arrival.shape[0]
-    if p.weights is not None:
-        return by_capacity(n, p.weights)
-    if p.router == "session":
-        return session(r, len(p.first))
-    return round_robin(n, len(p.first))
-
-
-def _by_load(r: Requests, finish, chosen, replicas: int, pick) -> np.ndarray:
-    """The router's choices again, request by request in arrival order: ``pick(i, outstanding)``
-    chooses request i's replica from each replica's outstanding requests at its arrival (sent
-    there by these new choices, not finished at its arrival by the finish times ``finish``
-    that ``chosen`` led to). Choices right before i give the right choice for i (see ``run``),
-    and counting the new choices makes the later ones follow the requests that moved, so rounds
-    settle many requests at once."""
-    real = np.isfinite(r.arrival)
-    again = np.array(chosen)
-    ends = sorted((float(f), j) for j, f in enumerate(finish) if real[j] and np.isfinite(f))
-    outstanding = [0] * replicas
-    e = 0
-    for i in np.flatnonzero(real):
-        a = float(r.arrival[i])
-        while e < len(ends) and ends[e][0] <= a:  # finishes after arrival: only of j < i
-            outstanding[again[ends[e][1]]] -= 1
-            e += 1
-        again[i] = pick(int(i), outstanding)
-        outstanding[again[i]] += 1
-    return again
-
-
-def least_outstanding(r: Requests, finish, chosen, replicas: int) -> np.ndarray:
-    """Each request to the replica with the fewest outstanding requests (ties: the lowest)."""
-    return _by_load(r, finish, chosen, replicas, lambda i, out: out.index(min(out)))
-
-
-def prefix_aware(r: Requests, finish, chosen, replicas: int) -> np.ndarray:
-    """Each request with a cacheable path to the replica holding the longest start of it, as
-    the router's own record says (the nodes of the requests it sent there: with enough KV
-    memory, the replica's cache holds them), the least loaded of those (ties: the lowest),
-    unless that start is under ``PREFIX_MATCH_SHARE`` of the path or that replica has more
-    than ``PREFIX_LOAD_CAP`` outstanding requests beyond the least loaded one; every other
-    request to the least loaded replica, of those the one whose record holds the fewest tokens
-    (SGLang's router sends an unmatched request to its smallest tree).
-    The chosen replica then holds the request's path. With one node per prefix, a replica
-    holds a prefix once the router has sent it a request of that prefix."""
-    paths = [tuple(int(k) for k in row if k >= 0) for row in np.asarray(r.path)]
-    ends = np.asarray(r.node_end).tolist()
-    tokens = (np.asarray(r.node_end) - np.asarray(r.node_start)).tolist()
-    record = [set() for _ in range(replicas)]
-    size = [0] * replicas  # tokens of the nodes in each record
-
-    def held(path, j):
-        """The leading nodes of ``path`` replica j holds."""
-        h = 0
-        while h < len(path) and path[h] in record[j]:
-            h += 1
-        return h
-
-    def pick(i, out):
-        least = min(out)
-        path = paths[i]
-        score = [held(path, j) for j in range(replicas)] if path else [0] * replicas
-        top = max(score)
-        j = min(range(replicas), key=lambda k: (out[k], size[k], k))
-        if matched(ends, path, top):
-            best = min((k for k in range(replicas) if score[k] == top),
-                       key=lambda k: (out[k], k))
-            if out[best] <= least + PREFIX_LOAD_CAP:
-                j = best
-        size[j] += sum(tokens[k] for k in path if k not in record[j])
-        record[j].update(path)
-        return j
-
-    return _by_load(r, finish, chosen, replicas, pick)
-
-
-#: The routers whose choices read the replicas' load, found by rounds (``run``).
-BY_LOAD = {"least_outstanding": least_outstanding, "prefix_aware": prefix_aware}
-
-
-def load_cv(chosen, r: Requests, servers: int) -> float:
-    """The coefficient of variation (population) of the requests each server was sent."""
-    counts = np.bincount(np.asarray(chosen)[np.isfinite(r.arrival)], minlength=servers)
-    mean = counts.mean()
-    return float(counts.std() / mean) if mean > 0 else 0.0
 
 
 def split(r: Requests, chosen, replicas: int) -> list[Requests]:
@@ -400,13 +259,13 @@ def run(plans: list, reqs: Requests, call: Callable, width: int,
     after the first ``real`` are padding, that call is told so (``call(params, reqs, real)``).
 
     The choices of a router that reads the replicas' load (``BY_LOAD``), and the arrivals of
-    a closed loop over several servers, are found by rounds: simulate the servers with the
-    choices and arrivals so far, choose and send again from the finishes, repeat until nothing
-    changes. Choices and arrivals right for the requests before i give the right finish times
-    before ``a_i`` (a pass that ends by then began before), hence the right choice and arrival
-    for i: each round settles at least one more request, and a round that changes nothing is
-    the fixed point. A simulation still changing after ``n + 1`` rounds (n requests; a step
-    bound can break the argument) is flagged truncated."""
+    a closed loop or of sessions over several servers, are found by rounds: simulate the
+    servers with the choices and arrivals so far, choose and send again from the finishes,
+    repeat until nothing changes. Choices and arrivals right for the requests before i give
+    the right finish times before ``a_i`` (a pass that ends by then began before), hence the
+    right choice and arrival for i: each round settles at least one more request, and a round
+    that changes nothing is the fixed point. A simulation still changing after ``n + 1``
+    rounds (n requests; a step bound can break the argument) is flagged truncated."""
     m = len(plans)
     if all(plain(p) for p in plans):
         first = [p.first[0] for p in plans]
@@ -414,27 +273,28 @@ def run(plans: list, reqs: Requests, call: Callable, width: int,
     rows = [_pick(reqs, k) for k in range(m)]
     n = rows[0].arrival.shape[0]
     chosen = [route(p, r) for p, r in zip(plans, rows)]
-    # A closed loop's arrivals, as the finishes so far send them (+inf: not yet sent).
-    # (Sessions are not: their router keeps each session, and each client, on one server.)
-    gaps = {k: float(r.think) + float(p.system.summary.request_overhead_s)
-            for k, (p, r) in enumerate(zip(plans, rows))
-            if not plain(p) and int(r.clients) > 0 and not sessions_of(r)}
-    arrivals = {k: closed_arrivals(rows[k], np.full(n, np.nan), g) for k, g in gaps.items()}
+    sends = {k: _sends(r, float(r.think) + float(p.system.summary.request_overhead_s))
+             for k, (p, r) in enumerate(zip(plans, rows)) if _looped(p, r)}
+    # Each loop's arrivals by row as the finishes so far send them (+inf: not yet sent), and
+    # the order of its rows as they arrive.
+    sent_so_far = {k: s(np.full(n, np.nan)) for k, s in sends.items()}
 
     def given(k) -> Requests:
-        """Plan k's requests as its servers get them (a closed loop's: open, at its arrivals)."""
-        if k not in arrivals:
-            return rows[k]
-        return rows[k]._replace(arrival=arrivals[k], clients=np.int32(0), warmup=np.int32(0))
+        """Plan k's requests as its servers get them (a loop's: open, as they arrive)."""
+        return in_order(rows[k], *sent_so_far[k]) if k in sends else rows[k]
 
     def again(k, got: EngineOutput) -> bool:
         """Plan k's arrivals and choices from the finishes ``got``: whether either moved."""
-        moved = False
-        if k in arrivals:
-            a = closed_arrivals(rows[k], got.finish, gaps[k])
-            moved, arrivals[k] = not np.array_equal(a, arrivals[k]), a
+        moved, finish = False, got.finish
+        if k in sends:
+            was, order = sent_so_far[k]
+            by_row = np.empty(n)
+            by_row[order] = finish
+            now = sent_so_far[k] = sends[k](by_row)
+            moved = not (np.array_equal(now[0], was) and np.array_equal(now[1], order))
+            finish = by_row[now[1]]
         if plans[k].router in BY_LOAD and len(plans[k].first) > 1:
-            new = BY_LOAD[plans[k].router](given(k), got.finish, chosen[k], len(plans[k].first))
+            new = BY_LOAD[plans[k].router](given(k), finish, chosen[k], len(plans[k].first))
             moved |= not np.array_equal(new, chosen[k])
             chosen[k] = new
         return moved
@@ -449,8 +309,24 @@ def run(plans: list, reqs: Requests, call: Callable, width: int,
         if not todo:
             break
         merged.update(serve(todo))
+    for k in sends:
+        merged[k] = by_row(merged[k], sent_so_far[k][1])
     return _stack([merged[k]._replace(truncated=np.bool_(True)) if k in todo else merged[k]
                    for k in range(m)])
+
+
+def _looped(p: Plan, r: Requests) -> bool:
+    """Whether a plan's arrivals are its finishes' sends over several servers: a closed loop's,
+    or sessions' but behind the session router (each replica then sends its own)."""
+    return not plain(p) and (int(r.clients) > 0 or sessions_of(r)) and not by_session(p, r)
+
+
+def _sends(r: Requests, gap: float) -> Callable:
+    """A loop's rule from finishes (by row) to arrivals (by row) and the rows' order."""
+    if sessions_of(r):
+        return lambda finish: sent(r, finish, gap)
+    order = np.arange(r.arrival.shape[0])
+    return lambda finish: (closed_arrivals(r, finish, gap), order)
 
 
 def _serve(plans: list, given: dict, chosen: list, call: Callable, width: int) -> dict:

@@ -13,7 +13,6 @@ from sweep.physics.timing import kv_efficiency
 from sweep.study.design import Design
 from sweep.study.fields import (ATTRS, COLUMNS, CONDITIONAL, DESIGN_FIELDS, FIELDS, KEYS,
                                 WORKLOAD_FIELDS)
-from sweep.study import sessions
 from sweep.study.lengths import length_columns
 from sweep.study.reader import Reader
 from sweep.study.workload import Workload
@@ -145,7 +144,6 @@ def build(r: Reader, keys, excludes, max_requests: int):
         wkey = tuple(wkw.values())
         if wkey not in workloads:
             workloads[wkey] = _check_workload(r, Workload(**wkw), cols, axes, max_requests)
-        _check_server(r, design, workloads[wkey], cols, axes)
         points.append(Point(design, workloads[wkey],
                             columns(design, workloads[wkey], getattr(r, "uncertain", ()))))
     _check_exclusions(r, excludes, seen)
@@ -294,13 +292,6 @@ def _check_design(r: Reader, design: Design, cols, axes):
     except FieldError as exc:
         raise _refusal(r, exc, cols, axes) from None
     return design, None
-
-
-def _check_server(r: Reader, design: Design, wl: Workload, cols, axes) -> None:
-    try:
-        sessions.check_server(design, wl)
-    except FieldError as exc:
-        raise _refusal(r, exc, cols, axes) from None
 
 
 def _check_workload(r: Reader, wl: Workload, cols, axes, max_requests: int) -> Workload:

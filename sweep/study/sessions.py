@@ -106,18 +106,3 @@ def params(wl, par) -> tuple:
     count = wl.num_requests if wl.num_requests is not None else np.iinfo(np.int32).max
     return (par(wl.turns), par(wl.turn_tokens), np.int32(max_turns(wl.turns)), np.int32(count))
 
-
-def check_server(design, wl) -> None:
-    """Sessions run on one server, or on replicas behind the session router (each session,
-    and each user, on one of them): their turns' order is set by its finishes."""
-    if wl.turns is None:
-        return
-    if design.replicas > 1 and design.router != "session":
-        raise FieldError("levers.router", "a workload of sessions behind replicas is routed by "
-                         "its sessions", "session", design.router)
-    for key, many in (("data_parallel", design.data_parallel > 1),
-                      ("prefill_gpus", design.disaggregated)):
-        if many:
-            raise FieldError(f"levers.{key}", "a workload of sessions runs on servers of their "
-                             "own", "data_parallel = 1, no disaggregated pools",
-                             getattr(design, key))

@@ -3,7 +3,9 @@ the requests are indexed in the order they arrive, the sessions' starts (open: e
 its arrival; closed: the first ``clients`` at time 0) merged with the sends of finishes (in a
 pass, in request order: a session's next turn, or in a closed loop after its last the next
 session's first), a start before a send at the same time. The requests not yet arrived are
-placed again whenever a finish sends; the results go back to the rows' order at the end."""
+placed again whenever a finish sends; the results go back to the rows' order at the end. On
+several servers (other than replicas behind the session router) the turns reach them as open
+requests in the order they arrive, found in rounds (``fleet``)."""
 from __future__ import annotations
 
 import math
@@ -106,3 +108,67 @@ def in_table_order(tw, res) -> None:
     res.generated = by_row(res.generated, 0)
     res.cached_tokens = by_row(res.cached_tokens, 0)
     res.arrival = by_row(tw.arrival, np.inf)
+
+
+def _sent(req: Requests, finish: list, gap: float) -> tuple[list, list]:
+    """The turns' arrivals by row, as the finish times ``finish`` (by row) send them, and the
+    rows in the order they arrive (the rows never sent after, in row order): finish by finish
+    in time order (simultaneous ones in their requests' order of arrival), as one server's
+    ``send``."""
+    own = np.asarray(req.arrival, dtype=np.float64).reshape(-1)
+    turn = np.broadcast_to(np.asarray(req.turn), own.shape).astype(int).tolist()
+    n, clients = len(turn), int(np.asarray(req.clients))
+    opener = [q for q in range(n) if turn[q] == 1]
+    first = opener[:clients] if clients > 0 else opener
+    placed = {q: (0.0 if clients > 0 else float(own[q]), 0, m) for m, q in enumerate(first)}
+    opened, sends, done = len(first), 0, set()
+    while True:
+        ready = [(finish[q], placed[q], q) for q in placed
+                 if q not in done and math.isfinite(finish[q])]
+        if not ready:
+            break
+        t, _, q = min(ready)
+        done.add(q)
+        if q + 1 < n and turn[q + 1] == turn[q] + 1:
+            placed[q + 1] = (t + gap, 1, sends)
+        elif clients > 0 and opened < len(opener):
+            placed[opener[opened]] = (t + gap, 1, sends)
+            opened += 1
+        else:
+            continue
+        sends += 1
+    order = sorted(placed, key=placed.get) + [q for q in range(n) if q not in placed]
+    return [placed[q][0] if q in placed else math.inf for q in range(n)], order
+
+
+def fleet(req: Requests, gap: float, serve):
+    """Sessions over several servers: the fixed point of serving the turns open, as they
+    arrive (``serve``), and sending the next ones from the finishes, in rounds (as a closed
+    loop's, ``closed_loop.closed_loop``); the results by row."""
+    n = np.shape(req.arrival)[-1]
+    path = np.asarray(req.path).reshape(n, -1)
+    arrival, order = _sent(req, [math.nan] * n, gap)
+    for _ in range(n + 1):
+        res = serve(req._replace(
+            arrival=np.asarray(arrival, dtype=np.float64)[order],
+            prompt=np.asarray(req.prompt).reshape(-1)[order],
+            output=np.asarray(req.output).reshape(-1)[order],
+            prefix=np.asarray(req.prefix).reshape(-1)[order], path=path[order],
+            turn=np.zeros(n, np.int32), clients=np.int32(0)))
+        finish = [math.nan] * n
+        for k, q in enumerate(order):
+            finish[q] = float(res.finish[k])
+        again = _sent(req, finish, gap)
+        if again == (arrival, order):
+            break
+        arrival, order = again
+    res.truncated |= again != (arrival, order)
+    rows = np.asarray(order, dtype=np.int64)
+    for name in ("first_token", "finish", "generated", "cached_tokens", "replica"):
+        x = getattr(res, name)
+        if x is not None:
+            y = np.empty_like(np.asarray(x))
+            y[rows] = x
+            setattr(res, name, y)
+    res.arrival = np.asarray(arrival, dtype=np.float64)
+    return res

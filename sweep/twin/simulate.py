@@ -18,8 +18,9 @@ import math
 import numpy as np
 
 from sweep.engine.params import EngineParams
-from sweep.engine.topology import PREFIX_LOAD_CAP, PREFIX_MATCH_SHARE
+from sweep.engine.routers import PREFIX_LOAD_CAP, PREFIX_MATCH_SHARE
 from sweep.study.workload import Requests
+from sweep.twin import sessions
 from sweep.twin.closed_loop import closed_loop, gap
 from sweep.twin.metrics import summarize_reference
 from sweep.twin.prefills import Pass, budget, continue_prefills, evict, used
@@ -83,6 +84,9 @@ def simulate_replicas_reference(params: EngineParams, req: Requests, replicas: i
         chosen = np.where(session >= 0, session, loose) % replicas
         return _replicas(req, _serve([params] * replicas, req, chosen.tolist())[0], chosen,
                          replicas)
+    if (turn == 1).any():  # sessions, sent as they arrive
+        return sessions.fleet(req, gap(req, params), lambda r: simulate_replicas_reference(
+            params, r, replicas, router))
     if int(np.asarray(req.clients)) > 0:
         return closed_loop(req, gap(req, params), lambda r: simulate_replicas_reference(
             params, r, replicas, router))
@@ -247,6 +251,9 @@ def simulate_disaggregated_reference(prefill: EngineParams, decode: EngineParams
     decode"): the prefill pool serves every request's first token; a request with more to
     generate then moves its prompt's KV over the link and joins the decode pool's queue in
     order of arrival there (``decode.transferred`` must be set)."""
+    if (np.asarray(req.turn) == 1).any():  # sessions, sent as they arrive
+        return sessions.fleet(req, gap(req, decode), lambda r: simulate_disaggregated_reference(
+            prefill, decode, r, kv_bytes_per_token, link_bytes_per_s))
     if int(np.asarray(req.clients)) > 0:
         return closed_loop(req, gap(req, decode), lambda r: simulate_disaggregated_reference(
             prefill, decode, r, kv_bytes_per_token, link_bytes_per_s))
