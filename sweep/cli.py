@@ -15,6 +15,7 @@ from sweep.commands.calibrate import cmd_calibrate, cmd_validate
 from sweep.commands.capacity import cmd_capacity
 from sweep.commands.common import EXIT_TRUNCATED, EXIT_USAGE
 from sweep.commands.importing import cmd_import
+from sweep.commands.plan import cmd_plan
 from sweep.commands.report import cmd_export, cmd_frontier, cmd_report
 from sweep.commands.run import cmd_merge, cmd_run
 from sweep.errors import Truncated, UsageError
@@ -49,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_results(sub)
     _add_fit(sub)
     _add_import(sub)
+    _add_plan(sub)
     return ap
 
 
@@ -181,13 +183,38 @@ def _add_import(sub) -> None:
     imp.add_argument("--force", action="store_true", help="replace existing case files")
 
 
+def _add_plan(sub) -> None:
+    """``sweep plan``: a capacity question in one line."""
+    pl = sub.add_parser("plan", help="the cheapest fleet and best designs for a model, a GPU, "
+                                      "lengths, p95 targets and a load, in one line")
+    pl.add_argument("--model", help="catalog model or config.json (required)")
+    pl.add_argument("--gpu", help="catalog GPU (required)")
+    pl.add_argument("--gpus-max", default="8", help="GPUs per server at most (default 8)")
+    pl.add_argument("--isl", help="mean prompt length, tokens (required)")
+    pl.add_argument("--osl", help="mean output length, tokens (required)")
+    pl.add_argument("--ttft-ms", help="p95 time to first token, ms (required)")
+    pl.add_argument("--tpot-ms", help="p95 gap between tokens, ms (required)")
+    pl.add_argument("--rate", help="requests/s, an open loop (or --concurrency)")
+    pl.add_argument("--concurrency", help="clients, a closed loop (or --rate)")
+    pl.add_argument("--set", action="append", metavar="KEY=VALUE",
+                    help="any other [hardware] or [levers] key (repeatable); a searched lever "
+                         "so set is searched at that value")
+    pl.add_argument("--out", help="results folder (default: results/plan-<model>-<gpu>)")
+    pl.add_argument("--write-config", metavar="FILE",
+                    help="write the config it would run (for sweep capacity) and run nothing")
+    pl.add_argument("--force", action="store_true",
+                    help="replace an existing results folder or --write-config file")
+    pl.add_argument("--quiet", action="store_true", help="no progress output")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     args.started = time.perf_counter()  # a command's wall time counts from here
     command = {"run": cmd_run, "capacity": cmd_capacity, "merge": cmd_merge,
                "frontier": cmd_frontier,
                "report": cmd_report, "export": cmd_export, "calibrate": cmd_calibrate,
-               "validate": cmd_validate, "import": cmd_import}[args.command]
+               "validate": cmd_validate, "import": cmd_import,
+               "plan": cmd_plan}[args.command]
     try:
         return command(args)
     except UsageError as exc:
