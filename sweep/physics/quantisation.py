@@ -39,8 +39,8 @@ MODULE_WORDS = (("lm_head", r"lm_head"), ("embed_tokens", r"embed"),
                 ("linear_attn", r"linear_attn"), ("mixer", r"mixer"), ("self_attn", r"attn"),
                 ("norm", r"norm"), ("mlp", r"mlp|feed_forward|block_sparse_moe"))
 #: What a module's word names beside it: a layer's MLP whole is its router, shared expert,
-#: routed experts and latent projections too; Nemotron-H calls every layer's token mixer "mixer", an attention, MLP or
-#: expert layer's as well as a Mamba layer's.
+#: routed experts and latent projections too; Nemotron-H calls every layer's token mixer
+#: "mixer", an attention, MLP or expert layer's as well as a Mamba layer's.
 ALSO = {"mlp": ("gate", "shared_expert", "experts", "latent_proj"),
         "mixer": ("self_attn", "mlp", "gate", "shared_expert", "experts", "latent_proj")}
 #: Words of weights no format converts, which the loader sizes within a module or not at all:
