@@ -77,12 +77,20 @@ def default(f: Field, short: bool) -> str:
 
 
 def table(section: str, short: bool) -> list[str]:
-    """One section's table, a line per key in declaration order."""
+    """One section's table, a line per key in declaration order; the short form gives the
+    factors fitted per GPU or engine one line, where the first of them is declared (few
+    planners set them; docs/config.md has each)."""
     first = f"`[{section}]`{_TITLES.get(section, '')}" if short else "key"
     rows = [f"| {first} | values | default | meaning |", "| --- | --- | --- | --- |"]
+    fitted = [f for f in KEYS[section].values() if short and f.fitted]
     for f in KEYS[section].values():
-        meaning = f.short if short else f.help
-        rows.append(f"| `{f.key}` | {values(f, short)} | {default(f, short)} | {meaning} |")
+        if f is (fitted[0] if fitted else None):
+            keys = ", ".join(f"`{g.key}`" for g in fitted)
+            rows.append(f"| {keys} | shares of peaks, times ([each](docs/config.md#hardware)) "
+                        "| the GPU's | the fitted factors and host terms |")
+        elif f not in fitted:
+            meaning = f.short if short else f.help
+            rows.append(f"| `{f.key}` | {values(f, short)} | {default(f, short)} | {meaning} |")
     return rows
 
 
