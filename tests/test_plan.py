@@ -163,6 +163,7 @@ RATE = ["--rate", "16"]
     ({}, [*RATE, "--concurrency", "8"], "--rate/--concurrency"),
     ({}, [], "--rate/--concurrency"),
     ({"--isl": "0"}, RATE, "--isl"),
+    ({"--isl": "9000"}, RATE, "--isl/--osl"),
     ({"--ttft-ms": "-1"}, RATE, "--ttft-ms"),
     ({"--tpot-ms": "nan"}, RATE, "--tpot-ms"),
     ({}, ["--rate", "abc"], "--rate"),

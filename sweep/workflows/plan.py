@@ -30,6 +30,7 @@ from sweep.physics.hf_config import load_hf_config
 from sweep.physics.models import Model
 from sweep.study.config import Study, parse_study
 from sweep.study.fields import DOMAIN_GPUS, GPUS, KV_BITS, WEIGHT_BITS
+from sweep.workflows.capacity_study import CapacityOutcome, capacity
 from sweep.workflows.importing import parse_sets, toml_value
 
 #: Seeds per design: a capacity is the load 90% of them carry, so here every one of the 4.
@@ -96,7 +97,7 @@ class Plan:
 
     question: Question
     config: str
-    outcome: object
+    outcome: CapacityOutcome
     passing: pd.DataFrame
     fleet: pd.DataFrame | None
     frontier: tuple
@@ -119,7 +120,7 @@ def _check(q: Question):
         if v is None and flag in ("--rate", "--concurrency"):
             continue
         number = isinstance(v, int if whole else (int, float)) and not isinstance(v, bool)
-        if not (number and math.isfinite(v) and v > 0):
+        if not (number and (whole or math.isfinite(v)) and v > 0):
             raise UsageError(f"{flag}: {got(v) if v is not None else 'missing'}; allowed: "
                              f"{ALLOWED[flag]}")
     if q.gpus_max > DOMAIN_GPUS:
@@ -262,6 +263,10 @@ def _study(q: Question) -> tuple[str, Study]:
     """The config's text and study, at the degrees that hold the model (some precision)."""
     gpu = _check(q)
     model, model_line = _model(q)
+    if q.isl + q.osl > model.max_context:
+        raise UsageError(f"--isl/--osl: {show(q.isl)} + {show(q.osl)} tokens on average exceed "
+                         f"{model.name}'s context of {model.max_context}; allowed: a sum of at "
+                         f"most {model.max_context}")
     sets = _sets(q)
 
     def text(name: str, widest: int, degrees=None) -> str:
@@ -320,8 +325,6 @@ def plan(q: Question, out=None, *, force: bool = False, progress=None,
     """Build the question's config and run its capacity search into ``out`` (default
     ``results/plan-<model>-<gpu>``; an existing folder only with ``force``, which replaces its
     results as ``sweep capacity --force`` does), with its frontier; returns the ``Plan``."""
-    from sweep.workflows.capacity_study import capacity
-
     text, study = _study(q)
     out = out_folder(Path(out) if out is not None else Path("results") / study.name)
     if out.exists() and not force:
