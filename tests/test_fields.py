@@ -55,12 +55,12 @@ def test_columns_are_pinned():
                                              "hash_block_tokens", "kv_offload_gib",
                                              *(f"{k}_{x}" for k in ("turns", "turn_tokens")
                                                for x in ("dist", "mean", "low", "high",
-                                                         "sigma"))]
+                                                         "sigma")), "draft"]
     assert len(set(COLUMNS)) == len(COLUMNS)
     assert set(TEXT_COLUMNS) == {"gpu", "model", "arrival", "prompt_tokens_dist",
                                  "output_tokens_dist", "batching", "kv_cache", "trace", "router",
                                  "calibration", "prefill_gpu", "decode_gpu", "turns_dist",
-                                 "turn_tokens_dist"}
+                                 "turn_tokens_dist", "draft"}
 
 
 @pytest.mark.parametrize("cls,declared", [(Design, DESIGN_FIELDS), (Workload, WORKLOAD_FIELDS)])

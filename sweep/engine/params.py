@@ -13,7 +13,8 @@ import numpy as np
 
 from sweep.engine.arith import ceil_div
 from sweep.errors import FieldError
-from sweep.physics.rng import acceptance_thresholds
+from sweep.physics.drafts import accepted_at_least
+from sweep.physics.rng import acceptance_thresholds, table_thresholds
 from sweep.physics.timing import TimingParams
 from sweep.study.batching import POLICIES
 from sweep.study.design import Design
@@ -44,7 +45,7 @@ _DERIVED = [
     ("block_tokens", np.ndarray),  # int32: KV allocation unit in tokens
     ("total_blocks", np.ndarray),  # int32
     ("seq_blocks", np.ndarray),  # int32: blocks a running sequence holds besides its context's
-    ("accept_thresholds", np.ndarray),  # int32[MAX_DRAFT_TOKENS]: acceptance**j x 2**24, 0 past k
+    ("accept_thresholds", np.ndarray),  # int32[MAX_DRAFT_TOKENS]: P(A >= j) x 2**24, 0 past k
     ("transferred", np.ndarray),  # bool: requests arrive prefilled (a decode pool: topology.py)
     ("host_blocks", np.ndarray),  # int32: a CPU KV tier's blocks (0: none; Design.host_tier)
     ("load_s_per_token", np.ndarray),  # float64: seconds to load a token's KV from it
@@ -74,6 +75,17 @@ def _ranks_budget(design: Design) -> dict:
             "prefill_chunk_tokens": np.int32(min(design.prefill_chunk_tokens or budget, budget))}
 
 
+def _thresholds(design: Design) -> np.ndarray:
+    """The acceptance thresholds: a separate draft model's flat ``acceptance`` per drafted
+    token, or an MTP module's or EAGLE-3 head's published table per position
+    (``drafts.CONDITIONAL``). Thresholds past k are 0 (never accept): the engine needs no mask
+    by k."""
+    table = (acceptance_thresholds(design.acceptance, MAX_DRAFT_TOKENS)
+             if design.draft == "model"
+             else table_thresholds(accepted_at_least(design.draft, MAX_DRAFT_TOKENS)))
+    return np.where(np.arange(MAX_DRAFT_TOKENS) < design.draft_tokens, table, 0).astype(np.int32)
+
+
 def engine_params(design: Design) -> EngineParams:
     """One server's engine arrays (validated first); a design with replicas or disaggregated
     pools runs as several servers: ``sweep.engine.topology.plan``."""
@@ -89,10 +101,7 @@ def engine_params(design: Design) -> EngineParams:
         block_tokens=np.int32(design.block_tokens),
         total_blocks=np.int32(min(design.total_blocks(), 2**31 - 1)),
         seq_blocks=np.int32(design.seq_blocks()),
-        # Thresholds past k are 0 (never accept): the engine needs no mask by k.
-        accept_thresholds=np.where(np.arange(MAX_DRAFT_TOKENS) < design.draft_tokens,
-                                   acceptance_thresholds(design.acceptance, MAX_DRAFT_TOKENS),
-                                   0).astype(np.int32),
+        accept_thresholds=_thresholds(design),
         transferred=np.bool_(False),
         host_blocks=np.int32(host_blocks), load_s_per_token=np.float64(load_s),
         **{**{f.key: np.dtype(f.engine).type(getattr(design, f.key)) for f in ENGINE_LEVERS},
@@ -100,7 +109,7 @@ def engine_params(design: Design) -> EngineParams:
         summary=SummaryParams(
             # A block is the full-attention layers' KV of block_tokens tokens, as the group
             # holds it: a sequence's window and state are counted in such blocks too.
-            block_bytes=np.float64(design.block_tokens * design.model_spec.held_kv_bytes_per_token(
+            block_bytes=np.float64(design.block_tokens * design.served_spec.held_kv_bytes_per_token(
                 design.kv_bits, design.gpus)),
             gpus=np.float64(design.server_gpus),
             price_per_gpu_s=np.float64(design.resolved("price_per_gpu_hour") / 3600.0),

@@ -14,6 +14,7 @@ from sweep.errors import clip
 from sweep.physics.compressed_attention import (UNQUANTISED, compressed_attention,
                                                  compressed_kinds, hyper_connections_and_hash)
 from sweep.physics.config_file import Reading, positive, read_json, shown
+from sweep.physics.drafts import mtp_layers
 from sweep.physics.models import Model
 from sweep.physics.quantisation import Weights, checkpoint_precision
 
@@ -480,5 +481,5 @@ def load_hf_config(path: str | Path, name: str | None = None) -> Model:
         else 0.0, **m, native_bits=precision.bits, native_nominal_bits=precision.nominal,
         native_activation_bits=precision.activation, native_expert_bits=precision.experts,
         kept_params=precision.kept, moe_layers=sum(k == "moe" for _, k in kinds),
-        kv_split=1 if latent else min(split),
+        kv_split=1 if latent else min(split), mtp_layers=mtp_layers(c),
         source="; ".join((f"Hugging Face config {path}", *precision.notes)))

@@ -53,6 +53,7 @@ class Model:
     kept_params: float = 0.0  # weights the checkpoint holds at 16 bits (embeddings, skip list)
     moe_layers: int = 0  # layers with routed experts
     kv_split: int = 1  # ways tensor parallelism splits the KV cache (KV heads; MLA's latent: 1)
+    mtp_layers: int = 0  # multi-token-prediction modules the checkpoint holds (not in params)
     source: str = field(default="", compare=False)
 
     @classmethod

@@ -44,3 +44,10 @@ def acceptance_thresholds(probability: float, k_max: int) -> np.ndarray:
     at k (the leading run of independent acceptances, from a single draw)."""
     return np.array([int(round(float(probability) ** j * UNIFORM_RANGE))
                      for j in range(1, k_max + 1)], dtype=np.int32)
+
+
+def table_thresholds(at_least) -> np.ndarray:
+    """Integer thresholds T_j = round(P(A >= j) x 2**24) of a per-position table of the chance
+    that at least j drafted tokens are accepted (non-increasing in j): the same single draw
+    then accepts A = #{j <= k : u < T_j}."""
+    return np.array([int(round(float(p) * UNIFORM_RANGE)) for p in at_least], dtype=np.int32)

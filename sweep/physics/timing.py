@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from sweep.physics.drafts import cost_share
 from sweep.physics.hardware import GPU
 from sweep.physics.models import Model
 
@@ -57,6 +58,8 @@ class TimingParams(NamedTuple):
     lin_context_token_s: float
     draft_tokens: float  # k
     draft_cost: float  # draft pass cost per drafted token, as a fraction of a target decode pass
+    # (``draft_cost`` for a separate draft model; an MTP module's or EAGLE-3 head's from its
+    # layers: ``drafts.cost_share``)
     # Expert parallelism (1.0 selects it): experts whole on each of ``ep_gpus`` GPUs, shared
     # by ``dp`` data-parallel ranks of ``tp`` GPUs.
     ep: float
@@ -85,12 +88,15 @@ def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int | N
                   allreduce_growth: float | None = None, draft_tokens: int = 0,
                   draft_cost: float = 0.1, expert_parallel: bool = False,
                   data_parallel: int = 1, dequant_bandwidth_efficiency: float | None = None,
-                  dequant_compute_efficiency: float | None = None) -> TimingParams:
+                  dequant_compute_efficiency: float | None = None,
+                  draft: str = "model") -> TimingParams:
     """A design's constants; a factor left at None is the GPU's default, and the KV cache's
     bandwidth efficiency keeps the GPU's ratio to the weights' (``kv_efficiency``). Decode
     attention has its own term only where
     ``decode_attention_efficiency`` (or the GPU's default) is above 0. A design passes every
-    lever named here (``Design.timing``): a new timing factor is a keyword of this function."""
+    lever named here (``Design.timing``): a new timing factor is a keyword of this function.
+    ``draft`` names what drafts: a separate model at ``draft_cost``, or MTP layers or an EAGLE-3
+    head whose cost is their own layers' (``drafts.cost_share``)."""
     tp = gpus  # the tensor-parallel degree
     activation = model.activation_bits(gpu, activation_bits)
     read, mult, serial = _dequant_slowdown(model, gpu, weight_bits, activation,
@@ -145,7 +151,7 @@ def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int | N
         lin_decode_token_s=lin.decode_token_ms * 1e-3 if lin else 0.0,
         lin_context_token_s=lin.context_token_us * 1e-6 if lin else 0.0,
         draft_tokens=float(draft_tokens),
-        draft_cost=float(draft_cost),
+        draft_cost=float(cost_share(model, draft, draft_cost)),
         **_expert_parallel(model, gpu, tp, data_parallel if expert_parallel else 0, alpha_us,
                            link, mult),
     )

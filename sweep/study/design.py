@@ -7,6 +7,7 @@ import math
 
 from sweep.errors import DoesNotFit, FieldError, got, listed, show
 from sweep.physics.catalog import get_model
+from sweep.physics.drafts import served_model
 from sweep.physics.hardware import GPU, HOST_LINK_EFFICIENCY, get_gpu
 from sweep.physics.memory import DEFAULT_PROFILE_TOKENS, memory_budget
 from sweep.physics.models import Model
@@ -75,6 +76,12 @@ class _Design:
     @property
     def model_spec(self) -> Model:
         return self.model if isinstance(self.model, Model) else get_model(self.model)
+
+    @property
+    def served_spec(self) -> Model:
+        """The model as memory holds it: with its MTP module or EAGLE-3 head's weights and KV
+        per token where one drafts (``drafts.served_model``)."""
+        return served_model(self.model_spec, self.draft, self.draft_tokens)
 
     def resolved(self, key: str):
         """A key declared ``gpu_default``: the design's value, or its GPU's where it leaves it
@@ -198,6 +205,10 @@ class _Design:
             raise FieldError("levers.gpus", f"{gpu.name} has no tensor-parallel interconnect",
                              "1", self.gpus)
         self._validate_experts(gpu, model)
+        if self.draft == "mtp" and not model.mtp_layers:
+            raise FieldError("levers.draft", f"{model.name} has no multi-token-prediction "
+                             "layers (num_nextn_predict_layers or mtp_num_hidden_layers in its "
+                             "config.json)", '"model" or "eagle"', self.draft)
         self._validate_memory(gpu, model)
 
     def _validate_experts(self, gpu: GPU, model: Model) -> None:
@@ -276,7 +287,7 @@ class _Design:
         """The memory budget, computed once per design (it is immutable)."""
         if "_budget" not in self.__dict__:
             object.__setattr__(self, "_budget", memory_budget(
-                self.model_spec, self.gpu_spec.memory_gib, self.gpus, self.weight_bits,
+                self.served_spec, self.gpu_spec.memory_gib, self.gpus, self.weight_bits,
                 self.kv_bits, self.memory_overhead_fraction,
                 utilization=self.gpu_memory_utilization,
                 profile_tokens=self.max_num_batched_tokens or DEFAULT_PROFILE_TOKENS,
@@ -319,7 +330,7 @@ class _Design:
         """Blocks every running sequence holds besides its context's: its windowed layers' KV
         over a full window and its linear-attention or state-space state, in blocks of the
         full-attention layers' KV (``Model.held_seq_bytes``)."""
-        model = self.model_spec
+        model = self.served_spec
         per_block = self.block_tokens * model.held_kv_bytes_per_token(self.kv_bits, self.gpus)
         return int(math.ceil(model.held_seq_bytes(self.kv_bits, self.gpus) / per_block))
 
@@ -330,7 +341,7 @@ class _Design:
         vLLM's and LMCache's offloading assume; otherwise a host hit would be recomputed."""
         if not (self.prefix_cache and self.kv_offload_gib > 0):
             return 0, 0.0
-        model, gpu, t = self.model_spec, self.gpu_spec, self.timing()
+        model, gpu, t = self.served_spec, self.gpu_spec, self.timing()
         token_bytes = model.held_kv_bytes_per_token(self.kv_bits, self.gpus)
         load_s = token_bytes / self.gpus / (gpu.host_link_gbs * 1e9 * HOST_LINK_EFFICIENCY)
         prefill_s = t.lin_prefill_token_s if t.linear else t.flops_per_token / t.flops_per_s

@@ -19,6 +19,7 @@ from sweep.errors import FieldError, listed, show
 from sweep.physics.hardware import CATALOG as GPU_CATALOG
 from sweep.physics.memory import DEFAULT_OVERHEAD_FRACTION
 from sweep.physics.catalog import CATALOG as MODEL_CATALOG
+from sweep.physics.drafts import DRAFTS
 from sweep.study.batching import POLICIES
 from sweep.study.lengths import LENGTH_KEYS, Lengths
 
@@ -208,9 +209,14 @@ FIELDS: tuple[Field, ...] = (
           help="a catalog model", short="a catalog model"),
     Field("config_json", "model", "path", values="path", shown="-",
           help="a local Hugging Face `config.json`: full, windowed, latent, linear-attention "
-               "or Mamba layers, dense or expert MLPs, its own quantisation (or a sibling "
-               "`hf_quant_config.json`); a config it would mis-size is refused naming the field "
-               "([model.md](model.md))",
+               "or Mamba layers, DeepSeek-V4's window beside compressed latents, dense, expert "
+               "or latent-expert MLPs, its own quantisation (or a sibling "
+               "`hf_quant_config.json`; DeepSeek-V4's MXFP4 `expert_dtype`); a config it would "
+               "mis-size is refused naming the field ([model.md](model.md)). "
+               "Multi-token-prediction layers are counted only where they draft (`draft = "
+               "\"mtp\"`): Nemotron-3-Super-120B-A12B reads 120.7B total, 12.8B active with "
+               "both embeddings (its report: 120.6B, 12.7B); DeepSeek-V4-Flash 284.3B, 13.3B "
+               "active without the input embedding (its card: 284B, 13B)",
           short="a Hugging Face `config.json`"),
     _wl("arrival", "str", "poisson", choices=ARRIVALS,
         help="how requests arrive: `constant` evenly spaced, `gamma` bursty, `closed` from "
@@ -262,6 +268,7 @@ FIELDS: tuple[Field, ...] = (
     _lever("acceptance", "num", 0.7, range=Range(0.0, 1.0), draw=3,
            help="acceptance probability per drafted token", short="per-token acceptance"),
     _lever("draft_cost", "num", 0.1, range=Range(0.0, 10.0),
+           when=Applies(lambda d, w: d["draft"] == "model", 'with draft = "model"'),
            help="cost per drafted token, as a share of a target decode pass",
            short="per drafted token, share of a pass"),
     _lever("max_batch", default=256, range=Range(1, 4096), unit="seats",
@@ -398,6 +405,12 @@ FIELDS: tuple[Field, ...] = (
         help="sessions: new user tokens in each turn after the first (the first turn's prompt is "
              "`prompt_tokens`; each turn's answer is `output_tokens`)",
         short="sessions: new tokens per later turn"),
+    _lever("draft", "str", "model", choices=DRAFTS,
+           help="what drafts: `model`, a separate draft model (`acceptance`, `draft_cost`); "
+                "`mtp`, the checkpoint's multi-token-prediction layers; `eagle`, an EAGLE-3 "
+                "head; these two cost what their layers do and accept per a published table "
+                "([model.md](model.md))",
+           short="draft model, MTP layers or EAGLE-3"),
 )
 
 #: section -> key -> Field, in declaration order.
