@@ -7,8 +7,8 @@ import shlex
 import pandas as pd
 import pytest
 
-from sweep.analysis.launch import (DRAFT_MODEL, HF_IDS, fleet_launch, launch_sglang,
-                                   launch_vllm, model_id)
+from sweep.analysis.launch import (DRAFT_MODEL, EAGLE_MODEL, HF_IDS, fleet_launch,
+                                   launch_sglang, launch_vllm, model_id)
 from sweep.analysis.report import WIDTH, launch_lines, render, verdict
 from sweep.cli import main
 from sweep.physics.catalog import CATALOG
@@ -152,6 +152,24 @@ def test_draft_tokens(k):
         "STANDALONE", DRAFT_MODEL)
     assert (s["--speculative-num-steps"], s["--speculative-eagle-topk"],
             s["--speculative-num-draft-tokens"]) == (str(k), "1", str(k + 1))
+
+
+def test_mtp_and_eagle_drafts():
+    """MTP layers are the checkpoint's own (no draft path); an EAGLE-3 head's checkpoint is
+    not a lever, so a placeholder names it and the note says so."""
+    (v, _), (s, _) = vllm(model="DeepSeek-V3", draft="mtp", draft_tokens=2), sglang(
+        model="DeepSeek-V3", draft="mtp", draft_tokens=2)
+    assert json.loads(v["--speculative-config"]) == {"method": "mtp", "num_speculative_tokens": 2}
+    assert s["--speculative-algorithm"] == "NEXTN" and "--speculative-draft-model-path" not in s
+    assert (s["--speculative-num-steps"], s["--speculative-num-draft-tokens"]) == ("2", "3")
+    (v, vnote), (s, snote) = vllm(draft="eagle", draft_tokens=3), sglang(draft="eagle",
+                                                                         draft_tokens=3)
+    assert json.loads(v["--speculative-config"]) == {"method": "eagle3", "model": EAGLE_MODEL,
+                                                     "num_speculative_tokens": 3}
+    assert (s["--speculative-algorithm"], s["--speculative-draft-model-path"]) == (
+        "EAGLE3", EAGLE_MODEL)
+    assert f"{EAGLE_MODEL}: a placeholder" in vnote and f"{EAGLE_MODEL}: a placeholder" in snote
+    assert DRAFT_MODEL not in vnote
 
 
 @pytest.mark.parametrize("batching, seats", [("continuous", 64), ("one_at_a_time", 1)])

@@ -21,6 +21,13 @@ from sweep.study.fields import DESIGN_FIELDS
 LAUNCH_COLUMNS = ("launch_vllm", "launch_sglang")
 #: The draft model is not a lever: the commands name this placeholder for it.
 DRAFT_MODEL = "DRAFT_MODEL"
+#: Nor is an EAGLE-3 head's checkpoint (one trained for the target): this placeholder names it.
+EAGLE_MODEL = "EAGLE3_MODEL"
+#: vLLM's ``--speculative-config`` method of each draft (vLLM docs, "Speculative Decoding":
+#: ``mtp`` resolves to the checkpoint's own, e.g. ``deepseek_mtp``; ``eagle3``) and SGLang's
+#: ``--speculative-algorithm`` (its docs: ``NEXTN`` for MTP layers, ``EAGLE3``).
+SPEC_METHODS = {"model": ("draft_model", "STANDALONE"), "mtp": ("mtp", "NEXTN"),
+                "eagle": ("eagle3", "EAGLE3")}
 #: Catalog name -> Hugging Face repository, for the entries written from published numbers
 #: (the repositories their sources cite); ``PUBLISHED`` names the rest.
 HF_IDS = {
@@ -129,12 +136,21 @@ def _common_notes(row) -> list[str]:
                      "running batch)")
     if _value(row, "kv_cache") == "contiguous":
         notes.append("contiguous KV cache: no vLLM or SGLang equivalent (both page it)")
-    draft = _int(row, "draft_tokens") or 0
-    if draft:
+    draft, kind = _int(row, "draft_tokens") or 0, _value(row, "draft") or "model"
+    if draft and kind == "model":
         notes.append(f"{DRAFT_MODEL}: a placeholder for the draft model, not a lever "
                      f"(acceptance {float(_value(row, 'acceptance')):g}, "
                      f"{float(_value(row, 'draft_cost')):g} of a pass per drafted token)")
+    elif draft and kind == "eagle":
+        notes.append(f"{EAGLE_MODEL}: a placeholder for an EAGLE-3 head trained for {name} "
+                     "(its checkpoint is not a lever)")
     return notes
+
+
+def _draft_path(kind: str) -> str | None:
+    """The draft checkpoint a command names: the placeholders, none for MTP layers (the
+    target's own)."""
+    return {"model": DRAFT_MODEL, "eagle": EAGLE_MODEL}.get(kind)
 
 
 def _server_note(row, s: _Server) -> list[str]:
@@ -188,9 +204,11 @@ def _vllm_flags(row, s: _Server) -> tuple[list[str], list[str]]:
     quantization, weight_notes = _weights(row, s.gpu)
     if quantization:
         flags.append(f"--quantization {quantization}")
-    draft = _int(row, "draft_tokens") or 0
+    draft, kind = _int(row, "draft_tokens") or 0, _value(row, "draft") or "model"
     if draft:
-        spec = {"method": "draft_model", "model": DRAFT_MODEL, "num_speculative_tokens": draft}
+        path = _draft_path(kind)
+        spec = {"method": SPEC_METHODS[kind][0], **({"model": path} if path else {}),
+                "num_speculative_tokens": draft}
         flags.append(f"--speculative-config {_json(spec)}")
     flags.append(f"--max-num-seqs {_seats(row)}")
     flags += _memory_flags(row, {"max_seq_len": "--max-model-len",
@@ -250,10 +268,11 @@ def _sglang_flags(row, s: _Server) -> tuple[list[str], list[str]]:
     quantization, weight_notes = _weights(row, s.gpu)
     if quantization:
         flags.append(f"--quantization {quantization}")
-    draft = _int(row, "draft_tokens") or 0
+    draft, kind = _int(row, "draft_tokens") or 0, _value(row, "draft") or "model"
     if draft:
-        flags += ["--speculative-algorithm STANDALONE",
-                  f"--speculative-draft-model-path {DRAFT_MODEL}",
+        path = _draft_path(kind)
+        flags += [f"--speculative-algorithm {SPEC_METHODS[kind][1]}",
+                  *([f"--speculative-draft-model-path {path}"] if path else []),
                   f"--speculative-num-steps {draft}", "--speculative-eagle-topk 1",
                   f"--speculative-num-draft-tokens {draft + 1}"]
     flags.append(f"--max-running-requests {_seats(row) * dp}")
