@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from sweep.execution.planning import Planned, request_slots
+from sweep.physics.drafts import accepted_at_least
 from sweep.physics.timing import pass_time
 from sweep.study.config import Limit, Point, Study
 from sweep.study.metric_names import METRICS
@@ -149,7 +150,10 @@ def roofline_rate(point: Point) -> float:
     dec_d = d.decode_pool() if d.disaggregated else d
     seats = max(1, min(dec_d.seats, dec_d.kv_tokens() // max(1, int(prompt + out))))
     k, a = d.draft_tokens, d.acceptance
-    per_pass = (1 - a ** (k + 1)) / (1 - a) if k and a < 1 else k + 1.0
+    if d.draft != "model":  # the draft's published table: 1 + the sum of P(A >= j)
+        per_pass = 1.0 + float(accepted_at_least(d.draft, k).sum())
+    else:
+        per_pass = (1 - a ** (k + 1)) / (1 - a) if k and a < 1 else k + 1.0
     decode = float(pass_time(dec_d.timing(), 0.0, 0.0, seats, seats * (prompt + out / 2)))
     prefill = float(pass_time(pre_d.timing(), fill, fill * (prompt - fill)
                               + fill * (fill + 1) / 2, 0.0, 0.0))
