@@ -157,6 +157,9 @@ _warmed = Applies(
     lambda d, w: w["arrival"] == "closed" or (w.get("trace") is None
                                                and w.get("num_requests") is not None),
     'with arrival = "closed", or open arrivals with num_requests (not a trace)')
+#: A separate draft model's own keys (MTP layers and EAGLE-3 heads bring their cost and
+#: acceptance).
+_model_draft = Applies(lambda d, w: d["draft"] == "model", 'with draft = "model"')
 _untraced = Applies(lambda d, w: w.get("trace") is None, "without a trace")
 _open = Applies(lambda d, w: w["arrival"] != "closed",
                 'with open arrivals (poisson, constant, gamma or a trace), not arrival = "closed"')
@@ -265,10 +268,9 @@ FIELDS: tuple[Field, ...] = (
            unit="tokens",
            shown="0 (off)",
            help="speculative draft length", short="speculative draft length"),
-    _lever("acceptance", "num", 0.7, range=Range(0.0, 1.0), draw=3,
+    _lever("acceptance", "num", 0.7, range=Range(0.0, 1.0), draw=3, when=_model_draft,
            help="acceptance probability per drafted token", short="per-token acceptance"),
-    _lever("draft_cost", "num", 0.1, range=Range(0.0, 10.0),
-           when=Applies(lambda d, w: d["draft"] == "model", 'with draft = "model"'),
+    _lever("draft_cost", "num", 0.1, range=Range(0.0, 10.0), when=_model_draft,
            help="cost per drafted token, as a share of a target decode pass",
            short="per drafted token, share of a pass"),
     _lever("max_batch", default=256, range=Range(1, 4096), unit="seats",
