@@ -19,7 +19,8 @@ p95_ttft_s = { max = 10.0 }
 
 def test_import_sweep_exports_what_a_notebook_needs():
     assert set(sweep.__all__) == {"Design", "Workload", "simulate", "run", "capacity",
-                                  "validate", "calibrate", "load_results", "frontier", "verdict"}
+                                  "validate", "calibrate", "merge", "report", "load_results",
+                                  "frontier", "verdict", "plot_frontier", "plot_validation"}
     for name in sweep.__all__:
         assert callable(getattr(sweep, name)), name
     assert "sweep.run(" in sweep.__doc__

@@ -158,6 +158,12 @@ def _log_axis(values: np.ndarray) -> bool:
 
 def plot_frontier(agg: pd.DataFrame, x: str, y: str, brief=(), path_png="frontier.png",
                   path_svg=None, title=None, also: dict | None = None) -> tuple[str, ...]:
+    """``frontier_figure`` written by ``save_figure``: the PNG (and the SVG when ``path_svg`` is
+    given) with the files of ``also``, all or none; returns the plots' paths, as strings."""
+    return save_figure(frontier_figure(agg, x, y, brief, title), path_png, path_svg, also)
+
+
+def frontier_figure(agg: pd.DataFrame, x: str, y: str, brief=(), title=None):
     """Scatter every design (``x`` against ``y``), draw the Pareto frontier of (x, y) as a step
     line, mark the designs that meet ``brief`` (every limit met by the mean metrics, as in
     ``report.verdict``) apart from those that fail, and draw the brief's limits on x and y as
@@ -165,12 +171,9 @@ def plot_frontier(agg: pd.DataFrame, x: str, y: str, brief=(), path_png="frontie
     values are plotted as they are). An axis goes to log scale when its values span > 2 decades.
     Designs with a non-finite x or y cannot be placed; the title says how many were left off.
 
-    Uses matplotlib's object API on the Agg canvas (no pyplot, no global backend switch).
-    Writes the PNG (and the SVG when ``path_svg`` is given), with the files of ``also``
-    (``{path: write(binary file)}``), all or none; returns the plots' paths, as strings:
-    ``(png,)`` or ``(png, svg)``.
+    Returns the ``matplotlib.figure.Figure``, drawn with matplotlib's object API on the Agg
+    canvas: no pyplot, no global backend switch, nothing left open; nothing is written.
     """
-    import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -222,14 +225,30 @@ def plot_frontier(agg: pd.DataFrame, x: str, y: str, brief=(), path_png="frontie
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
+    return fig
+
+
+def figure_files(fig, path_png, path_svg=None) -> dict:
+    """``{path: write(binary file)}`` of ``fig`` as a PNG (and an SVG when ``path_svg`` is
+    given). The SVG's ids come from a fixed salt and it carries no date, so that the same
+    figure is the same bytes on every run."""
+    import matplotlib
 
     def svg(fh):
         with matplotlib.rc_context({"svg.hashsalt": "servesweep"}):
             fig.savefig(fh, format="svg", metadata={"Date": None})
 
-    plots = {Path(path_png): lambda fh: fig.savefig(fh, format="png")}
+    files = {Path(path_png): lambda fh: fig.savefig(fh, format="png")}
     if path_svg is not None:
-        plots[Path(path_svg)] = svg
+        files[Path(path_svg)] = svg
+    return files
+
+
+def save_figure(fig, path_png, path_svg=None, also: dict | None = None) -> tuple[str, ...]:
+    """Write ``fig`` as a PNG (and an SVG when ``path_svg`` is given, see ``figure_files``)
+    with the files of ``also`` (``{path: write(binary file)}``), all or none, creating their
+    folders; returns the plots' paths, as strings: ``(png,)`` or ``(png, svg)``."""
+    plots = figure_files(fig, path_png, path_svg)
     for path in plots:
         path.parent.mkdir(parents=True, exist_ok=True)
     write_all({**(also or {}), **plots})

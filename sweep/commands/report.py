@@ -10,7 +10,7 @@ from sweep.files import make_folder, out_file, out_folder, writable, write_all
 
 
 def cmd_frontier(args) -> int:
-    from sweep.analysis.frontier import frontier, plot_frontier
+    from sweep.analysis.frontier import frontier, frontier_figure, save_figure
     from sweep.analysis.results import load_results
 
     if (Path(args.results) / "capacity.parquet").exists():
@@ -20,9 +20,8 @@ def cmd_frontier(args) -> int:
     objectives = [args.x, args.y] + ([args.z] if args.z else [])
     front = checked(frontier, res.designs, objectives)
     out = _out(args)
-    paths = plot_frontier(res.designs, args.x, args.y, res.brief, out / "frontier.png",
-                          out / "frontier.svg", title=res.meta.get("name"),
-                          also=_table(front, out))
+    fig = frontier_figure(res.designs, args.x, args.y, res.brief, title=res.meta.get("name"))
+    paths = save_figure(fig, out / "frontier.png", out / "frontier.svg", also=_table(front, out))
     shown = ["design"] + res.axes + [o.lstrip("-") for o in objectives] + ["p_pass"]
     with_cols = [c for c in dict.fromkeys(shown) if c in front.columns]
     print(front[with_cols].to_string(index=False) if len(front) else "no design to draw")
@@ -33,7 +32,7 @@ def cmd_frontier(args) -> int:
 
 def _capacity_frontier(args) -> int:
     """Max rate against $/hour (or the objectives given) of the designs that carry load."""
-    from sweep.analysis.frontier import frontier, plot_frontier
+    from sweep.analysis.frontier import frontier, frontier_figure, save_figure
     from sweep.analysis.results import load_capacity
 
     cap, _, meta = checked(load_capacity, args.results)
@@ -42,10 +41,9 @@ def _capacity_frontier(args) -> int:
     carrying = cap[cap["max_rate"] > 0].reset_index(drop=True)
     front = checked(frontier, carrying, objectives)
     out = _out(args)
-    paths = plot_frontier(carrying, x, y, [], out / "frontier.png",
-                          out / "frontier.svg",
-                          title=f"{meta.get('name')}: capacity of the {len(carrying)} designs "
-                                "that carry load", also=_table(front, out))
+    fig = frontier_figure(carrying, x, y, title=f"{meta.get('name')}: capacity of the "
+                          f"{len(carrying)} designs that carry load")
+    paths = save_figure(fig, out / "frontier.png", out / "frontier.svg", also=_table(front, out))
     shown = ["design"] + meta["axes"] + [o.lstrip("-") for o in objectives]
     print(front[[c for c in dict.fromkeys(shown) if c in front.columns]].to_string(index=False)
           if len(front) else "no design carries load")

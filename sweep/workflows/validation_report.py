@@ -4,7 +4,6 @@ against measured."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -188,17 +187,28 @@ def _abs(v: float) -> str:
     return "n/a" if math.isnan(v) else f"{v:.1f}%"
 
 
-# --- writing -----------------------------------------------------------------------------------
+# --- the plot ----------------------------------------------------------------------------------
 
 def plot(table: pd.DataFrame, path_png, path_svg=None) -> tuple[str, ...]:
+    """``validation_figure`` written to the PNG (and the SVG when ``path_svg`` is given), each
+    file atomically; returns their paths, as strings."""
+    from sweep.analysis.frontier import figure_files
+    from sweep.analysis.results import _write_file
+
+    files = figure_files(validation_figure(table), path_png, path_svg)
+    for path, write in files.items():
+        _write_file(path, write)
+    return tuple(map(str, files))
+
+
+def validation_figure(table: pd.DataFrame):
     """Predicted against measured (log-log) for the numeric rows, with y = x and +-10% / +-25%
-    bands. Matplotlib's object API on the Agg canvas; each file written atomically."""
+    bands: a ``matplotlib.figure.Figure`` on the Agg canvas (no pyplot, nothing left open),
+    nothing written."""
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
-
-    from sweep.analysis.results import _write_file
 
     num = table[~table["metric"].isin(FLAGS)]
     ok = num[(num["measured"] > 0) & (num["predicted"] > 0)
@@ -248,14 +258,4 @@ def plot(table: pd.DataFrame, path_png, path_svg=None) -> tuple[str, ...]:
     if handles:
         ax.legend(handles=handles, fontsize=8, loc="lower left", bbox_to_anchor=(1.02, 0.0))
     fig.tight_layout()
-    written = []
-    _write_file(Path(path_png), lambda fh: fig.savefig(fh, format="png"))
-    written.append(str(path_png))
-    if path_svg is not None:
-        with matplotlib.rc_context({"svg.hashsalt": "servesweep"}):
-            _write_file(Path(path_svg),
-                        lambda fh: fig.savefig(fh, format="svg", metadata={"Date": None}))
-        written.append(str(path_svg))
-    return tuple(written)
-
-
+    return fig
