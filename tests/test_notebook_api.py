@@ -8,7 +8,7 @@ import pytest
 from matplotlib.figure import Figure
 
 import sweep
-from sweep.analysis.frontier import figure_files, save_figure
+from sweep.analysis.figures import figure_files, save_figure
 from sweep.cli import main
 from sweep.workflows.validation_report import plot
 
@@ -58,6 +58,7 @@ def test_plots_are_figures_and_nothing_is_written_until_saved(tiny, tmp_path, mo
     assert isinstance(fig, Figure) and isinstance(val, Figure)
     assert "p95_ttft_s" in fig.axes[0].get_ylabel()
     assert plt.get_fignums() == open_before  # nothing left open in pyplot
+    assert fig._repr_png_()[:8] == b"\x89PNG\r\n\x1a\n"  # a notebook shows it, pyplot or not
     assert list(tmp_path.iterdir()) == [] and _files(out) == before
     paths = save_figure(fig, tmp_path / "f.png", tmp_path / "f.svg")
     assert paths == (str(tmp_path / "f.png"), str(tmp_path / "f.svg"))

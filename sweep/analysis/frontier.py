@@ -7,13 +7,10 @@ with a NaN objective is never on the frontier and dominates nothing.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
 from sweep.errors import listed
-from sweep.files import write_all
 
 #: Elements (rows x rows x objectives) compared at once by the blocked dominance check.
 _BLOCK_ELEMENTS = 1 << 22
@@ -158,8 +155,11 @@ def _log_axis(values: np.ndarray) -> bool:
 
 def plot_frontier(agg: pd.DataFrame, x: str, y: str, brief=(), path_png="frontier.png",
                   path_svg=None, title=None, also: dict | None = None) -> tuple[str, ...]:
-    """``frontier_figure`` written by ``save_figure``: the PNG (and the SVG when ``path_svg`` is
-    given) with the files of ``also``, all or none; returns the plots' paths, as strings."""
+    """``frontier_figure`` written by ``figures.save_figure``: the PNG (and the SVG when
+    ``path_svg`` is given) with the files of ``also``, all or none; returns the plots' paths, as
+    strings."""
+    from sweep.analysis.figures import save_figure
+
     return save_figure(frontier_figure(agg, x, y, brief, title), path_png, path_svg, also)
 
 
@@ -171,12 +171,10 @@ def frontier_figure(agg: pd.DataFrame, x: str, y: str, brief=(), title=None):
     values are plotted as they are). An axis goes to log scale when its values span > 2 decades.
     Designs with a non-finite x or y cannot be placed; the title says how many were left off.
 
-    Returns the ``matplotlib.figure.Figure``, drawn with matplotlib's object API on the Agg
-    canvas: no pyplot, no global backend switch, nothing left open; nothing is written.
+    Returns the figure (a ``figures.NotebookFigure``: outside pyplot, nothing left open);
+    nothing is written.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
+    from sweep.analysis.figures import NotebookFigure
     from sweep.analysis.report import meets_brief
 
     xname, xsign = _parse_objective(x)
@@ -187,8 +185,7 @@ def frontier_figure(agg: pd.DataFrame, x: str, y: str, brief=(), title=None):
     finite = np.isfinite(xs) & np.isfinite(ys)
     front = pareto_mask(vals) & finite
 
-    fig = Figure(figsize=(8, 5.5), dpi=110)
-    FigureCanvasAgg(fig)
+    fig = NotebookFigure(figsize=(8, 5.5), dpi=110)
     ax = fig.add_subplot(1, 1, 1)
     fail = finite & ~ok
     pas = finite & ok
@@ -226,30 +223,3 @@ def frontier_figure(agg: pd.DataFrame, x: str, y: str, brief=(), title=None):
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     return fig
-
-
-def figure_files(fig, path_png, path_svg=None) -> dict:
-    """``{path: write(binary file)}`` of ``fig`` as a PNG (and an SVG when ``path_svg`` is
-    given). The SVG's ids come from a fixed salt and it carries no date, so that the same
-    figure is the same bytes on every run."""
-    import matplotlib
-
-    def svg(fh):
-        with matplotlib.rc_context({"svg.hashsalt": "servesweep"}):
-            fig.savefig(fh, format="svg", metadata={"Date": None})
-
-    files = {Path(path_png): lambda fh: fig.savefig(fh, format="png")}
-    if path_svg is not None:
-        files[Path(path_svg)] = svg
-    return files
-
-
-def save_figure(fig, path_png, path_svg=None, also: dict | None = None) -> tuple[str, ...]:
-    """Write ``fig`` as a PNG (and an SVG when ``path_svg`` is given, see ``figure_files``)
-    with the files of ``also`` (``{path: write(binary file)}``), all or none, creating their
-    folders; returns the plots' paths, as strings: ``(png,)`` or ``(png, svg)``."""
-    plots = figure_files(fig, path_png, path_svg)
-    for path in plots:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    write_all({**(also or {}), **plots})
-    return tuple(map(str, plots))

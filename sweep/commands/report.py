@@ -10,7 +10,8 @@ from sweep.files import make_folder, out_file, out_folder, writable, write_all
 
 
 def cmd_frontier(args) -> int:
-    from sweep.analysis.frontier import frontier, frontier_figure, save_figure
+    from sweep.analysis.figures import save_figure
+    from sweep.analysis.frontier import frontier, frontier_figure
     from sweep.analysis.results import load_results
 
     if (Path(args.results) / "capacity.parquet").exists():
@@ -32,7 +33,8 @@ def cmd_frontier(args) -> int:
 
 def _capacity_frontier(args) -> int:
     """Max rate against $/hour (or the objectives given) of the designs that carry load."""
-    from sweep.analysis.frontier import frontier, frontier_figure, save_figure
+    from sweep.analysis.figures import save_figure
+    from sweep.analysis.frontier import frontier, frontier_figure
     from sweep.analysis.results import load_capacity
 
     cap, _, meta = checked(load_capacity, args.results)

@@ -192,7 +192,7 @@ def _abs(v: float) -> str:
 def plot(table: pd.DataFrame, path_png, path_svg=None) -> tuple[str, ...]:
     """``validation_figure`` written to the PNG (and the SVG when ``path_svg`` is given), each
     file atomically; returns their paths, as strings."""
-    from sweep.analysis.frontier import figure_files
+    from sweep.analysis.figures import figure_files
     from sweep.analysis.results import _write_file
 
     files = figure_files(validation_figure(table), path_png, path_svg)
@@ -203,12 +203,11 @@ def plot(table: pd.DataFrame, path_png, path_svg=None) -> tuple[str, ...]:
 
 def validation_figure(table: pd.DataFrame):
     """Predicted against measured (log-log) for the numeric rows, with y = x and +-10% / +-25%
-    bands: a ``matplotlib.figure.Figure`` on the Agg canvas (no pyplot, nothing left open),
-    nothing written."""
+    bands: a ``figures.NotebookFigure`` (outside pyplot, nothing left open), nothing written."""
     import matplotlib
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
+
+    from sweep.analysis.figures import NotebookFigure
 
     num = table[~table["metric"].isin(FLAGS)]
     ok = num[(num["measured"] > 0) & (num["predicted"] > 0)
@@ -220,8 +219,7 @@ def validation_figure(table: pd.DataFrame):
     colour = {m: palette[i % len(palette)] for i, m in enumerate(metrics)}
     marker = {g: _MARKERS[i % len(_MARKERS)] for i, g in enumerate(groups)}
 
-    fig = Figure(figsize=(9.5, 6.5), dpi=110)
-    FigureCanvasAgg(fig)
+    fig = NotebookFigure(figsize=(9.5, 6.5), dpi=110)
     ax = fig.add_subplot(1, 1, 1)
     if len(ok):
         values = np.concatenate([ok["measured"].to_numpy(), ok["predicted"].to_numpy()])
