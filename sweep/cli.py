@@ -121,7 +121,11 @@ def _add_results(sub) -> None:
     fr.add_argument("--out", help="where to write frontier.parquet/.png/.svg (default: RESULTS)")
 
     rep = sub.add_parser("report", help="the verdict against the config's brief")
-    rep.add_argument("results", help="a folder written by 'sweep run' or 'sweep capacity'")
+    rep.add_argument("results", help="a folder written by 'sweep run', 'sweep capacity' or "
+                                     "'sweep validate --out'")
+    rep.add_argument("--html", action="store_true",
+                     help="write the report as one self-contained HTML page (plots inline)")
+    rep.add_argument("--out", help="the HTML file to write (default: RESULTS/report.html)")
 
     ex = sub.add_parser("export", help="the designs as vLLM benchmark results or CSV")
     ex.add_argument("results", help="a folder written by 'sweep run'")

@@ -1,10 +1,11 @@
 """What servesweep owns in a results folder, and nothing else.
 
 A results folder holds servesweep's entries (its marker ``.servesweep``, its tables, ``parts/``,
-``capacity-parts/``, the frontier's table and plots, and temporary files of writes in flight)
-beside whatever the user keeps there (notes, scripts, plots of their own). ``--force`` removes
-or replaces only servesweep's entries: ``clear`` empties them in place, and ``replace_folder``
-puts a rerun built beside the folder in its place with the user's entries carried over.
+``capacity-parts/``, the frontier's table and plots, the HTML report, and temporary files of
+writes in flight) beside whatever the user keeps there (notes, scripts, plots of their own).
+``--force`` removes or replaces only servesweep's entries: ``clear`` empties them in place, and
+``replace_folder`` puts a rerun built beside the folder in its place with the user's entries
+carried over.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ OWNED = frozenset({
     MARKER, PARTS, CAPACITY_PARTS, INSIDE,
     *(f"{t}.parquet" for t in ("runs", "designs", "requests", "capacity", "fleet",
                                 "mixed_fleet", "search", "frontier")),
-    "frontier.png", "frontier.svg"})
+    "frontier.png", "frontier.svg", "report.html"})
 #: A write in flight (``.NAME.tmp-HOST-PID``, ``.NAME.tmp``) or a writability probe.
 _TRANSIENT = re.compile(r"\..+\.tmp(-.+)?|\.servesweep-probe-\d+")
 

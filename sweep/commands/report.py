@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sweep.errors import checked
-from sweep.files import make_folder, out_file, out_folder, writable, write_all
+from sweep.errors import UsageError, checked
+from sweep.files import check_table, make_folder, out_file, out_folder, writable, write_all
 
 
 def cmd_frontier(args) -> int:
@@ -70,13 +70,82 @@ def cmd_report(args) -> int:
     from sweep.analysis.report import render, verdict
     from sweep.analysis.results import load_capacity, load_mixed, load_results
 
-    if (Path(args.results) / "capacity.parquet").exists():
+    if args.out and not args.html:
+        raise UsageError(f"--out: {args.out} names where the HTML report goes; allowed: --out "
+                         "FILE with --html")
+    if args.html:
+        return _html_report(args)
+    folder = Path(args.results)
+    if (folder / "capacity.parquet").exists():
         cap, fleet, meta = checked(load_capacity, args.results)
         print(render_capacity(cap, fleet, meta, mixed=checked(load_mixed, args.results)))
+        return 0
+    if (folder / VALIDATION).exists() and not (folder / "runs.parquet").exists():
+        from sweep.workflows.validation_report import render as render_validation
+
+        print(render_validation(_validation(folder)))
         return 0
     res = checked(load_results, args.results)
     print(render(verdict(res.designs, res.brief), res.brief, res.axes))
     return 0
+
+
+#: The table ``sweep validate`` writes into its folder.
+VALIDATION = "validation.parquet"
+
+
+def _html_report(args) -> int:
+    """The folder's report as one HTML page, written whole to ``--out`` (default
+    RESULTS/report.html)."""
+    from sweep.analysis import html_report
+    from sweep.analysis.results import load_capacity, load_mixed, load_results
+
+    folder, flag = Path(args.results), "--out" if args.out else "RESULTS"
+    if (folder / "capacity.parquet").exists():
+        cap, fleet, meta = checked(load_capacity, folder)
+        text = html_report.capacity_html(cap, fleet, meta, checked(load_mixed, folder))
+    elif (folder / "runs.parquet").exists() or (folder / "parts").is_dir():
+        res = checked(load_results, folder)
+        text = html_report.study_html(res.designs, res.brief, res.axes, res.meta)
+    elif (folder / VALIDATION).exists():
+        text = html_report.validation_html(*_validation_summaries(_validation(folder)))
+    else:
+        raise UsageError(f"RESULTS: {folder} holds no results; allowed: a folder written by "
+                         "'sweep run', 'sweep capacity' or 'sweep validate --out'")
+    path = out_file(Path(args.out) if args.out else folder / "report.html", True, flag)
+    make_folder(path.parent, flag)
+    write_all({path: lambda fh: fh.write(text.encode())}, flag)
+    print(f"report -> {path}")
+    return 0
+
+
+def _validation(folder: Path):
+    """The comparison table of a ``sweep validate`` folder, refused in one line when it is not
+    one."""
+    import pandas as pd
+
+    from sweep.workflows.validate import COLUMNS
+
+    path = checked(check_table, folder / VALIDATION, "the validation.parquet of sweep validate")
+    try:
+        table = pd.read_parquet(path)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"RESULTS: {path} cannot be read ({exc}); allowed: the folder "
+                         "'sweep validate --out' wrote") from None
+    missing = [c for c in COLUMNS if c not in table.columns]
+    if missing:
+        raise UsageError(f"RESULTS: {path} lacks the columns {', '.join(missing)}; allowed: "
+                         "the folder 'sweep validate --out' wrote")
+    return table
+
+
+def _validation_summaries(table) -> tuple:
+    """The table and the summaries ``sweep validate`` prints, titled."""
+    from sweep.workflows.validation_report import by_gpu, by_load, summary
+
+    return table, {"Errors per metric (%)": summary(table),
+                   "By group, GPU and tensor-parallel degree (%)": by_gpu(table),
+                   "By GPU, tensor-parallel degree and load (%)": by_load(table)}
 
 
 def cmd_export(args) -> int:
