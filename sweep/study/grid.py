@@ -170,8 +170,8 @@ def columns(design: Design, workload: Workload, uncertain=()) -> dict:
         elif f.attr:
             v = (wkw if f.section == "workload" else dkw)[f.attr]
             cols[f.attr] = getattr(v, "name", v)
-    cols.update(dict.fromkeys(uncertain))
     _fill(cols, dkw, wkw)
+    cols.update(dict.fromkeys(uncertain))  # after the conditional keys' own values
     if workload.trace is not None:
         cols.update(_trace_columns(workload))
     _resolved(cols, design)
