@@ -9,6 +9,7 @@ each design's search is its own, so the capacities equal the full plan's), and t
 its own seeds on the same designs (continuous batching, paged KV)."""
 import contextlib
 import io
+import re
 import tomllib
 from pathlib import Path
 
@@ -83,6 +84,26 @@ def test_the_plan_passes_the_designs_the_study_passes(planned, study):
     assert carries <= on_means
     assert all(share[k] < 0.9 for k in on_means - carries)
     assert all(share[k] >= 0.9 for k in carries)
+
+
+def test_the_readme_states_the_study_s_passing_designs_and_costs(study):
+    """README's account of the study's frontier is the study's: the passing designs and the
+    cheapest costs it quotes (the designs here: continuous batching, paged KV, whose figures
+    a contiguous cache repeats)."""
+    from sweep.analysis.report import meets_brief
+
+    text = " ".join((STUDY.parents[1] / "README.md").read_text().split())
+    found = re.search(r"one GPU \(with a (\d)- or (\d)-token draft, ~\$(\d\.\d+)/M\); "
+                      r"4-bit is cheaper \(~\$(\d\.\d+)/M\)", text)
+    assert found, "README's frontier paragraph changed: update this test with it"
+    d = study.designs
+    ok = d[meets_brief(d, study.brief)]
+    assert _keys(ok) == {(1, 8, int(found[1])), (1, 8, int(found[2]))}
+    assert round(float(ok["cost_per_mtok"].min()), 3) == float(found[3])
+    latency_and_cost = [lim for lim in study.brief if lim.key != "weight_bits"]
+    four = d[meets_brief(d, latency_and_cost) & (d["weight_bits"] == 4)]
+    assert round(float(four["cost_per_mtok"].min()), 3) == float(found[4])
+    assert float(four["cost_per_mtok"].min()) < float(ok["cost_per_mtok"].min())
 
 
 def test_the_plan_prints_the_fleet_and_commands_and_writes_the_folder(planned):
