@@ -3,8 +3,9 @@ decode pools (docs/model.md "Several servers").
 
 Both are compositions of single-server engine runs, exact by the rules: replicas interact only
 through the router (round robin: not at all; least outstanding: through its choices, found by
-rounds, see ``run``), and the prefill pool never waits for the decode pool (no backpressure), so
-the prefill pool's results fix the decode pool's arrivals. A simulation's servers are lanes of
+rounds, see ``run``) and through a closed loop's or sessions' sends (found by rounds too), and
+the prefill pool never waits for the decode pool (no backpressure), so the prefill pool's
+results fix the decode pool's arrivals. A simulation's servers are lanes of
 the same compiled engine call (the decode pools a second call), and the per-server results merge
 back into one ``EngineOutput`` in the original request order, which ``metrics.summarize`` reads
 with the plan's ``system`` arrays. Everything here is host-side numpy on per-simulation arrays: a
