@@ -38,14 +38,14 @@ def run(config, out=None, seeds: int | None = None, resume: bool = False, force:
     ``results/<name>``), resuming an interrupted run with ``resume``; returns its ``Results``.
     A bad config raises ``ValueError`` with the CLI's one-line message. ``options``: those of
     ``sweep.execution.study_run.run`` (``chunk_size``, ``per_request``, ``processes``, ...)."""
-    from sweep.execution.progress import default_progress
+    from sweep.execution.progress import bar_progress
     from sweep.execution.study_run import run as run_config
 
     _path("config", config)
     _path("out", out, optional=True)
     _flags(resume=resume, force=force, quiet=quiet)
     return run_config(config, out, seeds=seeds, resume=resume, force=force,
-                      progress=None if quiet else default_progress(), **options).results
+                      progress=None if quiet else bar_progress(), **options).results
 
 
 def capacity(config, out=None, seeds: int | None = None, target_rate: float | None = None,
@@ -55,7 +55,7 @@ def capacity(config, out=None, seeds: int | None = None, target_rate: float | No
     with ``[capacity] mixed_fleets``, ``.mixed`` tables, ``.meta``). A bad config raises
     ``ValueError`` with the CLI's one-line message."""
     from sweep.errors import got
-    from sweep.execution.progress import default_progress
+    from sweep.execution.progress import bar_progress
     from sweep.workflows.capacity_study import capacity as search
 
     _path("config", config)
@@ -65,7 +65,7 @@ def capacity(config, out=None, seeds: int | None = None, target_rate: float | No
                                     or not isinstance(target_rate, (int, float))):
         raise TypeError(f"target_rate: must be a number of requests/s, got {got(target_rate)}")
     return search(config, out, seeds=seeds, target_rate=target_rate, resume=resume,
-                  force=force, progress=None if quiet else default_progress())
+                  force=force, progress=None if quiet else bar_progress())
 
 
 def validate(cases, out=None, seeds: int | None = None, quiet: bool = True):
@@ -75,7 +75,7 @@ def validate(cases, out=None, seeds: int | None = None, quiet: bool = True):
     from collections.abc import Iterable
 
     from sweep.errors import got
-    from sweep.execution.progress import default_progress
+    from sweep.execution.progress import bar_progress
     from sweep.workflows.validate import validate as compare
 
     if isinstance(cases, (str, os.PathLike)):
@@ -88,7 +88,7 @@ def validate(cases, out=None, seeds: int | None = None, quiet: bool = True):
         _path(f"cases[{i}]", p)
     _path("out", out, optional=True)
     _flags(quiet=quiet)
-    return compare(paths, out, seeds, progress=None if quiet else default_progress())
+    return compare(paths, out, seeds, progress=None if quiet else bar_progress())
 
 
 def calibrate(measurements, out=None, **options):

@@ -85,6 +85,16 @@ def test_the_cli_writes_what_the_figures_save(tiny, tmp_path):
                 == (tmp_path / f"w.{suffix}").read_bytes())
 
 
+def test_the_api_shows_progress_as_a_bar(tiny, tmp_path, capsys):
+    """``quiet=False`` draws tqdm's bar (a widget in a notebook): it ends at every simulation
+    and names the designs done; the results are the quiet run's."""
+    cfg, out = tiny
+    res = sweep.run(cfg, out=tmp_path / "loud", quiet=False)
+    err = capsys.readouterr().err
+    assert "2/2 [" in err and "2/2 designs" in err and "sim" in err
+    pd.testing.assert_frame_equal(res.runs, sweep.load_results(out).runs)
+
+
 def test_merge_and_report_return_data(tiny, tmp_path):
     cfg, out = tiny
     whole = sweep.load_results(out)

@@ -1,4 +1,5 @@
-"""Progress of a sweep: simulations and designs done, shown as a bar or as log lines."""
+"""Progress of a sweep: simulations and designs done, shown as a bar or as log lines (the
+commands), or as a progress bar that is a widget in a notebook (the Python API)."""
 from __future__ import annotations
 
 import math
@@ -60,5 +61,27 @@ def default_progress(stream=None) -> Progress:
                 last[0] = step
                 stream.write(msg + "\n")
         stream.flush()
+
+    return show
+
+
+def bar_progress() -> Progress:
+    """tqdm's bar: a widget in a notebook, a line on a terminal (``tqdm.auto`` tells them apart
+    by the frontend, which a stream cannot). A new total (a capacity search's next round of
+    probes) starts a new bar."""
+    from tqdm.auto import tqdm
+
+    bar = [None]
+
+    def show(done: int, total: int, designs: int, designs_total: int, elapsed: float) -> None:
+        if bar[0] is None or bar[0].total != total or done < bar[0].n:
+            if bar[0] is not None:
+                bar[0].close()
+            bar[0] = tqdm(total=total, unit="sim", dynamic_ncols=True)
+        bar[0].n = done
+        bar[0].set_postfix_str(f"{designs}/{designs_total} designs", refresh=False)
+        bar[0].refresh()
+        if done == total:
+            bar[0].close()
 
     return show
