@@ -38,16 +38,14 @@ def uniform_bits(seed, request, counter, xp=np):
     return (x >> (32 - UNIFORM_BITS)).astype(xp.int32)
 
 
-def acceptance_thresholds(probability: float, k_max: int) -> np.ndarray:
-    """Integer thresholds T_j = round(p**j x 2**24), j = 1..k_max: one draw u accepts the first
-    A drafted tokens, A = #{j <= k : u < T_j}, so P(A >= j) = p**j, a geometric count truncated
-    at k (the leading run of independent acceptances, from a single draw)."""
-    return np.array([int(round(float(probability) ** j * UNIFORM_RANGE))
-                     for j in range(1, k_max + 1)], dtype=np.int32)
-
-
 def table_thresholds(at_least) -> np.ndarray:
     """Integer thresholds T_j = round(P(A >= j) x 2**24) of a per-position table of the chance
-    that at least j drafted tokens are accepted (non-increasing in j): the same single draw
-    then accepts A = #{j <= k : u < T_j}."""
+    that at least j drafted tokens are accepted (non-increasing in j): one draw u accepts the
+    first A drafted tokens, A = #{j <= k : u < T_j}."""
     return np.array([int(round(float(p) * UNIFORM_RANGE)) for p in at_least], dtype=np.int32)
+
+
+def acceptance_thresholds(probability: float, k_max: int) -> np.ndarray:
+    """``table_thresholds`` of P(A >= j) = p**j, j = 1..k_max: a geometric count truncated at k
+    (the leading run of independent acceptances, from a single draw)."""
+    return table_thresholds([float(probability) ** j for j in range(1, k_max + 1)])
