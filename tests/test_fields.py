@@ -55,7 +55,8 @@ def test_columns_are_pinned():
                                              "hash_block_tokens", "kv_offload_gib",
                                              *(f"{k}_{x}" for k in ("turns", "turn_tokens")
                                                for x in ("dist", "mean", "low", "high",
-                                                         "sigma")), "draft"]
+                                                         "sigma")), "draft",
+                                             "pipeline_parallel", "internode_gbps"]
     assert len(set(COLUMNS)) == len(COLUMNS)
     assert set(TEXT_COLUMNS) == {"gpu", "model", "arrival", "prompt_tokens_dist",
                                  "output_tokens_dist", "batching", "kv_cache", "trace", "router",

@@ -73,6 +73,8 @@ def _random_design(rng: np.random.Generator, i: int, experts: bool = True):
             dp = int(rng.choice([1, 2, 4]))
             d = d.replace(model=str(rng.choice(EXPERT_MODELS)), expert_parallel=True,
                           data_parallel=dp, max_batch=max(1, d.max_batch // dp))
+        if i % 4 == 1 and d.gpu != "Apple-M3-Max" and d.data_parallel == 1:
+            d = d.replace(pipeline_parallel=[2, 4, 3][(i // 4) % 3])
         try:
             p = engine_params(d)
         except ValueError:
@@ -110,6 +112,7 @@ def test_cases_cover_every_lever(cases):
     assert {d.gpu for d in designs} == set(GPUS)
     ep = [d.expert_parallel for d in designs]
     assert sum(ep) >= 4 and {d.data_parallel for d in designs} >= {1, 2, 4}
+    assert {d.pipeline_parallel for d in designs} == {1, 2, 3, 4}
     held = [int(p.seq_blocks) > 0 for p in params]
     assert sum(held) >= 5 and sum(h and int(m) > 0 for h, m in zip(held, mets["preemptions"]))
     assert (mets["preemptions"] > 0).sum() >= 5
@@ -276,6 +279,8 @@ def test_extension_cases_cover_the_features(extension_cases):
     assert moe.sum() >= 8 and (moe & budgeted).sum() >= 2
     assert (cached & chunked).sum() >= 5 and (cached & ~chunked).sum() >= 5
     assert (~cached & chunked).sum() >= 5
+    staged = np.array([d.pipeline_parallel > 1 for d in designs])
+    assert (staged & chunked).sum() >= 3 and (staged & cached).sum() >= 3
     assert (mets["prefill_tokens_saved"][cached] > 0).sum() >= 10
     assert ((mets["prefix_hit_rate"] > 0) & (mets["prefix_hit_rate"] < 1)).sum() >= 5
     assert (mets["preemptions"][cached | chunked] > 0).sum() >= 3

@@ -156,12 +156,24 @@ def _draft_path(kind: str) -> str | None:
 def _server_note(row, s: _Server) -> list[str]:
     """The machine a command runs on, which no flag names (a mixed fleet's differ only there)."""
     if not s.pool:
-        return [f"on {s.tp * (_int(row, 'data_parallel') or 1)} x {s.gpu}"]
+        return [f"on {s.tp * (_int(row, 'data_parallel') or 1) * _stages(row)} x {s.gpu}"
+                + _nodes(row, s)]
     if s.pool == "prefill":
-        return [f"prefill pool: {s.tp} x {s.gpu}, its KV sent to the decode pool over a "
+        return [f"prefill pool: {s.tp * _stages(row)} x {s.gpu}, its KV sent to the decode pool over a "
                 f"{float(_value(row, 'kv_link_gbps')):g} Gb/s link; a proxy routes each request "
                 "through both"]
-    return [f"decode pool: {s.tp} x {s.gpu}"]
+    return [f"decode pool: {s.tp * _stages(row)} x {s.gpu}"]
+
+
+def _stages(row) -> int:
+    return _int(row, "pipeline_parallel") or 1
+
+
+def _nodes(row, s: _Server) -> str:
+    """Where pipeline stages span nodes: how many, which the engine's multi-node launch (a Ray
+    cluster for vLLM, ``--nnodes`` for SGLang) joins."""
+    gpus, node = s.tp * _stages(row), GPU_CATALOG[s.gpu].node_gpus
+    return f" ({-(-gpus // node)} nodes of {node})" if gpus > node else ""
 
 
 def _seats(row) -> int:
@@ -183,6 +195,8 @@ def _vllm_flags(row, s: _Server) -> tuple[list[str], list[str]]:
     """``vllm serve``'s flags for one server, and the notes they leave."""
     dp, notes = _int(row, "data_parallel") or 1, []
     flags = [f"--tensor-parallel-size {s.tp}"]
+    if _stages(row) > 1:
+        flags.append(f"--pipeline-parallel-size {_stages(row)}")
     if dp > 1:
         flags.append(f"--data-parallel-size {dp}")
     if _value(row, "expert_parallel"):
@@ -244,6 +258,8 @@ def _sglang_flags(row, s: _Server) -> tuple[list[str], list[str]]:
     ranks' sum."""
     dp, notes = _int(row, "data_parallel") or 1, []
     flags = [f"--tp {s.tp * dp}"]
+    if _stages(row) > 1:
+        flags.append(f"--pp-size {_stages(row)}")
     if dp > 1:
         flags += [f"--dp {dp}", "--enable-dp-attention"]
     if _value(row, "expert_parallel"):

@@ -196,13 +196,15 @@ def _lever(designs: pd.DataFrame, key: str, default: float) -> np.ndarray:
 
 def total_gpus(designs: pd.DataFrame) -> np.ndarray:
     """Every GPU each design pays for, as ``Design.total_gpus`` counts them: both pools of a
-    disaggregated design, else every replica's every data-parallel rank's GPUs."""
+    disaggregated design, else every replica's every data-parallel rank's GPUs; each pipeline
+    stage's."""
     prefill = _lever(designs, "prefill_gpus", np.nan)
     decode = _lever(designs, "decode_gpus", np.nan)
+    stages = _lever(designs, "pipeline_parallel", 1)
     served = (_lever(designs, "replicas", 1) * _lever(designs, "gpus", 1)
               * _lever(designs, "data_parallel", 1))
     pools = ~(np.isnan(prefill) & np.isnan(decode))
-    return np.where(pools, prefill + decode, served)
+    return np.where(pools, prefill + decode, served) * stages
 
 
 def per_gpu_and_user(designs: pd.DataFrame) -> dict:

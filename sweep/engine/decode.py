@@ -50,7 +50,8 @@ def _run_length(p: EngineParams, r: Requests, aux: Aux, s: EngineState, f: type,
     which an event could occur (``finishes``: a sequence finishes at pass j, which in a closed
     loop sends the next request)."""
     j = jnp.arange(n_run.shape[0], dtype=jnp.int32)
-    dt = f.pass_time(p.timing, 0.0, 0.0, n_run.astype(jnp.float64), context, xp=jnp)
+    seqs = n_run.astype(jnp.float64)
+    dt = f.staged(f.pass_time, p.timing, 0.0, 0.0, seqs, context, seqs, 0.0, 0.0, xp=jnp)
     # The clock and the busy time add pass after pass, as pass-by-pass stepping does, so a
     # result does not depend on where runs are cut.
     ends = running_sum(dt, s.t, unroll=True)

@@ -49,10 +49,12 @@ def the_pass(c: Step, t, g: Growth, ra: Readmission, ad: Admission, b) -> Pass:
     load = ad.new & c.p.transferred
     todo, prefill, pairs = c.f.prefills(c, b, ra, ad, load)
     f64 = jnp.float64
-    dt = c.f.pass_time(c.p.timing, prefill.sum(dtype=f64), pairs.sum(dtype=f64),
-                       (decode | load).sum(dtype=f64),
-                       (jnp.where(decode, c.seats.ctx, 0) + jnp.where(load, ad.prompt, 0)).sum(
-                           dtype=f64), xp=jnp)
+    dt = c.f.staged(c.f.pass_time, c.p.timing, prefill.sum(dtype=f64), pairs.sum(dtype=f64),
+                    (decode | load).sum(dtype=f64),
+                    (jnp.where(decode, c.seats.ctx, 0) + jnp.where(load, ad.prompt, 0)).sum(
+                        dtype=f64),
+                    (decode | load | (prefill > 0)).sum(dtype=f64), prefill.max().astype(f64),
+                    pairs.max().astype(f64), xp=jnp)
     loads = c.f.load_time(c, ra, ad)
     if loads is not None:
         dt = jnp.maximum(dt, loads)

@@ -140,3 +140,46 @@ HOST_LINKS: dict[str, tuple[float, str]] = {
     "RTX-4090": (32.0, "PCIe Gen4 x16 (NVIDIA Ada Lovelace architecture whitepaper: 64 GB/s "
                        "bidirectional)"),
 }
+
+
+#: Each GPU's own link to other nodes, Gb/s per direction (a pipeline stage's activations to the
+#: next stage on another node), and the GPUs of one node, whose links inside it are
+#: ``interconnect_gbs``: the scale-out network of the systems each datasheet names, one NIC per
+#: GPU on HGX-class nodes.
+INTERNODE: dict[str, tuple[float, int, str]] = {
+    "H100-SXM": (400.0, 8, "NVIDIA DGX H100 datasheet: 8 single-port ConnectX-7 400 Gb/s "
+                           "InfiniBand/Ethernet, one per GPU"),
+    "H200": (400.0, 8, "NVIDIA DGX H200 datasheet: 8 single-port ConnectX-7 400 Gb/s, one per "
+                       "GPU"),
+    "A100-80GB": (200.0, 8, "NVIDIA DGX A100 datasheet: 8 single-port ConnectX-6 200 Gb/s HDR "
+                            "InfiniBand, one per GPU"),
+    "L40S": (200.0, 8, "NVIDIA Enterprise Reference Architecture 2-8-5-200 (PCIe GPU servers): "
+                       "200 Gb/s east-west per GPU"),
+    "B200": (400.0, 8, "NVIDIA DGX B200 datasheet: 8 single-port ConnectX-7 400 Gb/s, one per "
+                       "GPU"),
+    "MI300X": (400.0, 8, "Microsoft Azure ND MI300X v5: 8 x 400 Gb/s InfiniBand per VM, one "
+                         "per GPU"),
+    "B300": (800.0, 8, "NVIDIA DGX B300 datasheet: 8 ConnectX-8 SuperNICs, 800 Gb/s each, one "
+                       "per GPU"),
+    "GB200": (400.0, 72, "NVIDIA DGX GB200 datasheet: 72 single-port ConnectX-7 400 Gb/s per "
+                         "rack, one per GPU; its 72 GPUs are one NVLink domain"),
+    "MI325X": (400.0, 8, "AMD Instinct MI325X platform: 8 GPUs, one 400 Gb/s NIC each (AMD "
+                         "Pensando Pollara 400)"),
+    "MI355X": (400.0, 8, "AMD Instinct MI355X platform: 8 GPUs, one 400 Gb/s NIC each (AMD "
+                         "Pensando Pollara 400)"),
+    "A100-40GB": (200.0, 8, "NVIDIA DGX A100 datasheet: 8 single-port ConnectX-6 200 Gb/s HDR "
+                            "InfiniBand, one per GPU"),
+    "H100-PCIe": (200.0, 8, "NVIDIA Enterprise Reference Architecture 2-8-5-200 (PCIe GPU "
+                            "servers): 200 Gb/s east-west per GPU"),
+    "H20": (400.0, 8, "HGX H20: the HGX H100 board's design, one 400 Gb/s ConnectX-7 per GPU"),
+    "L4": (12.5, 8, "Google Cloud G2 (g2-standard-96, 8 x L4): 100 Gb/s per VM with Tier_1 "
+                    "networking, 12.5 Gb/s per GPU"),
+    "GH200": (400.0, 32, "NVIDIA GH200 NVL32: 32 superchips in one NVLink domain (the "
+                         "catalog's link between superchips), one ConnectX-7 400 Gb/s each"),
+    "RTX-PRO-6000": (200.0, 8, "NVIDIA Enterprise Reference Architecture 2-8-5-200 (RTX PRO "
+                               "servers): 200 Gb/s east-west per GPU"),
+    "RTX-PRO-4500": (25.0, 4, "assumed: a workstation of 4 cards sharing one 100 Gb/s "
+                              "Ethernet port (25 Gb/s per GPU)"),
+    "RTX-4090": (12.5, 8, "assumed: a server of 8 cards sharing one 100 Gb/s Ethernet port "
+                          "(12.5 Gb/s per GPU)"),
+}

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sweep.errors import listed
-from sweep.physics.gpu_catalog import HOST_LINKS, SHEETS
+from sweep.physics.gpu_catalog import HOST_LINKS, INTERNODE, SHEETS
 
 #: A datasheet entry's roofline factors until the catalog gives it a fitted GPU's (``_served``):
 #: the 'Serve a Model' document's "60% of peak compute and 80% of peak bandwidth plus 0.2 ms per
@@ -30,6 +30,13 @@ PRIOR_PASS_OVERHEAD_MS = 0.2
 #: 0.5-2 MB blocks by DMA (vLLM blog, "KV offloading connector", 2026-01-08), which approach the
 #: link's rate; PCIe's 128b/130b encoding and packet headers leave about 85-90% of it.
 HOST_LINK_EFFICIENCY = 0.8
+#: A pipeline stage's send to the next: stated, not fitted (no shared run spans stages). The
+#: latency of one NCCL send/receive, microseconds: about 5 us within a node (nccl-tests
+#: sendrecv_perf, small messages, NVLink) and 10 us across InfiniBand (the same, between two
+#: nodes); and the share of a link's rate a large send reaches (nccl-tests' bus bandwidth of
+#: about 45 of a 400 Gb/s port's 50 GB/s).
+SEND_LATENCY_US = {"node": 5.0, "network": 10.0}
+SEND_EFFICIENCY = 0.9
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,10 @@ class GPU:
     weight_only_allreduce: tuple[float, float] | None = None
     # Per-direction GB/s of its link to the host's memory (a CPU KV tier's loads); 0: none.
     host_link_gbs: float = 0.0
+    # Gb/s per direction of its own link to other nodes (pipeline stages on two nodes), and the
+    # GPUs of one node, linked by ``interconnect_gbs``; 0: none.
+    internode_gbps: float = 0.0
+    node_gpus: int = 1
     source: str = field(default="", compare=False)
 
     def tflops(self, activation_bits: int) -> float:
@@ -293,7 +304,8 @@ _LINK_AR_US = {"nvlink": _NVLINK_AR_US, "pcie": _PCIE_AR_US}
 _DATASHEETS = tuple(
     GPU(s.name, s.memory_gib, s.bandwidth_tbs, s.tflops_16bit, s.tflops_8bit, s.tflops_4bit,
         s.interconnect_gbs, _LINK_AR_US[s.link], s.price_per_gpu_hour,
-        generation=s.generation, host_link_gbs=HOST_LINKS[s.name][0], source=s.source)
+        generation=s.generation, host_link_gbs=HOST_LINKS[s.name][0],
+        internode_gbps=INTERNODE[s.name][0], node_gpus=INTERNODE[s.name][1], source=s.source)
     for s in SHEETS) + (
     GPU("Apple-M3-Max", 48, 0.4, 14.2, 14.2, 14.2, 0.0, 0.0, 0.1,
         timing="linear", linear=M3_MAX_LINEAR_FIT, generation="Apple",

@@ -59,13 +59,16 @@ def memory_budget(model: Model, gpu_memory_gib: float, gpus: int = 1,
                   weight_bits: int | None = 16,
                   kv_bits: int = 16, overhead_fraction: float = DEFAULT_OVERHEAD_FRACTION,
                   utilization: float | None = None, profile_tokens: int = DEFAULT_PROFILE_TOKENS,
-                  profile_seqs: int = 256, data_parallel: int = 1) -> Budget:
+                  profile_seqs: int = 256, data_parallel: int = 1,
+                  pipeline_parallel: int = 1) -> Budget:
     """Weights are split across the ``gpus`` of the group (tensor parallelism), so the group's
     memory is what counts; KV heads split the same way. With ``utilization`` (vLLM's
     ``gpu_memory_utilization``) the reserve is the unused share, the activation peak of a pass
     of ``profile_tokens`` tokens over ``profile_seqs`` sequences and the engine's reserve, on
-    every GPU; otherwise it is ``overhead_fraction`` of memory (the teaching simulator's rule)."""
-    gpus_all = gpus * data_parallel
+    every GPU; otherwise it is ``overhead_fraction`` of memory (the teaching simulator's rule).
+    ``pipeline_parallel`` stages of such groups share the layers, so their memory adds too (the
+    first and last stages' embeddings counted as if spread)."""
+    gpus_all = gpus * data_parallel * pipeline_parallel
     total = gpu_memory_gib * gpus_all
     # Each data-parallel rank holds every weight but the routed experts, which they share.
     weights = (model.weight_bytes(weight_bits) + (data_parallel - 1) * (

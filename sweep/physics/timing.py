@@ -22,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from sweep.physics.drafts import cost_share
-from sweep.physics.hardware import GPU
+from sweep.physics.hardware import GPU, SEND_EFFICIENCY, SEND_LATENCY_US
 from sweep.physics.models import Model
 
 
@@ -73,6 +73,11 @@ class TimingParams(NamedTuple):
     ep_load_cap: float  # the most experts of one token one GPU can hold: min(k, E / ep_gpus)
     a2a_latency_s: float  # dispatch and combine across ranks, latency of a pass
     a2a_s_per_token: float  # and seconds per token of the pass (every expert layer)
+    # Pipeline parallelism: stages of ``tp`` GPUs, and the sends of a micro-batch's activations
+    # from each stage to the next: their latencies, and seconds per token of the micro-batch.
+    pp: float
+    pp_send_s: float
+    pp_send_s_per_token: float
 
 
 def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int | None = 16,
@@ -89,30 +94,28 @@ def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int | N
                   draft_cost: float = 0.1, expert_parallel: bool = False,
                   data_parallel: int = 1, dequant_bandwidth_efficiency: float | None = None,
                   dequant_compute_efficiency: float | None = None,
-                  draft: str = "model") -> TimingParams:
+                  draft: str = "model", pipeline_parallel: int = 1,
+                  internode_gbps: float | None = None) -> TimingParams:
     """A design's constants; a factor left at None is the GPU's default, and the KV cache's
     bandwidth efficiency keeps the GPU's ratio to the weights' (``kv_efficiency``). Decode
-    attention has its own term only where
-    ``decode_attention_efficiency`` (or the GPU's default) is above 0. A design passes every
-    lever named here (``Design.timing``): a new timing factor is a keyword of this function.
-    ``draft`` names what drafts: a separate model at ``draft_cost``, or MTP layers or an EAGLE-3
-    head whose cost is their own layers' (``drafts.cost_share``)."""
+    attention has its own term only where ``decode_attention_efficiency`` is above 0. A design
+    passes every lever named here (``Design.timing``). ``draft``: a separate model at
+    ``draft_cost``, or MTP layers or an EAGLE-3 head costing their layers
+    (``drafts.cost_share``). ``pipeline_parallel`` stages of ``gpus`` GPUs send on over
+    ``internode_gbps`` (None: the GPU's) between nodes."""
     tp = gpus  # the tensor-parallel degree
     activation = model.activation_bits(gpu, activation_bits)
     read, mult, serial = _dequant_slowdown(model, gpu, weight_bits, activation,
                                            dequant_bandwidth_efficiency, dequant_compute_efficiency)
-    if compute_efficiency is None:
-        compute_efficiency = gpu.compute_efficiency
-    if bandwidth_efficiency is None:
-        bandwidth_efficiency = gpu.bandwidth_efficiency
+    (compute_efficiency, bandwidth_efficiency, decode_attention_efficiency, overhead_ms,
+     seq_overhead_us) = (getattr(gpu, k) if v is None else v for k, v in (
+        ("compute_efficiency", compute_efficiency), ("bandwidth_efficiency", bandwidth_efficiency),
+        ("decode_attention_efficiency", decode_attention_efficiency),
+        ("overhead_ms", overhead_ms), ("seq_overhead_us", seq_overhead_us)))
     if kv_bandwidth_efficiency is None:
         kv_bandwidth_efficiency = kv_efficiency(gpu, bandwidth_efficiency)
-    if decode_attention_efficiency is None:
-        decode_attention_efficiency = gpu.decode_attention_efficiency
     attn_s_per_flop = (1.0 / (decode_attention_efficiency * gpu.tflops_16bit * 1e12 * tp)
                        if decode_attention_efficiency > 0 else 0.0)
-    overhead_ms = gpu.overhead_ms if overhead_ms is None else overhead_ms
-    seq_overhead_us = gpu.seq_overhead_us if seq_overhead_us is None else seq_overhead_us
     ar = 2.0 * model.layers if tp > 1 else 0.0
     alpha_us, growth, link = allreduce_setting(gpu, serial, allreduce_latency_us,
                                                allreduce_growth, allreduce_bandwidth_efficiency)
@@ -154,7 +157,31 @@ def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int | N
         draft_cost=float(cost_share(model, draft, draft_cost)),
         **_expert_parallel(model, gpu, tp, data_parallel if expert_parallel else 0, alpha_us,
                            link, mult),
+        **_pipeline_sends(model, gpu, tp, pipeline_parallel,
+                          gpu.internode_gbps if internode_gbps is None else internode_gbps),
     )
+
+
+def stage_hops(gpu: GPU, tp: int, pp: int) -> tuple[int, int]:
+    """Of the ``pp - 1`` sends between consecutive stages of ``tp`` GPUs, laid on nodes of
+    ``gpu.node_gpus`` in order: those within a node and those between nodes."""
+    network = sum((k + 1) * tp // gpu.node_gpus != k * tp // gpu.node_gpus
+                  or tp > gpu.node_gpus for k in range(pp - 1))
+    return pp - 1 - network, network
+
+
+def _pipeline_sends(model: Model, gpu: GPU, tp: int, pp: int, internode_gbps: float) -> dict:
+    """The constants of ``pp`` pipeline stages: a micro-batch's sends, each a latency and its
+    tokens' 16-bit hidden states and residuals (vLLM's intermediate tensors), each of a stage's
+    ``tp`` GPUs sending its slice over its own link (``SEND_EFFICIENCY`` of its rate)."""
+    node, network = stage_hops(gpu, tp, pp)
+    token_bytes = 2.0 * model.hidden * 2.0 / tp
+    per_byte = sum(n / (rate * SEND_EFFICIENCY) for n, rate in (
+        (node, gpu.interconnect_gbs * 1e9), (network, internode_gbps / 8.0 * 1e9)) if n)
+    return dict(pp=float(pp),
+                pp_send_s=(node * SEND_LATENCY_US["node"]
+                           + network * SEND_LATENCY_US["network"]) * 1e-6,
+                pp_send_s_per_token=per_byte * token_bytes)
 
 
 def allreduce_setting(gpu: GPU, serial: float, latency_us: float | None, growth: float | None,
@@ -391,3 +418,33 @@ pass_time = _pass_time_of(_target_time)
 #: The same for designs without expert parallelism, to the bit, without computing its form: an
 #: engine compiled for a batch with no such design uses it (``features.plain``).
 dense_pass_time = _pass_time_of(_dense_time)
+
+
+def staged(time, p: TimingParams, prefill_tokens, prefill_pairs, decode_seqs, decode_context,
+           seqs, longest, longest_pairs, xp=np):
+    """A pass of ``seqs`` sequences through ``pp`` pipeline stages (``time``: one of the pass
+    times above, of the whole model on one stage's GPUs), or that pass as it is on one stage.
+
+    The engine splits the pass's sequences into ``m = min(pp, seqs)`` micro-batches in flight
+    at once, evenly by every sum; each goes through every stage, which holds ``1/pp`` of the
+    layers, so a micro-batch's round trip is the whole model's time on its share, ``time(sums
+    / m)``, plus its sends between stages. In that round trip every stage serves each of the
+    ``m`` micro-batches once (``m <= pp``), so every sequence of the pass advances once: fewer
+    sequences than stages leave stages idle (the bubble). A prefill is not split: a micro-batch
+    holds the pass's longest chunk (``longest`` tokens, ``longest_pairs`` pairs) at least."""
+    k1 = p.draft_tokens + 1.0
+    whole = time(p, prefill_tokens, prefill_pairs, decode_seqs, decode_context, xp)
+    m = xp.maximum(xp.minimum(p.pp, seqs), 1.0)
+    share = time(p, prefill_tokens / m, prefill_pairs / m, decode_seqs / m, decode_context / m,
+                 xp)
+    lone = xp.where(longest > 0, time(p, longest, longest_pairs, 0.0, 0.0, xp), 0.0)
+    tokens = xp.maximum((prefill_tokens + decode_seqs * k1) / m, longest)
+    sends = p.pp_send_s + p.pp_send_s_per_token * tokens
+    return xp.where(p.pp > 1.5, xp.maximum(share, lone) + sends, whole)
+
+
+def unstaged(time, p: TimingParams, prefill_tokens, prefill_pairs, decode_seqs, decode_context,
+             seqs, longest, longest_pairs, xp=np):
+    """``staged`` for a batch of designs without pipeline stages, without computing its
+    form (the same figures to the bit)."""
+    return time(p, prefill_tokens, prefill_pairs, decode_seqs, decode_context, xp)

@@ -11,7 +11,7 @@ from sweep.physics.drafts import served_model
 from sweep.physics.hardware import GPU, HOST_LINK_EFFICIENCY, get_gpu
 from sweep.physics.memory import DEFAULT_PROFILE_TOKENS, memory_budget
 from sweep.physics.models import Model
-from sweep.physics.timing import TimingParams, allreduce_setting, timing_params
+from sweep.physics.timing import TimingParams, allreduce_setting, stage_hops, timing_params
 from sweep.study.batching import POLICIES
 from sweep.study.fields import (ACTIVATION_BITS, DEFAULT_KV_LINK_GBPS, DESIGN_FIELDS,
                                 DOMAIN_GPUS, GPU_FITTED, Range, check, declared_class)
@@ -132,13 +132,13 @@ class _Design:
     def total_gpus(self) -> int:
         """Every GPU the design pays for."""
         if self.disaggregated:
-            return self.prefill_gpus + self.decode_gpus
+            return self.prefill_pool().server_gpus + self.decode_pool().server_gpus
         return self.replicas * self.server_gpus
 
     @property
     def server_gpus(self) -> int:
-        """One server's GPUs: ``gpus`` for each data-parallel rank."""
-        return self.gpus * self.data_parallel
+        """One server's GPUs: ``gpus`` for each data-parallel rank and pipeline stage."""
+        return self.gpus * self.data_parallel * self.pipeline_parallel
 
     @property
     def rank_seats(self) -> int:
@@ -205,6 +205,7 @@ class _Design:
             raise FieldError("levers.gpus", f"{gpu.name} has no tensor-parallel interconnect",
                              "1", self.gpus)
         self._validate_experts(gpu, model)
+        self._validate_stages(gpu, model)
         if self.draft == "mtp" and not model.mtp_layers:
             raise FieldError("levers.draft", f"{model.name} has no multi-token-prediction "
                              "layers (num_nextn_predict_layers or mtp_num_hidden_layers in its "
@@ -232,6 +233,29 @@ class _Design:
                              "nodes is not modelled)",
                              f"gpus x data_parallel <= {DOMAIN_GPUS} on a GPU with an "
                              "interconnect", self.data_parallel)
+
+    def _validate_stages(self, gpu: GPU, model: Model) -> None:
+        """Pipeline stages: each holds at least a layer; the sends between them need a link
+        (within a node, or between nodes where the stages span them); the stages share one
+        batch, not data-parallel ranks."""
+        pp = self.pipeline_parallel
+        if pp == 1:
+            return
+        key = "levers.pipeline_parallel"
+        if gpu.timing == "linear":
+            raise FieldError(key, f"{gpu.name} is timed by a measured fit of one GPU", "1", pp)
+        if pp > model.layers:
+            raise FieldError(key, f"{model.name} has {model.layers} layers",
+                             f"an integer in [1, {model.layers}]", pp)
+        if self.data_parallel > 1:
+            raise FieldError(key, "not with data-parallel ranks", "1, or data_parallel = 1", pp)
+        node, network = stage_hops(gpu, self.gpus, pp)
+        if node and gpu.interconnect_gbs <= 0:
+            raise FieldError(key, f"{gpu.name} has no link between GPUs of a node", "1", pp)
+        if network and self.resolved("internode_gbps") <= 0:
+            raise FieldError(key, f"{gpu.name} has no link between nodes, and {self.gpus} x "
+                             f"{pp} GPUs span {gpu.node_gpus}-GPU nodes",
+                             f"at most {max(1, gpu.node_gpus // self.gpus)}", pp)
 
     def _validate_pools(self) -> None:
         """Disaggregated pools: each pool is a one-server design of its own."""
@@ -269,7 +293,7 @@ class _Design:
                 "design", f"{model.name} at {self.weight_precision}-bit weights does not fit "
                 f"on {self.server_gpus} x {gpu.name} (weights {budget.weights_gib:.1f} GiB, "
                 f"{budget.total_gib - budget.overhead_gib:.1f} GiB usable); use more gpus or "
-                "fewer weight_bits")
+                "pipeline_parallel stages, or fewer weight_bits")
         longest = self.context_limit
         need = -(-longest // self.block_tokens) + self.seq_blocks()
         if self.total_blocks() < need and self.kv_blocks is not None:
@@ -281,7 +305,7 @@ class _Design:
             raise DoesNotFit(
                 "design", f"the KV cache of {model.name} on {self.server_gpus} x {gpu.name} "
                 f"holds {self.kv_tokens()} tokens, less than one {longest}-token sequence; use "
-                "more gpus, fewer weight_bits or a smaller max_seq_len")
+                "more gpus or pipeline stages, fewer weight_bits or a smaller max_seq_len")
 
     def budget(self):
         """The memory budget, computed once per design (it is immutable)."""
@@ -291,7 +315,8 @@ class _Design:
                 self.kv_bits, self.memory_overhead_fraction,
                 utilization=self.gpu_memory_utilization,
                 profile_tokens=self.max_num_batched_tokens or DEFAULT_PROFILE_TOKENS,
-                profile_seqs=self.rank_seats, data_parallel=self.data_parallel))
+                profile_seqs=self.rank_seats, data_parallel=self.data_parallel,
+                pipeline_parallel=self.pipeline_parallel))
         return self.__dict__["_budget"]
 
     def kv_tokens(self) -> int:

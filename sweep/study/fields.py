@@ -38,6 +38,7 @@ MAX_REPLICAS = 64
 #: GPUs of one NVLink domain (an HGX board): a server's expert all-to-all stays within it.
 DOMAIN_GPUS = 8
 MAX_DATA_PARALLEL = DOMAIN_GPUS
+MAX_PIPELINE_STAGES = 16
 MAX_ARRIVAL_CV = 10
 MAX_TOKENS_PER_PASS = 2**30  # chunk and pass budgets, tokens: far above any real server's
 MAX_KV_BLOCKS = 2**31 - 1  # the engine counts blocks in int32
@@ -413,6 +414,17 @@ FIELDS: tuple[Field, ...] = (
                 "head; these two cost what their layers do and accept per a published table "
                 "([model.md](model.md))",
            short="draft model, MTP layers or EAGLE-3"),
+    _lever("pipeline_parallel", default=1, range=Range(1, MAX_PIPELINE_STAGES), unit="stages",
+           help="pipeline stages of `gpus` GPUs, each holding its share of the layers; a pass's "
+                "sequences go through them in up to this many micro-batches: a server of `gpus "
+                "x pipeline_parallel` GPUs, its stages on nodes of the GPU's size "
+                "([model.md](model.md))",
+           short="pipeline stages of `gpus` GPUs"),
+    _hw("internode_gbps", range=Range(0.0, 1e6, lo_open=True), unit="Gb/s", gpu_default=True,
+        when=Applies(lambda d, w: d.get("pipeline_parallel", 1) > 1, "with pipeline_parallel > 1"),
+        help="each GPU's link to other nodes, per direction: pipeline stages on two nodes send "
+             "over it (the catalog's: InfiniBand or Ethernet per GPU, [model.md](model.md))",
+        short="link between nodes, per GPU"),
 )
 
 #: section -> key -> Field, in declaration order.

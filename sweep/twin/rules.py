@@ -112,8 +112,9 @@ def admission(tw: Twin, ps: Pass) -> None:
 
 
 def the_pass(tw: Twin, ps: Pass) -> float:
-    """6. The pass: its prefills and decodes, timed by ``timing.pass_time`` (or its loads from a
-    CPU KV tier, if longer: ``kv_offload.pass_time``); returns its end.
+    """6. The pass: its prefills and decodes, timed by ``timing.pass_time`` through the design's
+    pipeline stages (``timing.staged``; or its loads from a CPU KV tier, if longer:
+    ``kv_offload.pass_time``); returns its end.
     Integer sums are exact Python ints, then float64. A chunk of c tokens after L already in
     the KV attends to L + 1 .. L + c keys; a transferred admission decodes once over its
     cached context."""
@@ -127,9 +128,14 @@ def the_pass(tw: Twin, ps: Pass) -> float:
     p_pairs = sum(c * L + c * (c + 1) // 2 for _, c, L in ps.prefills)
     d_seqs = len(ps.decoding) + len(ps.loads)
     d_context = sum(s.p + s.g for s in ps.decoding) + sum(s.p for s in ps.loads)
-    duration = kv_offload.pass_time(tw, timing.pass_time(
-        tw.design.timing, np.float64(p_tokens), np.float64(p_pairs), np.float64(d_seqs),
-        np.float64(d_context), xp=np), ps.loaded)
+    chunks = [c for _, c, _ in ps.prefills if c > 0]
+    longest = max(chunks, default=0)
+    longest_pairs = max((c * L + c * (c + 1) // 2 for _, c, L in ps.prefills), default=0)
+    f64 = np.float64
+    duration = kv_offload.pass_time(tw, timing.staged(
+        timing.pass_time, tw.design.timing, f64(p_tokens), f64(p_pairs), f64(d_seqs),
+        f64(d_context), f64(d_seqs + len(chunks)), f64(longest), f64(longest_pairs), xp=np),
+        ps.loaded)
     return float(np.float64(tw.t) + np.float64(duration))
 
 

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from sweep.engine.state import Aux, EngineState, arrived, itl_bin
-from sweep.physics.timing import dense_pass_time
+from sweep.physics.timing import dense_pass_time, unstaged
 from sweep.study.workload import Requests
 
 
@@ -33,6 +33,9 @@ class Plain:
     #: Times a pass (``timing.dense_pass_time``: without expert parallelism's form, the same
     #: figures to the bit for a design without it).
     pass_time = staticmethod(dense_pass_time)
+    #: Times a pass of ``pass_time``'s form through pipeline stages (``timing.unstaged``: on
+    #: one stage, the same figures to the bit for a design without stages).
+    staged = staticmethod(unstaged)
     #: Whether a decode run may be computed in closed form when no lane speculates
     #: (``decode.plain_run``).
     closed_form_runs = True
