@@ -55,7 +55,7 @@ BAD_LEVERS = [
     (dict(batching="dynamic"), r"levers\.batching", "continuous"),
     (dict(kv_cache="blocks"), r"levers\.kv_cache", "paged"),
     (dict(max_batch=0), r"levers\.max_batch", "[1, 4096]"),
-    (dict(compute_efficiency=0.0), r"levers\.compute_efficiency", "(0.0, 1.0]"),
+    (dict(compute_efficiency=0.0), r"hardware\.compute_efficiency", "(0.0, 1.0]"),
     (dict(max_seq_len=100_000), r"levers\.max_seq_len", "8192"),
 ]
 

@@ -173,7 +173,7 @@ class _Design:
 
     def _checks(self) -> None:
         for f in _CHECKED:
-            check(f, getattr(self, f.attr), "levers")
+            check(f, getattr(self, f.attr), f.section)
         if self.disaggregated:
             self._validate_pools()
             return
@@ -293,7 +293,7 @@ class _Design:
                 "design", f"{model.name} at {self.weight_precision}-bit weights does not fit "
                 f"on {self.server_gpus} x {gpu.name} (weights {budget.weights_gib:.1f} GiB, "
                 f"{budget.total_gib - budget.overhead_gib:.1f} GiB usable); use more gpus or "
-                "pipeline_parallel stages, or fewer weight_bits")
+                "fewer weight_bits")
         longest = self.context_limit
         need = -(-longest // self.block_tokens) + self.seq_blocks()
         if self.total_blocks() < need and self.kv_blocks is not None:

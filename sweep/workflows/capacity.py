@@ -33,7 +33,7 @@ import pandas as pd
 
 from sweep.execution.planning import Planned, request_slots
 from sweep.physics.drafts import accepted_at_least
-from sweep.physics.timing import pass_time
+from sweep.physics.timing import pass_time, staged
 from sweep.study.config import Limit, Point, Study
 from sweep.study.metric_names import METRICS
 
@@ -139,9 +139,9 @@ def roofline_clients(point: Point) -> float:
 
 def roofline_rate(point: Point) -> float:
     """Requests/s (sessions/s for a workload of sessions) a design's passes could carry at its
-    full batch: each request's share of a full decode pass per generated token, plus its
-    prefill pass, of the new part of its prompt if prefixes are cached (no queueing, no latency
-    limit: an upper guide for the search, not a result)."""
+    full batch: each request's share of a full decode pass per generated token (through its
+    pipeline stages), plus its prefill pass, of the new part of its prompt if prefixes are
+    cached (no queueing, no latency limit: an upper guide for the search, not a result)."""
     d, wl = point.design, point.workload
     turns, prompt, new = _turns(wl)
     fill = new if d.prefix_cache else prompt
@@ -154,9 +154,10 @@ def roofline_rate(point: Point) -> float:
         per_pass = 1.0 + float(accepted_at_least(d.draft, k).sum())
     else:
         per_pass = (1 - a ** (k + 1)) / (1 - a) if k and a < 1 else k + 1.0
-    decode = float(pass_time(dec_d.timing(), 0.0, 0.0, seats, seats * (prompt + out / 2)))
-    prefill = float(pass_time(pre_d.timing(), fill, fill * (prompt - fill)
-                              + fill * (fill + 1) / 2, 0.0, 0.0))
+    decode = float(staged(pass_time, dec_d.timing(), 0.0, 0.0, seats,
+                          seats * (prompt + out / 2), seats, 0.0, 0.0))
+    pairs = fill * (prompt - fill) + fill * (fill + 1) / 2
+    prefill = float(staged(pass_time, pre_d.timing(), fill, pairs, 0.0, 0.0, 1.0, fill, pairs))
     per_request_decode = out / per_pass * decode / seats
     if d.disaggregated:  # the pools work at once
         return 1.0 / max(per_request_decode, prefill) / turns
