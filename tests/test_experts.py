@@ -63,6 +63,23 @@ def test_ranks_share_the_experts_and_hold_their_own_kv_and_seats():
     assert float(engine_params(four).summary.gpus) == 8.0  # the price counts every GPU
 
 
+def test_ranks_spanning_nodes_send_their_all_to_all_over_the_network():
+    """16 GPUs on two 8-GPU nodes: half of each GPU's all-to-all bytes cross a 400 Gb/s NIC, far
+    slower than NVLink, so the network's share sets a phase's time, and its latency."""
+    one = _design(gpus=1, data_parallel=8, expert_parallel=True).timing()
+    two = _design(gpus=1, data_parallel=16, expert_parallel=True, max_batch=64).timing()
+    m = _design().model_spec
+    phases = 2.0 * m.moe_layers * m.experts_per_token * m.hidden * 2.0
+    assert two.a2a_s_per_token == pytest.approx(phases / 16 * 8 / 16 / (50e9 * 0.9))
+    assert two.a2a_s_per_token < one.a2a_s_per_token  # each GPU's tokens halve
+    assert two.a2a_latency_s == pytest.approx(2 * m.moe_layers * max(21.8, 10.0) * 1e-6)
+    slow = _design(gpus=1, data_parallel=16, expert_parallel=True, max_batch=64,
+                   internode_gbps=100.0).timing()
+    assert slow.a2a_s_per_token == pytest.approx(4 * two.a2a_s_per_token)
+    assert slow.a2a_s_per_token > 2 * one.a2a_s_per_token
+    assert _design(gpus=1, data_parallel=16, expert_parallel=True, max_batch=64).server_gpus == 16
+
+
 def test_mla_kv_is_replicated_so_data_parallel_attention_holds_more():
     tp8 = Design(gpu="H200", model="DeepSeek-V3", gpus=8)
     dp8 = Design(gpu="H200", model="DeepSeek-V3", gpus=1, data_parallel=8, expert_parallel=True)
@@ -73,7 +90,10 @@ def test_mla_kv_is_replicated_so_data_parallel_attention_holds_more():
     (dict(model="Llama-3-8B", expert_parallel=True), "levers.expert_parallel"),
     (dict(data_parallel=2), "levers.data_parallel"),
     (dict(data_parallel=2, expert_parallel=True, batching="static"), "levers.data_parallel"),
-    (dict(gpus=4, data_parallel=4, expert_parallel=True), "levers.data_parallel"),
+    (dict(gpu="Apple-M3-Max", model="gpt-oss-20b", data_parallel=2, expert_parallel=True),
+     "levers.data_parallel"),
+    (dict(gpu="RTX-PRO-4500", model="gpt-oss-20b", gpus=8, data_parallel=2,
+          expert_parallel=True), "levers.gpus"),
     # a token budget is each rank's: it must hold a pass decoding every seat of one rank
     (dict(data_parallel=2, expert_parallel=True, max_num_batched_tokens=200),
      "levers.max_num_batched_tokens"),

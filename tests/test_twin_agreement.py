@@ -73,6 +73,8 @@ def _random_design(rng: np.random.Generator, i: int, experts: bool = True):
             dp = int(rng.choice([1, 2, 4]))
             d = d.replace(model=str(rng.choice(EXPERT_MODELS)), expert_parallel=True,
                           data_parallel=dp, max_batch=max(1, d.max_batch // dp))
+            if d.server_gpus > 8:
+                continue  # within a node: the ranks' all-to-all is a constant like any other
         if i % 4 == 1 and d.gpu != "Apple-M3-Max" and d.data_parallel == 1:
             d = d.replace(pipeline_parallel=[2, 4, 3][(i // 4) % 3])
         try:

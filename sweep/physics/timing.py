@@ -121,6 +121,7 @@ def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int | N
                                                allreduce_growth, allreduce_bandwidth_efficiency)
     per_byte = 1.0 / link if tp > 1 and link > 0 else 0.0
     lin = gpu.linear
+    network = gpu.internode_gbps if internode_gbps is None else internode_gbps
     experts = model.expert_bytes(weight_bits)
     routed = model.expert_params * model.experts_per_token / model.experts  # per token
     return TimingParams(
@@ -156,9 +157,8 @@ def timing_params(model: Model, gpu: GPU, *, gpus: int = 1, weight_bits: int | N
         draft_tokens=float(draft_tokens),
         draft_cost=float(cost_share(model, draft, draft_cost)),
         **_expert_parallel(model, gpu, tp, data_parallel if expert_parallel else 0, alpha_us,
-                           link, mult),
-        **_pipeline_sends(model, gpu, tp, pipeline_parallel,
-                          gpu.internode_gbps if internode_gbps is None else internode_gbps),
+                           link, mult, network),
+        **_pipeline_sends(model, gpu, tp, pipeline_parallel, network),
     )
 
 
@@ -216,7 +216,7 @@ def _dequant_slowdown(model: Model, gpu: GPU, weight_bits: int | None, activatio
 
 
 def _expert_parallel(model: Model, gpu: GPU, tp: int, dp: int, alpha_us: float,
-                     link: float, slow: float = 1.0) -> dict:
+                     link: float, slow: float = 1.0, internode_gbps: float = 0.0) -> dict:
     """The constants of expert parallelism over ``tp x dp`` GPUs (``dp`` 0: none). Under top-k
     routing of E experts, G GPUs each hold m = E / G of them, and one token puts a
     hypergeometric count of its k experts on a GPU: mean k / G, variance k (m/E)(1 - m/E)
@@ -224,7 +224,10 @@ def _expert_parallel(model: Model, gpu: GPU, tp: int, dp: int, alpha_us: float,
     ``z`` standard deviations above the mean, z the expected maximum of G standard normals
     (Blom's approximation). Across ranks each token's k activations go to their experts and
     back: per GPU and expert layer, two phases of ``(T / G) k hidden x 2 bytes (G - 1) / G``.
-    ``slow``: a weight-only kernel's dequantising slowdown of the experts' FLOPs."""
+    Where the G GPUs span nodes of N, ``(G - N) / G`` of it crosses the network, at
+    ``SEND_EFFICIENCY`` of ``internode_gbps``, beside the rest within the node: a phase takes
+    the slower share, and at least the network's latency. ``slow``: a weight-only kernel's
+    dequantising slowdown of the experts' FLOPs."""
     if dp == 0:
         return dict(ep=0.0, dp=1.0, tp=float(tp), ep_gpus=1.0, expert_k=1.0,
                     expert_pair_flops=0.0, ep_load_z=0.0, ep_load_var=0.0, ep_load_cap=1.0,
@@ -234,14 +237,20 @@ def _expert_parallel(model: Model, gpu: GPU, tp: int, dp: int, alpha_us: float,
     var = k * (m / e) * (1 - m / e) * (e - k) / (e - 1) if e > 1 else 0.0
     z = float(_normal_max(g))
     per_byte = 1.0 / link if link > 0 else 0.0
+    phases = 2.0 * model.moe_layers * k * model.hidden * 2.0
+    per_token, latency = phases * (g - 1) / g / g * per_byte, alpha_us
+    if g > gpu.node_gpus:
+        node = gpu.node_gpus
+        remote = (g - node) / g / (internode_gbps / 8.0 * 1e9 * SEND_EFFICIENCY)
+        per_token = phases / g * max((node - 1) / g * per_byte, remote)
+        latency = max(alpha_us, SEND_LATENCY_US["network"])
     cross = dp > 1  # within one rank the tokens are on every GPU: its all-reduces combine
     return dict(
         ep=1.0, dp=float(dp), tp=float(tp), ep_gpus=float(g), expert_k=float(k),
         expert_pair_flops=2.0 * model.expert_params / e * slow, ep_load_z=z, ep_load_var=var,
         ep_load_cap=float(min(k, m)),
-        a2a_latency_s=2.0 * model.moe_layers * alpha_us * 1e-6 if cross else 0.0,
-        a2a_s_per_token=(2.0 * model.moe_layers * k * model.hidden * 2.0 * (g - 1) / g / g
-                         * per_byte) if cross else 0.0)
+        a2a_latency_s=2.0 * model.moe_layers * latency * 1e-6 if cross else 0.0,
+        a2a_s_per_token=per_token if cross else 0.0)
 
 
 def _normal_max(n: int) -> float:

@@ -14,7 +14,7 @@ from sweep.physics.models import Model
 from sweep.physics.timing import TimingParams, allreduce_setting, stage_hops, timing_params
 from sweep.study.batching import POLICIES
 from sweep.study.fields import (ACTIVATION_BITS, DEFAULT_KV_LINK_GBPS, DESIGN_FIELDS,
-                                DOMAIN_GPUS, GPU_FITTED, Range, check, declared_class)
+                                GPU_FITTED, Range, check, declared_class)
 
 #: The levers the timing function reads: its keyword-only parameters, each a declared key.
 TIMING_KEYS = tuple(k for k, v in inspect.signature(timing_params).parameters.items()
@@ -214,7 +214,7 @@ class _Design:
 
     def _validate_experts(self, gpu: GPU, model: Model) -> None:
         """Expert parallelism needs experts; data-parallel ranks share them under it, with
-        continuous batching, within one 8-GPU NVLink domain."""
+        continuous batching, each rank within a node, over the network between nodes."""
         if self.expert_parallel and model.experts <= 1:
             raise FieldError("levers.expert_parallel", f"{model.name} is a dense model (no "
                              "routed experts)", "false", self.expert_parallel)
@@ -227,12 +227,16 @@ class _Design:
         if self.batching != "continuous":
             raise FieldError("levers.data_parallel", f"not with {self.batching} batching",
                              "1, or batching = \"continuous\"", self.data_parallel)
-        if self.server_gpus > DOMAIN_GPUS or gpu.interconnect_gbs <= 0:
+        if gpu.interconnect_gbs <= 0 or (self.server_gpus > gpu.node_gpus
+                                         and self.resolved("internode_gbps") <= 0):
             raise FieldError("levers.data_parallel", f"{self.gpus} x {self.data_parallel} GPUs "
-                             f"of {gpu.name} are not one NVLink domain (an all-to-all across "
-                             "nodes is not modelled)",
-                             f"gpus x data_parallel <= {DOMAIN_GPUS} on a GPU with an "
+                             f"of {gpu.name} have no link for their all-to-all",
+                             f"gpus x data_parallel <= {gpu.node_gpus} on a GPU with an "
                              "interconnect", self.data_parallel)
+        if self.gpus > gpu.node_gpus:
+            raise FieldError("levers.gpus", f"ranks of {self.gpus} GPUs span {gpu.node_gpus}-GPU "
+                             f"nodes of {gpu.name} (tensor parallelism across nodes is not "
+                             "modelled)", f"at most {gpu.node_gpus}", self.gpus)
 
     def _validate_stages(self, gpu: GPU, model: Model) -> None:
         """Pipeline stages: each holds at least a layer; the sends between them need a link

@@ -37,7 +37,7 @@ MAX_DRAFT_TOKENS = 16  # the engine's acceptance thresholds are an array of this
 MAX_REPLICAS = 64
 #: GPUs of one NVLink domain (an HGX board): a server's expert all-to-all stays within it.
 DOMAIN_GPUS = 8
-MAX_DATA_PARALLEL = DOMAIN_GPUS
+MAX_DATA_PARALLEL = 64
 MAX_PIPELINE_STAGES = 16
 MAX_ARRIVAL_CV = 10
 MAX_TOKENS_PER_PASS = 2**30  # chunk and pass budgets, tokens: far above any real server's
@@ -166,6 +166,11 @@ _open = Applies(lambda d, w: w["arrival"] != "closed",
                 'with open arrivals (poisson, constant, gamma or a trace), not arrival = "closed"')
 
 
+
+_across_nodes = Applies(
+    lambda d, w: d.get("pipeline_parallel", 1) > 1 or d.get("gpus", 1) * d.get(
+        "data_parallel", 1) > getattr(GPU_CATALOG.get(d["gpu"], d["gpu"]), "node_gpus", 8),
+    "with pipeline_parallel > 1 or data-parallel ranks spanning nodes")
 _SHARE = Range(0.0, 1.0, lo_open=True)
 _INF = math.inf
 
@@ -347,7 +352,8 @@ FIELDS: tuple[Field, ...] = (
     _lever("data_parallel", default=1, range=Range(1, MAX_DATA_PARALLEL), unit="ranks",
            help="attention ranks of `gpus` GPUs, each its own batch (`max_batch`) and KV cache, "
                 "sharing the expert GPUs (needs `expert_parallel`): a server of `gpus x "
-                "data_parallel` GPUs", short="ranks sharing the experts"),
+                "data_parallel` GPUs, its all-to-all over `internode_gbps` where it spans nodes",
+           short="ranks sharing the experts"),
     _lever("prefill_gpu", "str", choices=tuple(GPU_CATALOG), when=_pools, shown="`gpu`",
            values="a GPU",
            help="the prefill pool's GPU, with `prefill_gpus`; unset: `gpu`",
@@ -421,9 +427,10 @@ FIELDS: tuple[Field, ...] = (
                 "([model.md](model.md))",
            short="pipeline stages of `gpus` GPUs"),
     _hw("internode_gbps", range=Range(0.0, 1e6, lo_open=True), unit="Gb/s", gpu_default=True,
-        when=Applies(lambda d, w: d.get("pipeline_parallel", 1) > 1, "with pipeline_parallel > 1"),
-        help="each GPU's link to other nodes, per direction: pipeline stages on two nodes send "
-             "over it (the catalog's: InfiniBand or Ethernet per GPU, [model.md](model.md))",
+        when=_across_nodes,
+        help="each GPU's link to other nodes, per direction: pipeline stages and an expert "
+             "all-to-all spanning nodes send over it (the catalog's: InfiniBand or Ethernet per "
+             "GPU, [model.md](model.md))",
         short="link between nodes, per GPU"),
 )
 
@@ -442,7 +449,6 @@ DERIVED_COLUMNS = ("calibration", "params_b", "active_params_b", "kv_bytes_per_t
 #: The factors real runs fit, per GPU and for the serving engine (what a profile may hold).
 GPU_FITTED = tuple(f.key for f in FIELDS if f.fitted == "gpu")
 ENGINE_FITTED = tuple(f.key for f in FIELDS if f.fitted == "engine")
-#: The results' columns of a grid point, in order (pinned: outside readers rely on them).
 #: The results' columns: the keys' in declaration order, the derived ones after the keys declared
 #: before them (outside readers rely on the order, so a newer key's columns come last).
 _BEFORE_DERIVED = 1 + next(i for i, f in enumerate(FIELDS)
