@@ -167,6 +167,9 @@ def _add_fit(sub) -> None:
     val.add_argument("--out", help="where to write validation.parquet/.png/.svg (default: "
                                    "results/validation)")
     val.add_argument("--seeds", type=_positive_int, help="seeds per case (overrides [run])")
+    val.add_argument("--resume", action="store_true",
+                     help="reuse the simulations an interrupted validate into the same --out "
+                          "saved (without it they are simulated again)")
     val.add_argument("--quiet", action="store_true", help="no progress output")
 
 

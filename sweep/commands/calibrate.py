@@ -22,7 +22,8 @@ def cmd_validate(args) -> int:
     from sweep.workflows.validate import validate
 
     use_executable_cache()
-    res = validate(args.cases, args.out, seeds=args.seeds, **reporting(args.quiet))
+    res = validate(args.cases, args.out, seeds=args.seeds, resume=args.resume,
+                   **reporting(args.quiet))
     print(res.text)
     print(f"-> {', '.join(res.paths)}")
     return 0

@@ -65,7 +65,7 @@ def run(config, out=None, *, seeds: int | None = None, chunk_size: int | None = 
     checked(check_processes, processes)
     _say_when_long(study, config, echo)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    manifest = _manifest(study, per_request, started, device_description())
+    manifest = sweep_manifest(study, per_request, started, device_description())
     fresh = _check_out(out, resume, force, manifest)
     # A forced rerun of finished results runs beside them, replacing them once complete.
     final, out = out, staging(out) if force and (out / "runs.parquet").exists() else out
@@ -181,7 +181,7 @@ def _say_when_long(study, config, echo) -> None:
              f"continues it, or shrink {config}")
 
 
-def _manifest(study, per_request: bool, started: str, device: str) -> dict:
+def sweep_manifest(study, per_request: bool, started: str, device: str) -> dict:
     """What a sweep runs (``identity``: a resumed run must match it) and the results' metadata."""
     import jax
 

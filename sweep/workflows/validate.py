@@ -60,6 +60,7 @@ validation/closed-loop``).
 from __future__ import annotations
 
 import math
+import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -72,6 +73,7 @@ from sweep.errors import UsageError, checked, clip, one_line, show
 from sweep.files import out_folder, writable
 from sweep.study import model_error, vllm_bench
 from sweep.study.config import ConfigError, Study, load_study
+from sweep.workflows import validation_parts
 from sweep.workflows.validation_report import FLAGS, plot, render
 
 DEFAULT_OUT = Path("results") / "validation"
@@ -235,29 +237,39 @@ class Simulated:
 
 
 def simulate(cases: list[Case], runs=None,
-             progress: Callable[[int, int, int, int, float], None] | None = None
-             ) -> list[Simulated]:
-    """Every case's simulations, in case order."""
+             progress: Callable[[int, int, int, int, float], None] | None = None,
+             parts: Path | None = None, resume: bool = False) -> list[Simulated]:
+    """Every case's simulations, in case order; each study's saved under ``parts`` as they
+    finish where it is given (``validation_parts``: with ``resume``, an interrupted
+    validation's are read back)."""
     from sweep.execution.runner import run_study
 
+    def simulated(study: Study, members: list[int], kind: str, batch: int) -> pd.DataFrame:
+        if parts is None:
+            return run_study(study, chunk_size=study.chunk_size, per_request=False,
+                             progress=progress).runs
+        want = validation_parts.identity([cases[i] for i in members], study.seeds, kind,
+                                         batch)
+        return validation_parts.resumable(study, parts / f"{batch:04d}-{kind}", want, resume,
+                                          progress)
+
     out: list[Simulated | None] = [None] * len(cases)
-    for study, members in runs if runs is not None else plan(cases):
+    for batch, (study, members) in enumerate(runs if runs is not None else plan(cases)):
         central = replace(study, model_error=False)
-        res = run_study(central, chunk_size=study.chunk_size, per_request=False,
-                        progress=progress)
+        central_runs = simulated(central, members, "central", batch)
         ends, erring = [], []
         for design, i in enumerate(members):
-            out[i] = Simulated(res.runs[res.runs["design"] == design].reset_index(drop=True))
+            out[i] = Simulated(central_runs[central_runs["design"] == design]
+                               .reset_index(drop=True))
             point = cases[i].study.points[0]
             if study.model_error and model_error.spreads(point.design):
                 erring.append(i)
                 ends += [replace(point, design=point.design.replace(
                     **model_error.factors_at(point.design, u))) for u in model_error.INTERVAL]
         if ends:
-            spread = run_study(replace(central, points=ends, seeds=central.seeds[:1],
+            spread = simulated(replace(central, points=ends, seeds=central.seeds[:1],
                                        max_designs=max(central.max_designs, len(ends))),
-                               chunk_size=study.chunk_size, per_request=False,
-                               progress=progress).runs
+                               erring, "spread", batch)
             k = len(model_error.INTERVAL)
             for j, i in enumerate(erring):
                 out[i].spread = spread[spread["design"].between(k * j, k * j + k - 1)] \
@@ -410,10 +422,13 @@ class Validation:
 
 def validate(paths, out: str | Path | None = None, seeds: int | None = None,
              progress: Callable[[int, int, int, int, float], None] | None = None,
-             echo: Callable[[str], None] = lambda line: None) -> Validation:
+             echo: Callable[[str], None] = lambda line: None,
+             resume: bool = False) -> Validation:
     """Check every case and the output folder, simulate, compare and write the report into
     ``out`` (default ``results/validation``). A bad case or output folder raises a one-line
-    ``UsageError`` (a ValueError) before anything is simulated or written."""
+    ``UsageError`` (a ValueError) before anything is simulated or written. The simulations are
+    saved in ``out`` as they finish, until the report is written: ``resume`` reuses those of
+    an interrupted validation of the same cases and seeds."""
     out = out_folder(DEFAULT_OUT if out is None else Path(out))
     cases = checked(load_cases, paths, seeds)
     checked(check_out, out)
@@ -421,7 +436,12 @@ def validate(paths, out: str | Path | None = None, seeds: int | None = None,
     runs = checked(plan, cases)
     echo(f"sweep validate: {len(cases)} cases, {sum(len(c.study.seeds) for c in cases)} "
          "simulations")
-    sims = simulate(cases, runs, progress)
+    parts = out / validation_parts.PARTS_FOLDER
+    try:
+        sims = simulate(cases, runs, progress, parts, resume)
+    except OSError as exc:  # a full disk: one line; what is saved stays for --resume
+        raise UsageError(f"{parts}: cannot save the simulations ({type(exc).__name__}: "
+                         f"{clip(one_line(exc.strerror or exc), 120)})") from None
     table = compare(cases, sims)
     try:
         written = write(out, table, metadata(cases))
@@ -429,6 +449,7 @@ def validate(paths, out: str | Path | None = None, seeds: int | None = None,
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise UsageError(f"{out}: cannot write the report ({type(exc).__name__}: "
                          f"{clip(one_line(why), 120)}); nothing written") from None
+    shutil.rmtree(parts, ignore_errors=True)
     return Validation(table, render(table, overloaded(cases, sims) + false_alarms(cases, sims)),
                       written)
 
