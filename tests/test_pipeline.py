@@ -90,6 +90,10 @@ def test_stages_hold_the_layers_in_every_stage_s_memory_at_every_gpu_s_price():
     assert two.budget().weights_gib == pytest.approx(2 * fp8.budget().weights_gib)
     assert two.budget().total_gib == pytest.approx(2 * fp8.budget().total_gib)
     assert two.replace(replicas=3).total_gpus == 48
+    tier = dict(weight_bits=8, prefix_cache=True, kv_offload_gib=256.0)
+    _, one_stage = _design(pipeline_parallel=1, **tier).host_tier()
+    _, two_stages = _design(**tier).host_tier()
+    assert two_stages == pytest.approx(one_stage / 2)  # every stage's GPUs load their share
     pools = Design(gpu="H100-SXM", model="Llama-3.1-405B", weight_bits=16, prefill_gpus=8,
                    decode_gpus=8, pipeline_parallel=2)
     pools.validate()

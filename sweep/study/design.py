@@ -365,14 +365,15 @@ class _Design:
 
     def host_tier(self) -> tuple[int, float]:
         """A CPU KV tier's blocks (0: none) and seconds to load one token's KV back: each GPU
-        loads its share over its host link (``HOST_LINK_EFFICIENCY`` of it). The tier is used
+        (of every pipeline stage) loads its share over its host link (``HOST_LINK_EFFICIENCY`` of it). The tier is used
         only where loading a token beats prefilling it at the roofline's compute rate, as
         vLLM's and LMCache's offloading assume; otherwise a host hit would be recomputed."""
         if not (self.prefix_cache and self.kv_offload_gib > 0):
             return 0, 0.0
         model, gpu, t = self.served_spec, self.gpu_spec, self.timing()
         token_bytes = model.held_kv_bytes_per_token(self.kv_bits, self.gpus)
-        load_s = token_bytes / self.gpus / (gpu.host_link_gbs * 1e9 * HOST_LINK_EFFICIENCY)
+        load_s = (token_bytes / (self.gpus * self.pipeline_parallel)
+                  / (gpu.host_link_gbs * 1e9 * HOST_LINK_EFFICIENCY))
         prefill_s = t.lin_prefill_token_s if t.linear else t.flops_per_token / t.flops_per_s
         if load_s >= prefill_s:
             return 0, 0.0
