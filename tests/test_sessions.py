@@ -4,6 +4,7 @@ and the twin agree request by request (prefix caching, caches small enough to ev
 chunked prefill, speculation); the next turn finds the last one's prompt cached where memory is
 ample; Little's law holds; the keys and the `turn` column. One engine call (one compiled shape)
 serves every case."""
+import functools
 import math
 
 import numpy as np
@@ -266,11 +267,13 @@ def test_sessions_arriving_at_a_rate_from_a_config(tmp_path):
         assert (later["arrival_s"].to_numpy() > prev["finish_s"].to_numpy() + 1.0).all()
 
 
-#: Every topology a workload of sessions runs on beside one server and the session router:
-#: replicas behind the routers that take turns one by one, data-parallel ranks, pools.
+#: Every topology a workload of sessions runs on beside one server: replicas behind the routers
+#: that take turns one by one and behind the session router, data-parallel ranks, pools.
 FLEETS = [dict(replicas=3, router="round_robin"), dict(replicas=3, router="least_outstanding"),
-          dict(replicas=3, router="prefix_aware"), dict(prefill_gpus=1, decode_gpus=1),
+          dict(replicas=3, router="prefix_aware"), dict(replicas=3, router="session"),
+          dict(prefill_gpus=1, decode_gpus=1),
           dict(model="Qwen3-30B-A3B", expert_parallel=True, data_parallel=2)]
+SESSION = 3  # the session router's fleet
 
 
 def _twin(d: Design, reqs):
@@ -281,13 +284,11 @@ def _twin(d: Design, reqs):
     return simulate_replicas_reference(p.first[0], reqs, d.replicas, d.router)
 
 
-@pytest.mark.parametrize("rate", [0.0, 3.0])
-def test_sessions_on_every_topology_agree_with_the_twin(rate):
-    """Sessions, closed and open, behind every router, on data-parallel ranks and on
-    disaggregated pools: each turn reaches the servers as an open request when the last
-    one's answer is back plus the gap, and the engine and the twin agree request by request,
-    arrivals included. Round robin spreads a session's turns (its cache finds fewer of them)
-    where the prefix-aware router follows them."""
+@functools.cache
+def _on_fleets(rate: float):
+    """Sessions of a closed loop (``rate`` 0) or arriving at ``rate`` per s on every fleet, in
+    one simulation call (its compiled programs serve the tests of both): (designs, result,
+    requests)."""
     wl = Workload(**(dict(arrival="closed", concurrency=5) if rate == 0 else
                      dict(arrival="poisson", arrival_rate=rate)),
                   num_requests=9, duration_s=None, think_time_s=0.5,
@@ -297,7 +298,17 @@ def test_sessions_on_every_topology_agree_with_the_twin(rate):
     base = Design(gpu="H200", model="Llama-3.1-8B", max_batch=8, prefix_cache=True)
     designs = [base.replace(**f) for f in FLEETS]
     res = sweep.simulate(designs, wl, seeds=1, model_error=False)
-    reqs = sample(wl, 0, base.context_limit)
+    return designs, res, sample(wl, 0, base.context_limit)
+
+
+@pytest.mark.parametrize("rate", [0.0, 3.0])
+def test_sessions_on_every_topology_agree_with_the_twin(rate):
+    """Sessions, closed and open, behind every router, on data-parallel ranks and on
+    disaggregated pools: each turn reaches the servers as an open request when the last
+    one's answer is back plus the gap, and the engine and the twin agree request by request,
+    arrivals included. Round robin spreads a session's turns (its cache finds fewer of them)
+    where the prefix-aware router follows them."""
+    designs, res, reqs = _on_fleets(rate)
     real = np.isfinite(np.asarray(reqs.arrival))
     turn = np.asarray(reqs.turn)[real]
     later = np.flatnonzero(turn[1:] > 1) + 1
@@ -316,26 +327,15 @@ def test_sessions_on_every_topology_agree_with_the_twin(rate):
     assert cached["round_robin"] < cached["prefix_aware"]
 
 
-def test_sessions_behind_the_session_router_agree_with_the_twin():
-    """Replicas behind the session router: each session, and each user, stays on one replica
-    (its turns find the earlier ones cached there); the engine and the twin agree request by
-    request, arrivals included."""
-    wl = Workload(arrival="closed", concurrency=5, num_requests=9, duration_s=None,
-                  think_time_s=0.5, turns=Lengths("uniform", 0, 1, 5),
-                  turn_tokens=Lengths("uniform", 0, 20, 200),
-                  prompt_tokens=Lengths("uniform", 0, 200, 1500),
-                  output_tokens=Lengths("uniform", 0, 5, 60))
-    d = Design(gpu="H200", model="Llama-3.1-8B", max_batch=8, prefix_cache=True, replicas=3,
-               router="session")
-    res = sweep.simulate([d], wl, seeds=1, model_error=False)
-    reqs = sample(wl, 0, d.context_limit)
+def test_sessions_behind_the_session_router_stay_on_their_replica():
+    """Replicas behind the session router (the twin agrees: the test above): each session, and
+    each user, stays on one replica, whose cache finds each turn's predecessor's prompt."""
+    designs, res, reqs = _on_fleets(0.0)
+    d = designs[SESSION]
+    assert d.router == "session" and d.replicas == 3
     ref = simulate_replicas_reference(topology.plan(d).first[0], reqs, 3, "session")
-    mine = res.requests
+    mine = res.requests[res.requests["sim"] == SESSION]
     real = np.isfinite(ref.arrival)
-    np.testing.assert_allclose(mine["arrival_s"], ref.arrival[real], rtol=1e-12)
-    np.testing.assert_allclose(mine["first_token_s"], ref.first_token[real], rtol=1e-12)
-    np.testing.assert_allclose(mine["finish_s"], ref.finish[real], rtol=1e-12)
-    np.testing.assert_array_equal(mine["cached_tokens"], ref.cached_tokens[real])
     turn = np.asarray(reqs.turn)[real]
     session = np.cumsum(turn == 1) - 1
     assert (ref.replica[real] == session % 3).all()
