@@ -268,11 +268,12 @@ def test_sessions_arriving_at_a_rate_from_a_config(tmp_path):
 
 
 #: Every topology a workload of sessions runs on beside one server: replicas behind the routers
-#: that take turns one by one and behind the session router, data-parallel ranks, pools.
+#: that take turns one by one and behind the session router, data-parallel ranks, pools. Every
+#: server holds 8 seats (two ranks of 4): one seat tier, whose calls share their compiled shapes.
 FLEETS = [dict(replicas=3, router="round_robin"), dict(replicas=3, router="least_outstanding"),
           dict(replicas=3, router="prefix_aware"), dict(replicas=3, router="session"),
           dict(prefill_gpus=1, decode_gpus=1),
-          dict(model="Qwen3-30B-A3B", expert_parallel=True, data_parallel=2)]
+          dict(model="Qwen3-30B-A3B", expert_parallel=True, data_parallel=2, max_batch=4)]
 SESSION = 3  # the session router's fleet
 
 
