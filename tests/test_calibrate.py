@@ -58,7 +58,8 @@ def test_decode_only_measurements_leave_compute_at_its_default(tmp_path):
         f"{p},{s},{c},{float(pass_time(true, p, 0, s, c))!r}\n" for p, s, c in rows))
     f = fit(unit, read_measurements(csv), gpu)
     assert f.identified == ("bandwidth_efficiency", "overhead_ms")
-    assert f.compute_efficiency == pytest.approx(gpu.compute_efficiency) and f.bandwidth_efficiency == pytest.approx(0.7)
+    assert f.compute_efficiency == pytest.approx(gpu.compute_efficiency)
+    assert f.bandwidth_efficiency == pytest.approx(0.7)
 
 
 def test_cli_writes_a_profile_that_a_config_names(tmp_path, capsys):
