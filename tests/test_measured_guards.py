@@ -198,7 +198,7 @@ def test_a_mutated_benchmark_file_is_read_whole_or_refused_in_one_line(bench_dir
 
 # --- the report: whole or nothing, and trace cases beside sampled ones --------------------------
 
-def _fake_simulate(cases, runs=None, progress=None):
+def _fake_simulate(cases, runs=None, progress=None, parts=None, resume=False):
     from sweep.workflows.validate import Simulated
 
     return [Simulated(pd.DataFrame({"unstable": [False], "unfinished": [0], "truncated": [False],

@@ -436,19 +436,28 @@ def validate(paths, out: str | Path | None = None, seeds: int | None = None,
     runs = checked(plan, cases)
     echo(f"sweep validate: {len(cases)} cases, {sum(len(c.study.seeds) for c in cases)} "
          "simulations")
-    parts = out / validation_parts.PARTS_FOLDER
+    created, parts = not out.exists(), out / validation_parts.PARTS_FOLDER
+
+    def failed(where: Path, what: str, exc: Exception) -> UsageError:
+        """One line; a fresh validation leaves the folder as it was (a resumed one keeps what
+        it saved, for the next ``resume``)."""
+        if not resume:
+            shutil.rmtree(parts, ignore_errors=True)
+            if created and out.is_dir() and not any(out.iterdir()):
+                out.rmdir()
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        return UsageError(f"{where}: cannot {what} ({type(exc).__name__}: "
+                          f"{clip(one_line(why), 120)}); nothing written")
+
     try:
         sims = simulate(cases, runs, progress, parts, resume)
-    except OSError as exc:  # a full disk: one line; what is saved stays for --resume
-        raise UsageError(f"{parts}: cannot save the simulations ({type(exc).__name__}: "
-                         f"{clip(one_line(exc.strerror or exc), 120)})") from None
+    except OSError as exc:  # a full disk
+        raise failed(parts, "save the simulations", exc) from None
     table = compare(cases, sims)
     try:
         written = write(out, table, metadata(cases))
-    except Exception as exc:  # a disk's or the plot's error: one line, and nothing written
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise UsageError(f"{out}: cannot write the report ({type(exc).__name__}: "
-                         f"{clip(one_line(why), 120)}); nothing written") from None
+    except Exception as exc:  # a disk's or the plot's error
+        raise failed(out, "write the report", exc) from None
     shutil.rmtree(parts, ignore_errors=True)
     return Validation(table, render(table, overloaded(cases, sims) + false_alarms(cases, sims)),
                       written)
