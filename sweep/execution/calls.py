@@ -124,16 +124,26 @@ class Scheduler:
                  or g not in self.pending and many]
         turn = order % len(first)
         return [(g, partial(warm, self.shapes[g], g.seats, self.k_max, self.devices,
-                            self.max_steps, self._like(g, bound), self.widest, self.paths))
+                            self.max_steps, self._like(g, bound), self.widest, self.paths,
+                            **self._loops(g, bound)))
                 for g in first[turn:] + first[:turn]]
+
+    def _first_call(self, group: Group, bound: dict) -> list[Sim]:
+        return (sorted(self.pending[group], key=self._kind)[:self.shapes[group].size]
+                if group in self.pending else bound[group])
 
     def _like(self, group: Group, bound: dict) -> topology.Plan:
         """A plan compiling as the group's first call will (with prefix caching and chunked
         prefill if any of its simulations uses them)."""
-        sims = (sorted(self.pending[group], key=self._kind)[:self.shapes[group].size]
-                if group in self.pending else bound[group])
-        plans = [self.params[s.point] for s in sims]
+        plans = [self.params[s.point] for s in self._first_call(group, bound)]
         return next((p for p in plans if prefills.uses(p.first[0])), plans[0])
+
+    def _loops(self, group: Group, bound: dict) -> dict:
+        """Whether the group's first call holds a closed loop, or sessions: features its
+        requests switch on."""
+        loads = [self.study.points[s.point].workload for s in self._first_call(group, bound)]
+        return {"closed": any(w.arrival == "closed" for w in loads),
+                "sessions": any(w.turns is not None for w in loads)}
 
     @float64()
     def _simulate(self, group: Group, part: list[Sim]):
