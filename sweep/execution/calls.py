@@ -83,7 +83,8 @@ class Scheduler:
         self.params = [with_slo(topology.plan(p.design), study.slo) for p in study.points]
         self.drawn = {seed: draws(study.uncertain, seed) for seed in study.seeds}
         self.sim_params = _uncertain_params(study, self.params, self.drawn)
-        self.k_max = max(p.design.draft_tokens for p in study.points)
+        self.k_max = max([p.design.draft_tokens for p in study.points]
+                         + [planned.k_max if planned else 0])
         self.widest = widest(study)
         # Every call of the study stacks its requests' paths in one shape.
         self.paths = path_shape(p.workload for p in study.points)

@@ -76,6 +76,7 @@ class Planned(NamedTuple):
     simulations: int  # calls shaped for at least this many simulations
     first_seats: int  # the seats of every simulation's first try (``groups``)
     min_slots: int = 0  # request slots at least: a search's shapes only grow
+    k_max: int = 0  # draft tokens at least: a batch without its widest drafts compiles no other
 
 
 class ChunkPlan(NamedTuple):

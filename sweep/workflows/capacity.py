@@ -186,6 +186,7 @@ class Runner:
         self.study, self.run, self.on_round = study, run, on_round
         self.nominal = 0  # simulations every batch's call shapes are planned for
         self.slots = 0  # request slots of the batches so far
+        self.k_max = max(p.design.draft_tokens for p in study.points)  # every batch's
         self.load = "concurrency" if study.points[0].closed else "arrival_rate"
         self.columns = ["design", "fleet", self.load, "seed", *METRICS]
         self.rows: dict = {}
@@ -209,7 +210,7 @@ class Runner:
         # A rate some seeds already ran (or need not run) runs only on the others.
         done = {(k, s) for k, (i, f, _, r) in enumerate(todo) for s in seeds
                 if not needs(i, f, r, s)}
-        planned = Planned(self.nominal, FIRST_TRY_SEATS, self.slots)
+        planned = Planned(self.nominal, FIRST_TRY_SEATS, self.slots, self.k_max)
         self.slots = request_slots(sub, planned)[0]
         runs = self.run(sub, done, planned=planned)
         new = []
@@ -273,7 +274,10 @@ def brackets(study: Study) -> list[Search]:
 def search(study: Study, runner: Runner, limits: list[Limit]) -> list[Search]:
     """Bracket every design's capacity (``[capacity]``: confidence, tolerance, rate range)."""
     out = brackets(study)
-    runner.nominal = max(runner.nominal, 2 * len(study.seeds) * sum(not s.done for s in out))
+    # Calls shaped for the largest round (a screening round's rates on one seed, or a
+    # confirmation's on every seed), so that each shape compiles once: padding is not simulated.
+    widest = max(SCREEN_POINTS, SCREEN_SPLITS, CONFIRM_SPLITS * len(study.seeds))
+    runner.nominal = max(runner.nominal, widest * sum(not s.done for s in out))
     Rounds(study, runner, limits, out).screen().confirm()
     return out
 
