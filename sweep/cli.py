@@ -196,7 +196,8 @@ def _add_plan(sub) -> None:
                                       "lengths, p95 targets and a load, in one line")
     pl.add_argument("--model", help="catalog model or config.json (required)")
     pl.add_argument("--gpu", help="catalog GPU (required)")
-    pl.add_argument("--gpus-max", default="8", help="GPUs per server at most (default 8)")
+    pl.add_argument("--gpus-max", default="8", help="GPUs per server at most (default 8; beyond "
+                    "a node, whole nodes of pipeline stages)")
     pl.add_argument("--isl", help="mean prompt length, tokens (required)")
     pl.add_argument("--osl", help="mean output length, tokens (required)")
     pl.add_argument("--ttft-ms", help="p95 time to first token, ms (required)")

@@ -11,12 +11,16 @@ import contextlib
 import io
 import re
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from sweep.cli import main
+from sweep.errors import UsageError
+from sweep.study.config import parse_study
+from sweep.workflows.plan import Question, build
 
 STUDY = Path(__file__).resolve().parents[1] / "configs" / "serve_a_model.toml"
 QUESTION = ["--model", "Llama-3-8B", "--gpu", "H100-SXM", "--isl", "1024", "--osl", "256",
@@ -189,9 +193,10 @@ RATE = ["--rate", "16"]
     ({"--tpot-ms": "nan"}, RATE, "--tpot-ms"),
     ({}, ["--rate", "abc"], "--rate"),
     ({}, ["--concurrency", "2.5"], "--concurrency"),
-    ({}, [*RATE, "--gpus-max", "16"], "--gpus-max"),
+    ({}, [*RATE, "--gpus-max", "129"], "--gpus-max"),
     ({"--model": "Llama-3-405B"}, [*RATE, "--gpus-max", "2"], "--gpus-max"),
-    ({"--model": "GPT-4-est", "--gpu": "L4"}, RATE, "--model/--gpu"),
+    ({"--model": "GPT-4-est", "--gpu": "L4"}, RATE, "--gpus-max"),  # 64 L4s in 8 stages
+    ({"--model": "GPT-4-est", "--gpu": "Apple-M3-Max"}, RATE, "--model/--gpu"),
     ({}, [*RATE, "--set", "gpus=2"], "--set gpus=2"),
     ({}, [*RATE, "--set", "nonsense=1"], "--set nonsense=1"),
     ({}, [*RATE, "--set", "expert_parallel=true"], "--set expert_parallel=true"),
@@ -205,3 +210,16 @@ def test_a_user_error_is_one_line_exit_2_and_writes_nothing(changed, extra, flag
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"error: {flag}:" in err and "allowed:" in err, err
     assert not out.exists()
+
+
+def test_a_model_beyond_one_node_is_planned_on_pipeline_stages():
+    """Llama 3.1 405B at 16 bits fits no node of 8 H100s: the plan says how wide a server must
+    be, and at that width tries two nodes as two pipeline stages of 8 GPUs."""
+    q = Question(model="Llama-3.1-405B", gpu="H100-SXM", isl=1024, osl=256, ttft_ms=2000,
+                 tpot_ms=100, rate=10.0, sets=("weight_bits=16",))
+    with pytest.raises(UsageError, match="--gpus-max: .* allowed: at least 16"):
+        build(q)
+    text = build(replace(q, gpus_max=16))
+    study = parse_study(text, "<plan>")
+    assert {(p.design.gpus, p.design.pipeline_parallel) for p in study.points} == {(8, 2)}
+    assert {p.design.server_gpus for p in study.points} == {16}

@@ -43,6 +43,9 @@ DRAIN_S = 30.0
 PER_CLIENT, WARMUP_PER_CLIENT = 10, 2
 #: Speculative draft lengths searched: none, and a few tokens.
 DRAFTS = (0, 2, 4)
+#: Pipeline stages a plan tries beyond one node, and so its widest server.
+STAGES = (2, 4, 8, 16)
+MAX_PLAN_GPUS = DOMAIN_GPUS * STAGES[-1]
 #: What each flag allows, for its refusals.
 ALLOWED = {"--isl": "a whole number of prompt tokens >= 1",
            "--osl": "a whole number of output tokens >= 1",
@@ -50,7 +53,8 @@ ALLOWED = {"--isl": "a whole number of prompt tokens >= 1",
            "--tpot-ms": "a positive number of milliseconds (the p95 gap between tokens)",
            "--rate": "a positive number of requests/s",
            "--concurrency": "a whole number of clients >= 1",
-           "--gpus-max": f"a whole number of GPUs per server from 1 to {DOMAIN_GPUS}"}
+           "--gpus-max": f"a whole number of GPUs per server from 1 to {MAX_PLAN_GPUS} (beyond "
+                         "a node, whole nodes of pipeline stages)"}
 #: The config's keys that a flag sets, for refusals of their values.
 FLAG_KEYS = {"hardware.gpu": "--gpu", "model": "--model", "workload.prompt_tokens": "--isl",
              "workload.output_tokens": "--osl", "workload.arrival_rate": "--rate",
@@ -123,9 +127,9 @@ def _check(q: Question):
         if not (number and (whole or math.isfinite(v)) and v > 0):
             raise UsageError(f"{flag}: {got(v) if v is not None else 'missing'}; allowed: "
                              f"{ALLOWED[flag]}")
-    if q.gpus_max > DOMAIN_GPUS:
-        raise UsageError(f"--gpus-max: {q.gpus_max} GPUs is more than one server (an NVLink "
-                         f"domain); allowed: {ALLOWED['--gpus-max']}; replicas add servers")
+    if q.gpus_max > MAX_PLAN_GPUS:
+        raise UsageError(f"--gpus-max: {q.gpus_max} GPUs is more than the widest server a plan "
+                         f"tries; allowed: {ALLOWED['--gpus-max']}; replicas add servers")
     if q.gpu is None:
         raise UsageError(f"--gpu: missing; allowed: {listed(GPU_CATALOG)}")
     if not isinstance(q.gpu, str) or q.gpu not in GPU_CATALOG:
@@ -159,29 +163,49 @@ def _model(q: Question) -> tuple[Model, str]:
 
 
 def _degrees(q: Question, gpu, widest: int) -> list[int]:
-    """Tensor-parallel degrees up to ``widest``: one GPU where the GPU has no interconnect."""
-    return [g for g in GPUS if g <= widest] if gpu.interconnect_gbs > 0 else [1]
+    """Tensor-parallel degrees up to ``widest`` within a node: one GPU where the GPU has no
+    interconnect."""
+    node = min(widest, DOMAIN_GPUS, gpu.node_gpus)
+    return [g for g in GPUS if g <= node] if gpu.interconnect_gbs > 0 else [1]
 
 
-def _levers(model: Model, degrees: list[int], widest: int) -> tuple[dict, list[dict]]:
+def _stages(gpu, widest: int) -> list[int]:
+    """Pipeline stages of a full node each, over nodes linked by a network, up to ``widest``
+    GPUs (none for a GPU timed by a measured fit)."""
+    node = min(DOMAIN_GPUS, gpu.node_gpus)
+    if gpu.timing == "linear" or gpu.interconnect_gbs <= 0 or gpu.internode_gbps <= 0:
+        return []
+    return [s for s in STAGES if s * node <= widest]
+
+
+def _levers(model: Model, degrees: list[int], widest: int,
+            stages: list[int] = ()) -> tuple[dict, list[dict]]:
     """[levers] (key -> value or list) and the [[exclude]] tables. A mixture of experts also
     tries its experts sharded (expert parallelism), alone or shared by data-parallel attention
-    ranks that fill the server (vLLM's wide-EP layout)."""
+    ranks that fill the server (vLLM's wide-EP layout). Beyond a node, ``stages`` of the
+    node's GPUs hold the layers (pipeline parallelism), without ranks."""
     lv = {"batching": "continuous", "kv_cache": "paged", "gpus": degrees,
           "weight_bits": [b for b in WEIGHT_BITS if b <= model.native_nominal_bits],
           "kv_bits": list(KV_BITS), "draft_tokens": list(DRAFTS)}
+    staged = []
+    if stages:
+        lv["pipeline_parallel"] = [1, *stages]
+        staged = [{"gpus": [g for g in degrees if g != degrees[-1]],
+                   "pipeline_parallel": list(stages)}] if len(degrees) > 1 else []
     if model.experts <= 1:
-        return lv, []
+        return lv, staged
     fill = {g: max(d for d in GPUS if g * d <= max(widest, g)) for g in degrees}
     ranks = sorted({1, *fill.values()})
     if ranks == [1]:
         return {**lv, "expert_parallel": [False, True]}, []
     lv.update(expert_parallel=[False, True], data_parallel=ranks)
-    out = [{"expert_parallel": False, "data_parallel": ranks[1:]}]
+    out = staged + [{"expert_parallel": False, "data_parallel": ranks[1:]}]
     for g in degrees:
         other = [d for d in ranks if d not in (1, fill[g])]
         if other:
             out.append({"gpus": g, "data_parallel": other})
+    if stages:
+        out.append({"pipeline_parallel": list(stages), "data_parallel": ranks[1:]})
     return lv, out
 
 
@@ -270,7 +294,8 @@ def _study(q: Question) -> tuple[str, Study]:
     sets = _sets(q)
 
     def text(name: str, widest: int, degrees=None) -> str:
-        levers, excludes = _levers(model, degrees or _degrees(q, gpu, widest), widest)
+        levers, excludes = _levers(model, degrees or _degrees(q, gpu, widest),
+                                   min(widest, DOMAIN_GPUS), _stages(gpu, widest))
         return _render(q, name, model_line, levers, excludes, sets)
 
     try:
@@ -290,18 +315,20 @@ def _no_fit(q: Question, gpu, model: Model, exc: ConfigError, text) -> UsageErro
     """No design holds the model: name --gpus-max where a wider server would, else the model
     and the GPU."""
     example = exc.reason.partition("(e.g. ")[2].rpartition(")")[0] or exc.reason
-    if q.gpus_max < DOMAIN_GPUS and gpu.interconnect_gbs > 0:
+    node = min(DOMAIN_GPUS, gpu.node_gpus)
+    wider = [w for w in (DOMAIN_GPUS, *(s * node for s in _stages(gpu, MAX_PLAN_GPUS)))
+             if w > q.gpus_max and gpu.interconnect_gbs > 0]
+    for w in wider:
         try:
-            wide = parse_study(text("plan", DOMAIN_GPUS), "<plan>")
+            wide = parse_study(text("plan", w), "<plan>")
         except ConfigError:
-            wide = None
-        if wide is not None:
-            least = min(p.design.server_gpus for p in wide.points)
-            return UsageError(f"--gpus-max: {model.name} fits on no server of at most "
-                              f"{q.gpus_max} x {q.gpu} (e.g. {example}); allowed: at least "
-                              f"{least}")
+            continue
+        least = min(p.design.server_gpus for p in wide.points)
+        return UsageError(f"--gpus-max: {model.name} fits on no server of at most "
+                          f"{q.gpus_max} x {q.gpu} (e.g. {example}); allowed: at least "
+                          f"{least}")
     return UsageError(f"--model/--gpu: {model.name} fits on no server of at most "
-                      f"{min(q.gpus_max, DOMAIN_GPUS) if gpu.interconnect_gbs > 0 else 1} x "
+                      f"{max([q.gpus_max, *wider]) if gpu.interconnect_gbs > 0 else 1} x "
                       f"{q.gpu} (e.g. {example}); allowed: a smaller model or a GPU with more "
                       "memory")
 
