@@ -166,7 +166,7 @@ def stage_hops(gpu: GPU, tp: int, pp: int) -> tuple[int, int]:
     """Of the ``pp - 1`` sends between consecutive stages of ``tp`` GPUs, laid on nodes of
     ``gpu.node_gpus`` in order: those within a node and those between nodes."""
     network = sum((k + 1) * tp // gpu.node_gpus != k * tp // gpu.node_gpus
-                  or tp > gpu.node_gpus for k in range(pp - 1))
+                  for k in range(pp - 1))
     return pp - 1 - network, network
 
 
@@ -440,16 +440,16 @@ def staged(time, p: TimingParams, prefill_tokens, prefill_pairs, decode_seqs, de
     / m)``, plus its sends between stages. In that round trip every stage serves each of the
     ``m`` micro-batches once (``m <= pp``), so every sequence of the pass advances once: fewer
     sequences than stages leave stages idle (the bubble). A prefill is not split: a micro-batch
-    holds the pass's longest chunk (``longest`` tokens, ``longest_pairs`` pairs) at least."""
+    holds the pass's longest chunk (``longest`` tokens, ``longest_pairs`` pairs) at least.
+    On one stage (``m`` = 1, no sends, no floor) it is ``time`` of the sums, to the bit."""
     k1 = p.draft_tokens + 1.0
-    whole = time(p, prefill_tokens, prefill_pairs, decode_seqs, decode_context, xp)
     m = xp.maximum(xp.minimum(p.pp, seqs), 1.0)
     share = time(p, prefill_tokens / m, prefill_pairs / m, decode_seqs / m, decode_context / m,
                  xp)
-    lone = xp.where(longest > 0, time(p, longest, longest_pairs, 0.0, 0.0, xp), 0.0)
+    lone = xp.where((longest > 0) & (p.pp > 1.5),
+                    time(p, longest, longest_pairs, 0.0, 0.0, xp), 0.0)
     tokens = xp.maximum((prefill_tokens + decode_seqs * k1) / m, longest)
-    sends = p.pp_send_s + p.pp_send_s_per_token * tokens
-    return xp.where(p.pp > 1.5, xp.maximum(share, lone) + sends, whole)
+    return xp.maximum(share, lone) + (p.pp_send_s + p.pp_send_s_per_token * tokens)
 
 
 def unstaged(time, p: TimingParams, prefill_tokens, prefill_pairs, decode_seqs, decode_context,
