@@ -176,8 +176,11 @@ def _add_fit(sub) -> None:
 def _add_import(sub) -> None:
     """``sweep import``: validation cases from benchmark result files."""
     imp = sub.add_parser("import", help="write one validation case per run of benchmark result "
-                                        "files (vllm bench serve, sglang.bench_serving)")
-    imp.add_argument("kind", metavar="KIND", help="the files' tool: vllm or sglang")
+                                        "files (vllm bench serve, sglang.bench_serving, "
+                                        "GuideLLM, AIPerf)")
+    imp.add_argument("kind", metavar="KIND", help="the files' tool: vllm, sglang, guidellm "
+                                                  "(its JSON report) or aiperf "
+                                                  "(profile_export_aiperf.json, or GenAI-Perf's)")
     imp.add_argument("files", nargs="+", metavar="FILE",
                      help="result files: one JSON object, or one a line")
     imp.add_argument("--out", help="folder to write the cases into (created)")

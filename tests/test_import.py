@@ -38,7 +38,8 @@ def _workload(study):
 def test_samples_are_small_and_documented():
     readme = (BENCH / "README.md").read_text()
     for p in BENCH.iterdir():
-        assert p.stat().st_size < 20_000, p
+        # GuideLLM's report is bigger: four breakdowns (by status) of some forty distributions.
+        assert p.stat().st_size < (90_000 if p.name.startswith("guidellm") else 20_000), p
         assert p.name == "README.md" or p.name in readme, p
 
 
@@ -231,9 +232,9 @@ def test_what_it_cannot_use_is_refused_in_one_line(tmp_path, capsys, make, flags
 
 
 @pytest.mark.parametrize("kind,says", [
-    ("guidellm", "KIND guidellm: not supported yet; allowed: vllm, sglang"),
-    ("aiperf", "KIND aiperf: not supported yet; allowed: vllm, sglang"),
-    ("tgi", "KIND tgi: unknown; allowed: vllm, sglang")])
+    ("genai-perf", "KIND genai-perf: its JSON is read by KIND aiperf; allowed: vllm, sglang, "
+                   "guidellm, aiperf"),
+    ("tgi", "KIND tgi: unknown; allowed: vllm, sglang, guidellm, aiperf")])
 def test_an_unknown_kind_is_refused(tmp_path, capsys, kind, says):
     rc, out = _import(tmp_path, kind, CLOSED, "--gpu", "H100-SXM")
     assert rc == 2 and capsys.readouterr().err == f"sweep import: error: {says}\n"

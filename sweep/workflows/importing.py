@@ -1,10 +1,11 @@
 """``sweep import``: one ``sweep validate`` case per measured run of benchmark result files,
 read as the tools wrote them: ``vllm bench serve --save-result`` JSON (and the older
-``benchmarks/benchmark_serving.py``'s), a run a file or one a line (``--append-result``), and
-``python -m sglang.bench_serving --output-file`` JSON lines. docs/running.md ("Benchmark files
-in") says how a run's workload and measured values are read. Every refusal is one line naming
-the file, its line and the field; nothing is written until every case has loaded as ``sweep
-validate`` loads it (``validate.load_cases``)."""
+``benchmarks/benchmark_serving.py``'s), a run a file or one a line (``--append-result``),
+``python -m sglang.bench_serving --output-file`` JSON lines, GuideLLM's report
+(``import_guidellm``) and AIPerf's or GenAI-Perf's summary (``import_aiperf``). docs/running.md
+("Benchmark files in") says how a run's workload and measured values are read. Every refusal is
+one line naming the file, its line and the field; nothing is written until every case has loaded
+as ``sweep validate`` loads it (``validate.load_cases``)."""
 from __future__ import annotations
 
 import json
@@ -21,10 +22,14 @@ from sweep.files import MAX_TABLE_BYTES, MAX_TEXT_BYTES, FileRefused, make_folde
 from sweep.study import vllm_bench
 from sweep.study.fields import KEYS
 from sweep.study.metric_names import METRICS
+from sweep.workflows import import_aiperf, import_guidellm
+from sweep.workflows.import_fields import Found, Run, Workload, closed_loop, fixed_lengths, \
+    measured, open_loop
 
-#: The kinds of file read, and those named but not read yet.
-KINDS = ("vllm", "sglang")
-LATER = ("guidellm", "aiperf", "genai-perf")
+#: The kinds of file read, and the tool each is a run of.
+TOOLS = {"vllm": "vllm bench serve", "sglang": "sglang.bench_serving",
+         "guidellm": "guidellm benchmark", "aiperf": "aiperf profile"}
+KINDS = tuple(TOOLS)
 ALLOWED = "a benchmark's result file: one JSON object, or one a line"
 #: SGLang's statistics (``bench_serving.py``'s result dict) -> (our metric, its units in ours).
 SGLANG_FIELDS = vllm_bench.fields("e2e_latency_ms")
@@ -36,38 +41,20 @@ FLAG_KEYS = {"gpu": "--gpu", "gpus": "--gpus"}
 
 @dataclass(frozen=True)
 class Kind:
-    """A tool's results: its name, the fields every run has, its statistics (field -> our
+    """vLLM's or SGLang's results: the fields every run has, its statistics (field -> our
     metric, its units in the metric's) and the fields (dotted: nested) stating the model."""
 
-    tool: str
     required: tuple
     stats: dict
     models: tuple
 
 
 _TOTALS = ("completed", "total_input_tokens", "total_output_tokens")
-SPECS = {"vllm": Kind("vllm bench serve", ("request_rate", "mean_ttft_ms", "mean_tpot_ms",
-                                           *_TOTALS), vllm_bench.FIELDS, ("model_id", "model")),
+SPECS = {"vllm": Kind(("request_rate", "mean_ttft_ms", "mean_tpot_ms", *_TOTALS),
+                      vllm_bench.FIELDS, ("model_id", "model")),
          # Older SGLang writes no mean TTFT: its median is what every version writes.
-         "sglang": Kind("sglang.bench_serving", ("request_rate", "median_ttft_ms", *_TOTALS),
-                        SGLANG_FIELDS, ("model_id", "model", "server_info.model_path"))}
-
-
-@dataclass(frozen=True)
-class Run:
-    """One measured run: the file as given, its line (None: the whole file is this run)."""
-
-    path: Path
-    line: int | None
-    doc: dict
-
-    @property
-    def where(self) -> str:
-        return f"{self.path}" + (f": line {self.line}" if self.line else "")
-
-    def refuse(self, key: str, why: str, allowed: str | None = None) -> UsageError:
-        tail = f"; allowed: {allowed}" if allowed else ""
-        return UsageError(f"{self.where}: field {key}: {why}{tail}")
+         "sglang": Kind(("request_rate", "median_ttft_ms", *_TOTALS), SGLANG_FIELDS,
+                        ("model_id", "model", "server_info.model_path"))}
 
 
 @dataclass
@@ -113,24 +100,6 @@ def read_runs(path: Path) -> list[Run]:
     return runs
 
 
-def _number(run: Run, key: str, low: float = 0.0, inclusive: bool = False) -> float:
-    """The field ``key``: a finite number above ``low`` (at least it, ``inclusive``)."""
-    v = run.doc.get(key)
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool)
-    x = float(v) if ok and abs(v) < 1e300 else math.nan
-    if not (math.isfinite(x) and (x >= low if inclusive else x > low)):
-        raise run.refuse(key, f"{got(v)}, not a finite number "
-                              f"{'>=' if inclusive else '>'} {low:g}")
-    return x
-
-
-def _count(run: Run, key: str, low: int = 1) -> int:
-    v = run.doc.get(key)
-    if not (isinstance(v, int) and not isinstance(v, bool) and low <= v <= 10_000_000):
-        raise run.refuse(key, f"{got(v)}, not an integer in [{low}, 10000000]")
-    return v
-
-
 def _rate(run: Run) -> float:
     """``request_rate``: requests/s, or inf (vLLM writes "inf", SGLang Infinity)."""
     v = run.doc.get("request_rate")
@@ -138,21 +107,7 @@ def _rate(run: Run) -> float:
         return math.inf
     if isinstance(v, float) and v == math.inf:
         return v
-    return _number(run, "request_rate")
-
-
-def _measured(run: Run, spec: Kind) -> dict[str, float]:
-    """The run's statistics as measured values of our metrics, each one a real server could
-    have measured (``vllm_bench.plausible``)."""
-    out = {}
-    for key, (metric, per) in spec.stats.items():
-        if key in run.doc:
-            value = _number(run, key) / per
-            why = vllm_bench.plausible(metric, value)
-            if why:
-                raise run.refuse(key, f"{got(run.doc[key])}: {why}")
-            out[metric] = value
-    return out
+    return run.number("request_rate")
 
 
 def _lengths(run: Run) -> list[tuple[int, int, int]] | None:
@@ -184,31 +139,22 @@ def _arrivals(run: Run, n: int) -> list[float] | None:
     return None if v is None else [float(x) - first for x in v]
 
 
-@dataclass
-class Workload:
-    lines: list[str]  # the [workload] table's lines
-    what: str  # in words, for the notes
-    trace: list[tuple[float, int, int]] | None = None  # rows of a trace beside the case
-    reads_bench: bool = True  # a case that [measured] vllm_bench can take the file for
-
-
 def workload(run: Run) -> Workload:
     """What the benchmark sent (see the module's docstring)."""
     rate, clients = _rate(run), run.doc.get("max_concurrency")
     if run.doc.get("ramp_up_strategy") is not None:
         raise run.refuse("ramp_up_strategy", f"{got(run.doc['ramp_up_strategy'])}: a rate "
                          "that changes during the run, which no case replays", "null")
-    completed = _count(run, "completed")
-    n = _count(run, "num_prompts") if "num_prompts" in run.doc else completed
+    completed = run.count("completed")
+    n = run.count("num_prompts") if "num_prompts" in run.doc else completed
     rows = _lengths(run)
     if clients is not None:
-        clients = _count(run, "max_concurrency")
+        clients = run.count("max_concurrency")
         if rate != math.inf:
             raise run.refuse("max_concurrency", f"{clients} clients held to request_rate "
                              f"{rate:g} besides, which no case replays",
                              "a closed loop (request_rate inf) or an open loop (null)")
-        wl = Workload(["arrival = \"closed\"", f"concurrency = {clients}",
-                       f"num_requests = {n}"], f"closed loop: {clients} clients, {n} requests")
+        wl = closed_loop(clients, n)
     elif rate == math.inf and rows:
         return Workload([], f"all {len(rows)} requests at once (a trace at time 0)",
                         [(0.0, i, o) for _, i, o in rows], reads_bench=False)
@@ -233,31 +179,19 @@ def _open(run: Run, rate: float) -> tuple[list[str], str]:
     1/sqrt(burstiness), 1 being Poisson and inf evenly spaced; SGLang's are Poisson."""
     b = run.doc.get("burstiness")
     if isinstance(b, float) and b == math.inf:
-        return ["arrival = \"constant\"  # burstiness inf", f"arrival_rate = {rate!r}"], "even"
-    b = 1.0 if b is None else _number(run, "burstiness")
-    if b == 1.0:
-        return ["arrival = \"poisson\"", f"arrival_rate = {rate!r}"], "Poisson"
-    if b < 0.01:
-        raise run.refuse("burstiness", f"{b:g}: gaps of cv {1 / math.sqrt(b):.3g}",
-                         "at least 0.01 (a cv of at most 10)")
-    return ["arrival = \"gamma\"", f"arrival_rate = {rate!r}",
-            f"arrival_cv = {1 / math.sqrt(b)!r}  # 1/sqrt(burstiness {b:g})"], "Gamma"
+        return open_loop(run, rate, "constant")
+    poisson = b is None or run.number("burstiness") == 1.0
+    return open_loop(run, rate, "poisson" if poisson else "gamma", "burstiness")
 
 
 def _fixed_lengths(run: Run, wl: Workload, completed: int, listed_: bool) -> Workload:
     """Prompt and output lengths fixed at the run's means: totals / completed requests."""
     why = ("a closed loop replays no trace" if wl.lines[0].startswith("arrival = \"closed")
            else "the file has no arrival times") if listed_ else "no request's own lengths"
-    wl.lines.append(f"# lengths fixed at the run's means (totals / completed): {why}")
-    for key, total in (("prompt_tokens", "total_input_tokens"),
-                       ("output_tokens", "total_output_tokens")):
-        mean = _number(run, total, inclusive=True) / completed
-        if mean < 1:
-            raise run.refuse(total, f"{got(run.doc[total])} over {completed} requests: "
-                             "below one token a request", "at least one token a request")
-        wl.lines.append(f"{key} = {{ dist = \"fixed\", mean = {round(mean, 3)!r} }}  "
-                        f"# {total} {run.doc[total]} / {completed}")
-    return wl
+    return fixed_lengths(run, wl, f"totals / completed; {why}", [
+        (run.number(total, inclusive=True) / completed, total,
+         f"{total} {run.doc[total]} / {completed}")
+        for total in ("total_input_tokens", "total_output_tokens")])
 
 
 def parse_sets(sets) -> dict[str, list[str]]:
@@ -328,26 +262,24 @@ def catalog_name(ident: str) -> str | None:
     return known.get(norm(ident)) if ident.strip() else None
 
 
-def model_line(run: Run, spec: Kind, model: str | None) -> str:
-    """[model]'s line: ``--model`` (a catalog name, or a config.json's path), else the model
-    the file states where it is a catalog model."""
+def model_line(found: Found, model: str | None) -> str:
+    """[model]'s line: ``--model`` (a catalog name, or a config.json's path), else the first
+    model the file states (``found.models``) where it is a catalog model."""
     if model is not None:
         p = Path(model)
         if p.suffix == ".json" or p.is_dir() or p.is_file():
             return f"config_json = {toml_value(str(p.resolve()))}  # --model"
         return f"name = {toml_value(model)}  # --model"
-    for key in spec.models:
-        v = run.doc
-        for part in key.split("."):
-            v = v.get(part) if isinstance(v, dict) else None
+    for key, v in found.models:
         if isinstance(v, str) and v.strip():
             name = catalog_name(v)
             if name is None:
-                raise run.refuse(key, f"{show(v)} is not a catalog model",
-                                 "--model NAME (docs/config.md) or --model config.json")
+                raise found.run.refuse(key, f"{show(v)} is not a catalog model",
+                                       "--model NAME (docs/config.md) or --model config.json")
             return f"name = {toml_value(name)}  # the file's {key}: {one_line(clip(v, 80))}"
-    raise UsageError(f"{run.where}: the run states no model ({', '.join(spec.models)}); "
-                     "allowed: --model NAME or --model config.json")
+    keys = ", ".join(k for k, _ in found.models)
+    raise UsageError(f"{found.run.where}: the run states no model ({keys}); allowed: "
+                     "--model NAME or --model config.json")
 
 
 def case_name(path: Path, line: int | None, taken: set) -> str:
@@ -363,13 +295,12 @@ def case_name(path: Path, line: int | None, taken: set) -> str:
     return name
 
 
-def case_text(kind: str, run: Run, name: str, wl: Workload, head: dict) -> tuple[str, dict]:
+def case_text(kind: str, found: Found, name: str, head: dict) -> tuple[str, dict]:
     """One case's TOML and the files beside it (name -> bytes). ``head``: [hardware]'s and
-    [levers]' lines, [model]'s line, the measured values and whether the file is the run
-    alone (``whole``, its ``bytes``)."""
-    spec, files, measured = SPECS[kind], {}, head["measured"]
-    lines = [f"# Written by `sweep import {kind}` from one run of `{spec.tool}`: "
-             f"{one_line(run.where)}.", f"# Its workload: {wl.what}.", f"name = \"{name}\"",
+    [levers]' lines, [model]'s line and, where a vLLM file is the run alone, its ``bytes``."""
+    files, wl, values = {}, found.wl, found.measured
+    lines = [f"# Written by `sweep import {kind}` from one run of `{TOOLS[kind]}`: "
+             f"{one_line(found.run.where)}.", f"# Its workload: {wl.what}.", f"name = \"{name}\"",
              "", "[hardware]", *head["hardware"], "", "[model]", head["model"], "",
              "[workload]"]
     if wl.trace is not None:
@@ -377,12 +308,11 @@ def case_text(kind: str, run: Run, name: str, wl: Workload, head: dict) -> tuple
             f"{t!r},{i},{o}\n" for t, i, o in wl.trace)).encode()
         lines.append(f"trace = \"{name}.trace.csv\"  # each request: the file's lengths")
     lines += [*wl.lines, "", "[levers]", *head["levers"], "", "[measured]"]
-    if kind == "vllm" and head["whole"] and wl.reads_bench:
+    if head["bytes"] and wl.reads_bench:
         files[f"{name}.bench.json"] = head["bytes"]
         lines.append(f"vllm_bench = \"{name}.bench.json\"  # the file itself, as it was written")
     else:
-        names = {metric: key for key, (metric, _) in spec.stats.items()}
-        lines += [f"{m} = {measured[m]!r}  # {names[m]}" for m in METRICS if m in measured]
+        lines += [f"{m} = {values[m]!r}  # {found.names[m]}" for m in METRICS if m in values]
     return "\n".join(lines) + "\n", files
 
 
@@ -406,29 +336,38 @@ def import_cases(kind: str, files, gpu: str | None, model: str | None = None, gp
     """The cases of every run in ``files`` (benchmark results of ``kind``), as TOML texts and
     the files to write beside them, nothing written. Refusals: ``UsageError``, one line."""
     if kind not in KINDS:
-        why = "not supported yet" if kind in LATER else "unknown"
+        why = "its JSON is read by KIND aiperf" if kind == "genai-perf" else "unknown"
         raise UsageError(f"KIND {clip(one_line(kind), 30)}: {why}; allowed: {', '.join(KINDS)}")
     if not files:
         raise UsageError("FILE: none given; allowed: benchmark result files")
     head, res, taken = server(kind, gpu, gpus, sets), Imported(), set()
+    read = {"guidellm": import_guidellm.found, "aiperf": import_aiperf.found}.get(kind)
     for path in map(Path, files):
-        runs = read_runs(path)
-        for run in runs:
-            missing = [k for k in SPECS[kind].required if k not in run.doc]
-            if missing:
-                raise run.refuse(missing[0], "missing", f"{SPECS[kind].tool} results, which "
-                                 f"hold {', '.join(SPECS[kind].required)}")
-            name = case_name(path, run.line if len(runs) > 1 else None, taken)
-            wl, measured = workload(run), _measured(run, SPECS[kind])
-            whole = len(runs) == 1 and path.stat().st_size <= MAX_TEXT_BYTES
-            text, side = case_text(kind, run, name, wl, {
-                **head, "model": model_line(run, SPECS[kind], model), "whole": whole,
-                "measured": measured,
-                "bytes": path.read_bytes() if whole and kind == "vllm" else b""})
+        for f in read(path) if read else _found(kind, path):
+            name = case_name(path, f.number, taken)
+            whole = kind == "vllm" and f.number is None and path.stat().st_size <= MAX_TEXT_BYTES
+            text, side = case_text(kind, f, name, {**head, "model": model_line(f, model),
+                                                   "bytes": path.read_bytes() if whole else b""})
             res.cases[f"{name}.toml"] = text
             res.files.update(side)
-            res.notes.append(f"{name}.toml: {run.where}: {wl.what}")
+            res.notes.append(f"{name}.toml: {f.run.where}: {f.wl.what}")
     return res
+
+
+def _found(kind: str, path: Path) -> list[Found]:
+    """The runs of a vLLM or SGLang file, each holding the fields every run of its tool has."""
+    spec, runs = SPECS[kind], read_runs(path)
+    out = []
+    for run in runs:
+        missing = [k for k in spec.required if k not in run.doc]
+        if missing:
+            raise run.refuse(missing[0], "missing", f"{TOOLS[kind]} results, which hold "
+                             f"{', '.join(spec.required)}")
+        wl = workload(run)
+        out.append(Found(run, wl, *measured(run, spec.stats),
+                         [(k, run.get(k, None)) for k in spec.models],
+                         run.line if len(runs) > 1 else None))
+    return out
 
 
 def check(res: Imported, out: Path, sets) -> None:
