@@ -77,7 +77,8 @@ def test_a_guidellm_benchmark_is_a_closed_loop_case_that_validates(tmp_path):
 
 @pytest.mark.parametrize("edit,load", [
     (_strategy(type_="synchronous"), ("closed", 1)),
-    (_strategy(type_="throughput", max_concurrency=512), ("closed", 4)),  # 4 requests at once
+    (_strategy(type_="throughput", max_concurrency=3), ("closed", 3)),
+    (_strategy(type_="throughput", max_concurrency=None), ("closed", 4)),  # 4 requests at once
     (_strategy(type_="poisson", rate=0.5), ("poisson", 0.5)),
     (_strategy(type_="constant", rate=2.0), ("constant", 2.0)),
 ])
@@ -227,6 +228,8 @@ _M = "benchmarks.0.metrics"
      "field benchmarks.0.config.strategy.rampup_duration: 5.0 s: clients started"),
     ("guidellm", _g(_strategy(type_="poisson", rate="fast")), FLAGS,
      "field benchmarks.0.config.strategy.rate: a string 'fast'"),
+    ("guidellm", _g(_strategy(streams=None)), FLAGS,
+     "field benchmarks.0.config.strategy.streams: null, not an integer in [1, 10000000]"),
     ("guidellm", lambda t: GUIDELLM, ["--gpu", "H100-SXM"], "field benchmarks.0.config.backend."
      "model: 'Qwen/Qwen3-4B-Thinking-2507' is not a catalog model"),
     ("aiperf", lambda t: _write(t, "bad.json", ""), FLAGS, "bad.json: not JSON"),

@@ -68,7 +68,7 @@ class Run:
         ok = isinstance(v, (int, float)) and not isinstance(v, bool)
         x = float(v) if ok and abs(v) < 1e300 else math.nan
         if not (math.isfinite(x) and (x >= low if inclusive else x > low)):
-            why = "missing" if v is MISSING else f"{got(v)}, not a finite number"
+            why = f"{_shown(v)}, not a finite number"
             raise self.refuse(key, f"{why} {'>=' if inclusive else '>'} {low:g}")
         return x
 
@@ -79,9 +79,12 @@ class Run:
         whole = isinstance(v, float) and v.is_integer() and abs(v) < 1e300
         n = int(v) if whole else v
         if not (isinstance(n, int) and not isinstance(n, bool) and low <= n <= 10_000_000):
-            why = "missing" if v is MISSING else got(v)
-            raise self.refuse(key, f"{why}, not an integer in [{low}, 10000000]")
+            raise self.refuse(key, f"{_shown(v)}, not an integer in [{low}, 10000000]")
         return n
+
+
+def _shown(v) -> str:
+    return "missing" if v is MISSING else "null" if v is None else got(v)
 
 
 @dataclass

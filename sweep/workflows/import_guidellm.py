@@ -4,10 +4,12 @@ one case per benchmark in it. Releases 0.2 and 0.3 keep a benchmark's strategy i
 and ``metrics.request_totals``. A statistic is a distribution over the successful requests
 (``successful``: ``mean``, ``median``, ``percentiles.p90`` ...; zeros with ``count`` 0 where no
 request had it): TTFT in ms, request latency in s, and inter-token latency, a request's
-(last token - first) / (output tokens - 1), which is our TPOT, in ms. The strategy is the load:
+(last token - first) / (output tokens - 1), which is our TPOT, in ms (GuideLLM counts a request
+once a gap, so long answers weigh more in its mean than in ours). The strategy is the load:
 ``synchronous`` one client, ``concurrent`` ``streams`` clients, ``throughput`` at most
-``max_concurrency`` at once (closed loops), ``constant`` or ``poisson`` arrivals at ``rate``
-(open loops; their ``max_concurrency``, a cap on workers, is not the load)."""
+``max_concurrency`` at once (null: GuideLLM's default cap, 512) (closed loops), ``constant`` or
+``poisson`` arrivals at ``rate`` (open loops; their ``max_concurrency``, a cap on workers, is
+not the load)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,6 +21,8 @@ from sweep.workflows.import_fields import Found, Run, Workload, closed_loop, fix
 
 ALLOWED = "GuideLLM's JSON report (guidellm benchmark --output-path FILE.json), 0.2 or later"
 STRATEGIES = "synchronous, concurrent, throughput, constant or poisson"
+#: GuideLLM's cap on requests in flight (``settings.max_concurrency``) where a strategy has none.
+DEFAULT_CAP = 512
 _QUANTITIES = (("time_to_first_token_ms", "ttft_s", 1000.0), ("inter_token_latency_ms",
                "tpot_ms", 1.0), ("request_latency", "e2e_s", 1.0))
 _STATS = (("mean", "mean"), ("median", "p50"), ("percentiles.p90", "p90"),
@@ -73,8 +77,13 @@ def _workload(run: Run, n: int) -> Workload:
         raise run.refuse(f"{key}.rampup_duration", f"{run.get(f'{key}.rampup_duration')} s: "
                          "clients started during the run, which no case replays", "0")
     if kind in ("synchronous", "concurrent", "throughput"):
-        clients = 1 if kind == "synchronous" else run.count(
-            f"{key}.{'streams' if kind == 'concurrent' else 'max_concurrency'}")
+        cap = f"{key}.max_concurrency"
+        if kind == "synchronous":
+            clients = 1
+        elif kind == "concurrent":
+            clients = run.count(f"{key}.streams")
+        else:
+            clients = DEFAULT_CAP if run.get(cap, None) is None else run.count(cap)
         wl = closed_loop(min(clients, n), n)
         why = "a closed loop replays no trace"
     elif kind in ("constant", "poisson"):
