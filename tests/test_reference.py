@@ -392,19 +392,33 @@ def test_truncation(h100):
 
 def test_unstable_queue():
     # One at a time, a request every millisecond, 50 tokens each (~0.3 s): the queue grows.
-    n = 21
+    n = 41
     params = engine_params(Design(batching="one_at_a_time"))
     arrival = np.arange(n) * 1e-3
     req = make_requests(arrival, [20] * n, [50] * n)
     res = simulate_reference(params, req, max_steps=60)
-    # Only request 0 has its first token (after ~6 ms) while the others arrive: 9 wait at the
-    # middle arrival (t = 10 ms), 19 at the last (t = 20 ms), more than 9 + 0.05 x 10 + 1.
+    # Only request 0 has its first token (after ~6 ms) while the others arrive: 20 wait at the
+    # middle arrival (t = 20 ms), 30 three quarters in, 40 at the last: each 10 more, beyond
+    # 0.05 x 10 + 1.
     assert res.first_token[0] < arrival[n // 2]
     assert not (res.first_token[1:] <= arrival[-1]).any()
     assert summarize_reference(res, req, params)["unstable"]
 
     res = simulate_reference(engine_params(Design()), req)  # 256 seats keep up
     assert not summarize_reference(res, req, engine_params(Design()))["unstable"]
+
+
+def test_unstable_needs_a_trend_not_a_burst():
+    # 30 requests a second apart, each served in 0.1 s but the last few, still waiting at the
+    # end. Five at the end is a burst: 1 waits at the middle arrival and three quarters in, 5 at
+    # the last. Fourteen is a trend: 1, then 7 (beyond 1 + 0.05 x 7 + 1), then 14.
+    from sweep.twin.metrics import _unstable
+    n = 30
+    arrival = np.arange(n, dtype=float)
+    real = np.ones(n, dtype=bool)
+    for waiting, grew in ((5, False), (14, True)):
+        first = np.where(np.arange(n) < n - waiting, arrival + 0.1, np.inf)
+        assert _unstable(arrival, first, real, n, 0) == grew
 
 
 def test_littles_law_and_invariants():

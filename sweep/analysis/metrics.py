@@ -39,6 +39,23 @@ def admitted_share(out: EngineOutput, r: Requests, real):
     return cached / jnp.maximum(prompt, 1)
 
 
+def queue_grew(arrival, first, real, warmup, n):
+    """Whether the queue of waiting requests (arrived, no first token yet) is still growing: at
+    the arrivals of the measured requests ``n // 2``, three quarters in and last, each count
+    exceeds the one before by 5% of the requests between them, and one more. Two steps, not
+    one, so a burst in the last seconds of a short run is no trend."""
+    got_first = jnp.where(jnp.isfinite(first), first, jnp.inf)
+
+    def waiting(i):
+        tau = arrival[jnp.clip(warmup + i, 0, arrival.shape[0] - 1)]
+        return (real & (arrival <= tau) & (got_first > tau)).sum()
+    half = n // 2
+    three = half + (n - half) // 2
+    q_half, q_three, q_last = waiting(half), waiting(three), waiting(n - 1)
+    return ((q_three > q_half + 0.05 * (three - half) + 1)
+            & (q_last > q_three + 0.05 * (n - 1 - three) + 1))
+
+
 def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
     m = p.summary
     arrival = out.arrival
@@ -73,18 +90,9 @@ def summarize(out: EngineOutput, r: Requests, p: EngineParams) -> dict:
     tokens = jnp.where(warm, fixed_sum(jnp.where(real, out.generated, 0).astype(jnp.float64)),
                        out.tokens.astype(jnp.float64))
     completed = done.sum()
-    # Waiting (arrived, no first token yet) at the arrival of the middle and the last request.
-    half = n_real // 2
-    got_first = jnp.where(jnp.isfinite(out.first), out.first, jnp.inf)
-
-    def waiting(tau):
-        return (real & (arrival <= tau) & (got_first > tau)).sum()
-
-    q_mid = waiting(arrival[r.warmup + half])
-    q_last = waiting(arrival[jnp.maximum(r.warmup + n_real - 1, 0)])
     # A closed loop's queue holds at most its clients: it cannot grow without bound.
-    unstable = ((r.clients == 0) & (n_real > 0)
-                & (q_last > q_mid + 0.05 * (n_real - 1 - half) + 1))
+    unstable = (r.clients == 0) & (n_real > 0) & queue_grew(arrival, out.first, real,
+                                                            r.warmup, n_real)
     safe_t = jnp.where(t_stop > 0, t_stop, jnp.nan)
     span = jnp.where(t_stop - t0 > 0, t_stop - t0, jnp.nan)
     return {

@@ -29,17 +29,22 @@ def _spread(name: str, x: np.ndarray, qs: tuple[int, ...]) -> dict:
 
 def _unstable(arrival: np.ndarray, first_token: np.ndarray, real: np.ndarray, n: int,
               skip: int) -> bool:
-    """Whether the queue grew: requests waiting (arrived, no first token yet) at the arrival of
-    the last request exceed those at the arrival of the middle one by 5% of the requests between
-    them, and one more (of the ``n`` measured requests, after ``skip`` warm-up ones)."""
+    """Whether the queue is still growing: the requests waiting (arrived, no first token yet)
+    at the arrivals of the measured requests ``n // 2``, three quarters in and last (of ``n``,
+    after ``skip`` warm-up ones) each exceed the count before by 5% of the requests between
+    them, and one more."""
     if n == 0:
         return False
     got_first = np.where(np.isfinite(first_token), first_token, np.inf)
 
-    def waiting(tau):
+    def waiting(i):
+        tau = arrival[skip + i]
         return int(np.count_nonzero(real & (arrival <= tau) & (got_first > tau)))
-    q_mid, q_last = waiting(arrival[skip + n // 2]), waiting(arrival[skip + n - 1])
-    return bool(q_last > q_mid + 0.05 * (n - 1 - n // 2) + 1)
+    half = n // 2
+    three = half + (n - half) // 2
+    q_half, q_three, q_last = waiting(half), waiting(three), waiting(n - 1)
+    return bool(q_three > q_half + 0.05 * (three - half) + 1
+                and q_last > q_three + 0.05 * (n - 1 - three) + 1)
 
 
 def summarize_reference(res: RefResult, req: Requests, params: EngineParams) -> dict:
