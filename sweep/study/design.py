@@ -59,8 +59,9 @@ def check_kind(f, value, types: tuple, what: str) -> None:
 class _Design:
     """One serving design: an attribute per declared key of ``[hardware]``, ``[model]`` and
     ``[levers]`` (``sweep.study.fields``: what each means, its unit, range and default).
-    ``gpu`` and ``model`` are catalog names (or objects). A value of the wrong type is refused
-    when the design is made (``KindError``), every other in ``validate``."""
+    ``gpu`` and ``model`` are catalog names (or objects). A value of the wrong type or outside
+    its key's choices and range is refused when the design is made (``KindError``,
+    ``FieldError``), as the config's reader refuses it; the combinations in ``validate``."""
 
     def __post_init__(self):
         for attr, f in DESIGN_FIELDS.items():
@@ -68,6 +69,12 @@ class _Design:
             if attr in _OBJECTS:
                 types, what = types + (_OBJECTS[attr],), f"{what} (a catalog name)"
             check_kind(f, getattr(self, attr), types, what)
+        for f in _CHECKED:
+            check(f, getattr(self, f.attr), f.section)
+        if isinstance(self.gpu, str):  # a name the catalogs lack: now, not when it is run
+            get_gpu(self.gpu)
+        if isinstance(self.model, str):
+            get_model(self.model)
 
     @property
     def gpu_spec(self) -> GPU:

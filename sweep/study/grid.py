@@ -135,7 +135,7 @@ def build(r: Reader, keys, excludes, max_requests: int):
             continue
         dkey = tuple(dkw.values())
         if dkey not in designs:
-            designs[dkey] = _check_design(r, Design(**dkw), cols, axes)
+            designs[dkey] = _check_design(r, dkw, cols, axes)
         design, reason = designs[dkey]
         _resolved(cols, design)
         if reason is not None:
@@ -283,9 +283,10 @@ def _nothing_left(r: Reader, skipped, n_excluded: int) -> ConfigError:
                  "points; allowed: exclusions that leave a point", index=0)
 
 
-def _check_design(r: Reader, design: Design, cols, axes):
+def _check_design(r: Reader, dkw: dict, cols, axes):
     """(design, None), or (design, why it is skipped) for one that does not fit in memory."""
     try:
+        design = Design(**dkw)
         design.validate()
     except DoesNotFit as exc:
         return design, one_line(exc.reason)
