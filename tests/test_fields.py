@@ -56,12 +56,14 @@ def test_columns_are_pinned():
                                              *(f"{k}_{x}" for k in ("turns", "turn_tokens")
                                                for x in ("dist", "mean", "low", "high",
                                                          "sigma")), "draft",
-                                             "pipeline_parallel", "internode_gbps"]
+                                             "pipeline_parallel", "internode_gbps",
+                                             *(f"think_time_s_{x}"
+                                               for x in ("dist", "low", "high", "sigma"))]
     assert len(set(COLUMNS)) == len(COLUMNS)
     assert set(TEXT_COLUMNS) == {"gpu", "model", "arrival", "prompt_tokens_dist",
                                  "output_tokens_dist", "batching", "kv_cache", "trace", "router",
                                  "calibration", "prefill_gpu", "decode_gpu", "turns_dist",
-                                 "turn_tokens_dist", "draft"}
+                                 "turn_tokens_dist", "draft", "think_time_s_dist"}
 
 
 @pytest.mark.parametrize("cls,declared", [(Design, DESIGN_FIELDS), (Workload, WORKLOAD_FIELDS)])
@@ -81,7 +83,8 @@ def test_declarations_are_well_formed():
     for f in FIELDS:
         assert f.help and f.short, f.key
         assert not (f.choices and f.range), f.key
-        assert f.kind in ("num", "int", "bool", "str", "path", "lengths", "trace"), f.key
+        assert f.kind in ("num", "int", "bool", "str", "path", "lengths", "pauses", "trace"), \
+            f.key
         if f.choices and f.config_default is not None:
             assert f.config_default in f.choices, f.key
         if f.range and f.config_default is not None:

@@ -1,9 +1,9 @@
 """Sessions: a turn's prompt is its session's context so far plus its new tokens, up to the
-context; each turn is sent when the last one's answer is back plus the loop's gap; the engine
-and the twin agree request by request (prefix caching, caches small enough to evict, a CPU tier,
-chunked prefill, speculation); the next turn finds the last one's prompt cached where memory is
-ample; Little's law holds; the keys and the `turn` column. One engine call (one compiled shape)
-serves every case."""
+context; each turn is sent when the last one's answer is back plus its gap (one think time, or
+its own pause drawn from a table); the engine and the twin agree request by request (prefix
+caching, caches small enough to evict, a CPU tier, chunked prefill, speculation); the next turn
+finds the last one's prompt cached where memory is ample; Little's law holds; the keys and the
+`turn` column. One engine call (one compiled shape) serves every case."""
 import functools
 import math
 
@@ -16,6 +16,7 @@ from sweep.cli import main
 from sweep.engine import topology
 from sweep.engine.params import engine_params
 from sweep.study.design import Design
+from sweep.study.lengths import Pauses
 from sweep.study.workload import Lengths, Workload, sample, sample_n
 from sweep.twin import simulate_disaggregated_reference, simulate_replicas_reference
 from tests.helpers import against_the_twin, run_cases
@@ -30,9 +31,13 @@ LITTLE = [(c, z) for c in (2, 5) for z in (0.0, 0.05)]
 LITTLE_SEEDS = 3
 TIERED = ("H100-SXM", "H200", "A100-80GB", "B200")  # GPUs with a host link for a CPU tier
 PATHS = (8, 128)  # every case's paths: at most 8 turns, a node per row
+#: Random cases whose every turn pauses its own draw, after the Little's law cases.
+N_DRAWN = 12
+PAUSES = [Pauses("exponential", 0.05), Pauses("uniform", low=0.0, high=0.3),
+          Pauses("lognormal", 0.02, sigma=1.5)]
 
 
-def _sessions(rng, users: int, sessions: int, think: float, rate: float = 0.0) -> Workload:
+def _sessions(rng, users: int, sessions: int, think, rate: float = 0.0) -> Workload:
     """Sessions of a closed loop of ``users``, or (``rate`` > 0) arriving at ``rate`` per s."""
     arrival = dict(arrival="closed", concurrency=users) if rate == 0 else dict(
         arrival=str(rng.choice(["poisson", "constant", "gamma"])), arrival_rate=rate,
@@ -46,9 +51,9 @@ def _sessions(rng, users: int, sessions: int, think: float, rate: float = 0.0) -
                     output_tokens=Lengths("uniform", 0, 1, 30))
 
 
-def _random_case(rng: np.random.Generator, i: int):
+def _random_case(rng: np.random.Generator, i: int, pauses: Pauses | None = None):
     """A random design (some caching prefixes, with a budget or a CPU tier, some with a cache
-    small enough to evict) on random sessions."""
+    small enough to evict) on random sessions (pausing as ``pauses`` draws, if given)."""
     while True:
         d, _, small = _random_design(rng, i, experts=False)
         if d.batching == "continuous" and d.kv_cache == "paged" and rng.random() < 0.8:
@@ -66,8 +71,9 @@ def _random_case(rng: np.random.Generator, i: int):
             one_seq = math.ceil(CONTEXT / int(p.block_tokens)) + int(p.seq_blocks)
             p = p._replace(total_blocks=np.int32(rng.integers(one_seq, one_seq + 8)))
         rate = float(rng.choice([2.0, 20.0, 200.0])) if i % 2 else 0.0  # every other: open
-        wl = _sessions(rng, int(rng.choice([1, 3, 8, 20])), int(rng.integers(3, 13)),
-                       float(rng.choice([0.0, 0.01, 0.2])), rate)
+        users, sessions = int(rng.choice([1, 3, 8, 20])), int(rng.integers(3, 13))
+        think = float(rng.choice([0.0, 0.01, 0.2]))
+        wl = _sessions(rng, users, sessions, think if pauses is None else pauses, rate)
         return d, p, sample_n(wl, int(rng.integers(0, 2**31)), CONTEXT, SLOTS, PATHS)
 
 
@@ -83,10 +89,19 @@ def _little(users: int, think: float, seed: int):
 
 @pytest.fixture(scope="module")
 def runs():
-    """The random cases (every other one open), then Little's law's, in one engine call."""
+    """The random cases (every other one open), then Little's law's, then random ones of drawn
+    pauses, in one engine call."""
     rng = np.random.default_rng(20261204)
     little = [_little(c, z, s) for c, z in LITTLE for s in range(LITTLE_SEEDS)]
-    return run_cases([_random_case(rng, i) for i in range(N_RANDOM)] + little, SEATS, K_MAX)
+    drawn = np.random.default_rng(20261207)
+    return run_cases([_random_case(rng, i) for i in range(N_RANDOM)] + little
+                     + [_random_case(drawn, i, PAUSES[i % len(PAUSES)]) for i in range(N_DRAWN)],
+                     SEATS, K_MAX)
+
+
+def _gap(r, params, rows) -> np.ndarray:
+    """Rows ``rows``' gaps: their pauses and the request overhead."""
+    return np.asarray(r.think)[rows] + float(params.summary.request_overhead_s)
 
 
 def test_a_turn_is_the_context_so_far_plus_its_new_tokens():
@@ -136,7 +151,8 @@ def test_open_sessions_start_at_their_arrivals_and_turns_follow_their_answers(ru
     a request's would be), each later turn the gap after its predecessor's finish; requests are
     indexed in the order they arrive."""
     designs, params, reqs, out, _ = runs
-    for b in range(1, N_RANDOM, 2):
+    drawn = range(N_RANDOM + len(LITTLE) * LITTLE_SEEDS, len(designs))
+    for b in [*range(1, N_RANDOM, 2), *drawn[1::2]]:
         r = reqs[b]
         turn = np.asarray(r.turn)
         arrival, finish = np.asarray(out.arrival[b]), np.asarray(out.finish[b])
@@ -144,23 +160,42 @@ def test_open_sessions_start_at_their_arrivals_and_turns_follow_their_answers(ru
         np.testing.assert_array_equal(arrival[first], np.asarray(r.arrival)[first])
         assert (np.diff(arrival[first]) >= 0).all()
         later = np.flatnonzero(turn[1:] > 1) + 1
-        gap = float(r.think) + float(params[b].summary.request_overhead_s)
-        np.testing.assert_allclose(arrival[later], finish[later - 1] + gap, rtol=1e-12)
+        np.testing.assert_allclose(arrival[later],
+                                   finish[later - 1] + _gap(r, params[b], later), rtol=1e-12)
+
+
+def test_drawn_pauses_send_each_turn_its_own_pause_after_the_last_answer(runs):
+    """With pauses drawn per turn, each turn (and in a closed loop each user's next session)
+    is sent its own pause after the answer before it, so a turn sent later may arrive first:
+    the requests are indexed in the order they arrive."""
+    designs, params, reqs, out, _ = runs
+    overtaken = 0
+    for b in range(N_RANDOM + len(LITTLE) * LITTLE_SEEDS, len(designs)):
+        r = reqs[b]
+        turn = np.asarray(r.turn)
+        arrival, finish = np.asarray(out.arrival[b]), np.asarray(out.finish[b])
+        later = np.flatnonzero(turn[1:] > 1) + 1
+        assert np.ptp(np.asarray(r.think)[later]) > 0
+        np.testing.assert_allclose(arrival[later],
+                                   finish[later - 1] + _gap(r, params[b], later), rtol=1e-12)
+        sent = finish[later - 1]
+        overtaken += bool(np.any(np.diff(arrival[later][np.argsort(sent, kind="stable")]) < 0))
+    assert overtaken >= N_DRAWN // 2
 
 
 def test_each_turn_follows_the_last_answer_and_finds_its_prompt_cached(runs):
     """Every session's turns are all served, each sent the loop's gap after its predecessor's
     finish; under prefix caching with memory to spare it finds that turn's prompt cached."""
     designs, params, reqs, out, _ = runs
-    for b in range(N_RANDOM, len(designs)):
+    for b in range(N_RANDOM, N_RANDOM + len(LITTLE) * LITTLE_SEEDS):
         r = reqs[b]
         turn, prompt = np.asarray(r.turn), np.asarray(r.prompt)
         arrival, finish = np.asarray(out.arrival[b]), np.asarray(out.finish[b])
         real = turn > 0
         assert np.isfinite(finish[real]).all()
         later = np.flatnonzero(turn[1:] > 1) + 1
-        gap = float(r.think) + float(params[b].summary.request_overhead_s)
-        np.testing.assert_allclose(arrival[later], finish[later - 1] + gap, rtol=1e-12)
+        np.testing.assert_allclose(arrival[later],
+                                   finish[later - 1] + _gap(r, params[b], later), rtol=1e-12)
         np.testing.assert_array_equal(np.asarray(out.cached_tokens[b])[later], prompt[later - 1])
 
 
@@ -286,13 +321,13 @@ def _twin(d: Design, reqs):
 
 
 @functools.cache
-def _on_fleets(rate: float):
-    """Sessions of a closed loop (``rate`` 0) or arriving at ``rate`` per s on every fleet, in
-    one simulation call (its compiled programs serve the tests of both): (designs, result,
-    requests)."""
+def _on_fleets(rate: float, think=0.5):
+    """Sessions of a closed loop (``rate`` 0) or arriving at ``rate`` per s on every fleet,
+    pausing ``think``, in one simulation call (its compiled programs serve the tests of both):
+    (designs, result, requests)."""
     wl = Workload(**(dict(arrival="closed", concurrency=5) if rate == 0 else
                      dict(arrival="poisson", arrival_rate=rate)),
-                  num_requests=9, duration_s=None, think_time_s=0.5,
+                  num_requests=9, duration_s=None, think_time_s=think,
                   turns=Lengths("uniform", 0, 1, 5), turn_tokens=Lengths("uniform", 0, 20, 200),
                   prompt_tokens=Lengths("uniform", 0, 200, 1500),
                   output_tokens=Lengths("uniform", 0, 5, 60))
@@ -302,14 +337,15 @@ def _on_fleets(rate: float):
     return designs, res, sample(wl, 0, base.context_limit)
 
 
-@pytest.mark.parametrize("rate", [0.0, 3.0])
-def test_sessions_on_every_topology_agree_with_the_twin(rate):
-    """Sessions, closed and open, behind every router, on data-parallel ranks and on
-    disaggregated pools: each turn reaches the servers as an open request when the last
-    one's answer is back plus the gap, and the engine and the twin agree request by request,
-    arrivals included. Round robin spreads a session's turns (its cache finds fewer of them)
-    where the prefix-aware router follows them."""
-    designs, res, reqs = _on_fleets(rate)
+@pytest.mark.parametrize("rate, think", [(0.0, 0.5), (3.0, 0.5),
+                                         (0.0, Pauses("exponential", 0.5))])
+def test_sessions_on_every_topology_agree_with_the_twin(rate, think):
+    """Sessions, closed and open, pausing alike or each turn its own draw, behind every
+    router, on data-parallel ranks and on disaggregated pools: each turn reaches the servers
+    as an open request when the last one's answer is back plus its gap, and the engine and
+    the twin agree request by request, arrivals included. Round robin spreads a session's turns
+    (its cache finds fewer of them) where the prefix-aware router follows them."""
+    designs, res, reqs = _on_fleets(rate, think)
     real = np.isfinite(np.asarray(reqs.arrival))
     turn = np.asarray(reqs.turn)[real]
     later = np.flatnonzero(turn[1:] > 1) + 1
@@ -321,7 +357,7 @@ def test_sessions_on_every_topology_agree_with_the_twin(rate):
                           ("finish_s", ref.finish)):
             np.testing.assert_allclose(mine[col], twin[real], rtol=1e-12, err_msg=str(d))
         np.testing.assert_array_equal(mine["cached_tokens"], ref.cached_tokens[real])
-        gap = 0.5 + float(topology.plan(d).system.summary.request_overhead_s)
+        gap = _gap(reqs, topology.plan(d).system, np.flatnonzero(real)[later])
         np.testing.assert_allclose(mine["arrival_s"].to_numpy()[later],
                                    mine["finish_s"].to_numpy()[later - 1] + gap, rtol=1e-12)
         cached[d.router if d.replicas > 1 else i] = int(mine["cached_tokens"].sum())

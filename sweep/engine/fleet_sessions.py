@@ -66,17 +66,19 @@ def split_sessions(r: Requests, chosen, replicas: int, slots: int) -> list[Reque
             path=_column(mine, np.arange(idx.size), slots, -1),
             node_start=_column(r.node_start, idx, slots, 0),
             node_end=_column(r.node_end, idx, slots, 0), turn=_column(r.turn, idx, slots, 0),
+            think=_column(np.broadcast_to(r.think, real.shape), idx, slots, 0.0),
             clients=np.int32(share(int(r.clients), j, replicas))))
     return subs
 
 
-def sent(r: Requests, finish, gap: float) -> tuple[np.ndarray, np.ndarray]:
+def sent(r: Requests, finish, gap) -> tuple[np.ndarray, np.ndarray]:
     """The turns' arrivals, by row, as the finish times ``finish`` (by row; nan: none) send
     them, and the rows in the order they arrive (the rows not sent last). As one server's
     (``features.sessions``): the starts (open: each session at its arrival; closed: the first
     ``clients`` sessions at 0), and each finish, in time order (simultaneous ones in their
-    requests' order of arrival), sending ``gap`` later its session's next turn or, closed,
-    after its last the next session's first; a start before a send at the same time."""
+    requests' order of arrival), sending its session's next turn or, closed, after its last the
+    next session's first, that row's ``gap`` later; a start before a send at the same time, an
+    earlier send before a later one."""
     turn = np.asarray(r.turn)
     n, clients = turn.shape[0], int(r.clients)
     opener = np.flatnonzero(turn == 1).tolist()
@@ -100,7 +102,7 @@ def sent(r: Requests, finish, gap: float) -> tuple[np.ndarray, np.ndarray]:
             new, opened = opener[opened], opened + 1
         else:
             continue
-        place(new, (t + gap, 1, sends))
+        place(new, (t + gap[new], 1, sends))
         sends += 1
     order = sorted(range(n), key=lambda q: (key[q] is None, key[q] or (), q))
     return arrival, np.asarray(order, np.int64)

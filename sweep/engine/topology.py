@@ -102,7 +102,8 @@ def nothing(like: Requests) -> Requests:
     return Requests(np.full(n, np.inf), np.ones(n, np.int32), np.ones(n, np.int32),
                     np.float64(np.inf), np.uint32(0), np.full(n, -1, np.int32),
                     np.full((n, length), -1, np.int32), np.zeros(nodes, np.int32),
-                    np.zeros(nodes, np.int32), turn=np.zeros_like(np.asarray(like.turn)))
+                    np.zeros(nodes, np.int32), think=np.zeros_like(np.asarray(like.think)),
+                    turn=np.zeros_like(np.asarray(like.turn)))
 
 
 def split(r: Requests, chosen, replicas: int) -> list[Requests]:
@@ -121,6 +122,7 @@ def split(r: Requests, chosen, replicas: int) -> list[Requests]:
                                output=np.concatenate([r.output[idx], pad.output[k:]]),
                                prefix=np.concatenate([r.prefix[idx], pad.prefix[k:]]),
                                path=np.concatenate([np.asarray(r.path)[idx], pad.path[k:]]),
+                               think=_rows(r.think, idx, pad.think, k),
                                turn=_rows(r.turn, idx, pad.turn, k)))
     return subs
 
@@ -157,13 +159,15 @@ def decode_requests(r: Requests, ready) -> tuple[Requests, np.ndarray]:
                         end_time=r.end_time, seed=r.seed), order
 
 
-def closed_arrivals(r: Requests, finish, gap: float) -> np.ndarray:
+def closed_arrivals(r: Requests, finish, gap) -> np.ndarray:
     """A closed loop's arrivals as the finish times ``finish`` (in any order; nan: none) send
-    them, ``gap`` after each, by the engine's rule (``features.closed_loop.closed_arrival``);
-    +inf for a request not yet sent."""
+    them, the j-th (in time order) ``gap[clients + j]`` after it (each row's gap), by the
+    engine's rule (``features.closed_loop.closed_arrival``: the sends in time order); +inf for a
+    request not yet sent."""
     n = r.arrival.shape[0]
     done = np.sort(finish[np.isfinite(finish)])
-    spawn = np.concatenate([done + gap, np.full(n - done.size, np.inf)])
+    due = np.sort(done + gap[np.minimum(int(r.clients) + np.arange(done.size), n - 1)])
+    spawn = np.concatenate([due, np.full(n - done.size, np.inf)])
     return closed_arrival(r, spawn, np.arange(n), xp=np)
 
 
@@ -274,7 +278,7 @@ def run(plans: list, reqs: Requests, call: Callable, width: int,
     rows = [_pick(reqs, k) for k in range(m)]
     n = rows[0].arrival.shape[0]
     chosen = [route(p, r) for p, r in zip(plans, rows)]
-    sends = {k: _sends(r, float(r.think) + float(p.system.summary.request_overhead_s))
+    sends = {k: _sends(r, np.broadcast_to(r.think, (n,)) + p.system.summary.request_overhead_s)
              for k, (p, r) in enumerate(zip(plans, rows)) if _looped(p, r)}
     # Each loop's arrivals by row as the finishes so far send them (+inf: not yet sent), and
     # the order of its rows as they arrive.
@@ -322,8 +326,9 @@ def _looped(p: Plan, r: Requests) -> bool:
     return not plain(p) and (int(r.clients) > 0 or sessions_of(r)) and not by_session(p, r)
 
 
-def _sends(r: Requests, gap: float) -> Callable:
-    """A loop's rule from finishes (by row) to arrivals (by row) and the rows' order."""
+def _sends(r: Requests, gap) -> Callable:
+    """A loop's rule from finishes (by row) to arrivals (by row) and the rows' order (``gap``:
+    each row's)."""
     if sessions_of(r):
         return lambda finish: sent(r, finish, gap)
     order = np.arange(r.arrival.shape[0])

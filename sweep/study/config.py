@@ -23,7 +23,8 @@ from sweep.physics.catalog import CATALOG as MODEL_CATALOG
 from sweep.physics.hf_config import load_hf_config
 from sweep.study.fields import COLUMNS, KEYS, SECTIONS, WORKLOAD_FIELDS
 from sweep.study.grid import Point, build, check_size, parse_excludes
-from sweep.study.lengths import LENGTH_KEYS, LENGTH_USES, Lengths, length_columns
+from sweep.study.lengths import (LENGTH_KEYS, LENGTH_USES, Lengths, Pauses, length_columns,
+                                 pause_columns)
 from sweep.study.profile import load_profile
 from sweep.study.reader import Reader
 from sweep.study.sections import (CAPACITY_DEFAULTS, DEFAULT_MAX_REQUESTS, Limit, parse_brief,
@@ -224,6 +225,8 @@ class _Parser(Reader):
         f = KEYS[sec][key]
         if f.kind == "lengths":
             return self.lengths(parts, v)
+        if f.kind == "pauses":
+            return self.pauses(parts, v)
         if isinstance(v, dict) and FACTORS.get(key, ("",))[0] == sec:
             return self.uncertain_factor(parts, v)
         if f.kind == "trace":
@@ -259,6 +262,28 @@ class _Parser(Reader):
         lengths = Lengths(dist=dist, **vals)
         cols = length_columns(parts[1], lengths)
         return (cols, {}, {parts[1]: lengths}), tuple(cols.values())
+
+    def pauses(self, parts, v):
+        """A number of seconds, or a length table of them (``lengths.Pauses``) giving every key
+        its distribution uses; its ranges are the workload's to check."""
+        if isinstance(v, dict):
+            t = self.table(parts, v, LENGTH_KEYS)
+            if "dist" not in t:
+                raise self.err(parts, "a table needs dist; allowed: dist = "
+                                      + ", ".join(f'"{d}"' for d in LENGTH_USES))
+            dist, uses = self.distribution(parts, t, t["dist"], LENGTH_USES)
+            for k in uses:
+                if k not in t:
+                    raise self.err(parts, f"{dist} needs {k}; allowed: {{ dist = \"{dist}\", "
+                                          + ", ".join(f"{u} = NUMBER" for u in uses) + " }")
+            x = Pauses(dist, **{k: self.number(parts + [k], t[k]) for k in uses})
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            x = self.number(parts, v)
+        else:
+            raise self.err(parts, f"must be a number of seconds or a table like {{ dist = "
+                                  f"\"exponential\", mean = 7.0 }}, got {got(v)}")
+        cols = pause_columns(parts[1], x)
+        return (cols, {}, {parts[1]: x}), tuple(cols.values())
 
     def uncertain_factor(self, parts, v):
         """A factor given as a distribution: drawn per seed by the runner; the design holds its

@@ -21,7 +21,7 @@ from sweep.physics.memory import DEFAULT_OVERHEAD_FRACTION
 from sweep.physics.catalog import CATALOG as MODEL_CATALOG
 from sweep.physics.drafts import DRAFTS
 from sweep.study.batching import POLICIES
-from sweep.study.lengths import LENGTH_KEYS, Lengths
+from sweep.study.lengths import LENGTH_KEYS, PAUSE_KEYS, Lengths
 
 BATCHING = tuple(POLICIES)
 KV_CACHE = ("contiguous", "paged")
@@ -81,8 +81,8 @@ class Range(NamedTuple):
 
 class Field(NamedTuple):
     """One config key. Kinds: ``num`` (a finite number, kept as float), ``int``, ``bool``,
-    ``str``, ``path`` (a file read into another key), ``lengths`` (a length table) and
-    ``trace`` (a trace file)."""
+    ``str``, ``path`` (a file read into another key), ``lengths`` (a length table), ``pauses``
+    (a number or a length table of seconds, ``lengths.Pauses``) and ``trace`` (a trace file)."""
 
     key: str
     section: str  # the config table that holds it (SECTIONS)
@@ -164,9 +164,6 @@ _model_draft = Applies(lambda d, w: d["draft"] == "model", 'with draft = "model"
 _untraced = Applies(lambda d, w: w.get("trace") is None, "without a trace")
 _open = Applies(lambda d, w: w["arrival"] != "closed",
                 'with open arrivals (poisson, constant, gamma or a trace), not arrival = "closed"')
-
-
-
 _across_nodes = Applies(
     lambda d, w: d.get("pipeline_parallel", 1) > 1 or d.get("gpus", 1) * d.get(
         "data_parallel", 1) > getattr(GPU_CATALOG.get(d["gpu"], d["gpu"]), "node_gpus", 8),
@@ -271,8 +268,7 @@ FIELDS: tuple[Field, ...] = (
     _lever("kv_bits", default=16, choices=KV_BITS, help="KV cache precision",
            short="KV cache precision"),
     _lever("draft_tokens", default=0, engine="int32", range=Range(0, MAX_DRAFT_TOKENS),
-           unit="tokens",
-           shown="0 (off)",
+           unit="tokens", shown="0 (off)",
            help="speculative draft length", short="speculative draft length"),
     _lever("acceptance", "num", 0.7, range=Range(0.0, 1.0), draw=3, when=_model_draft,
            help="acceptance probability per drafted token", short="per-token acceptance"),
@@ -328,8 +324,7 @@ FIELDS: tuple[Field, ...] = (
            help="reuse cached prefixes' KV (paged cache only)",
            short="reuse cached prefixes (paged only)"),
     _lever("prefill_chunk_tokens", default=0, engine="int32", range=Range(0, MAX_TOKENS_PER_PASS),
-           unit="tokens",
-           shown="0 (off)",
+           unit="tokens", shown="0 (off)",
            help="prefill tokens per pass at most (chunked prefill)", short="chunked prefill"),
     _lever("max_num_batched_tokens", default=0, engine="int32", range=Range(0, MAX_TOKENS_PER_PASS),
            unit="tokens", shown="0 (off)", help="vLLM's token budget per pass, decodes first",
@@ -379,11 +374,14 @@ FIELDS: tuple[Field, ...] = (
         help="requests sent before the `num_requests` measured ones (a closed loop's, or open "
              "arrivals' with `num_requests`), excluded from every metric: caches warm up",
         short="sent first, not measured"),
-    _wl("think_time_s", default=0.0, range=Range(0.0, _INF, says=">= 0 seconds"), unit="s",
+    _wl("think_time_s", "pauses", 0.0, range=Range(0.0, _INF, says=">= 0 seconds"), unit="s",
+        values="number >= 0 or length table, s",
         when=Applies(lambda d, w: w["arrival"] == "closed" or w.get("turns") is not None,
                      'with arrival = "closed" or sessions (turns)'),
         help="`closed` or sessions: a client's pause between a response and its next request "
-             "(a session's next turn)", short="pause per request (closed, sessions)"),
+             "(a session's next turn); a length table draws each pause, in seconds, unrounded "
+             "([model.md](model.md))",
+        short="pause per request (closed, sessions)"),
     _hw("allreduce_growth", range=Range(0.0, 10.0), gpu_default=True, fitted="engine",
         help="share of `allreduce_latency_us` each GPU past 2 adds: 1, `n - 1` times it; 0, one "
              "latency at any degree", short="all-reduce latency growth"),
@@ -453,12 +451,14 @@ ENGINE_FITTED = tuple(f.key for f in FIELDS if f.fitted == "engine")
 #: before them (outside readers rely on the order, so a newer key's columns come last).
 _BEFORE_DERIVED = 1 + next(i for i, f in enumerate(FIELDS)
                            if f.key == "allreduce_bandwidth_efficiency")
+#: A pause key's column is its mean pause; a table's keys come after every other column.
+PAUSE_COLUMNS = [f"{f.key}_{k}" for f in FIELDS if f.kind == "pauses" for k in PAUSE_KEYS]
 COLUMNS: list[str] = ([c for f in FIELDS[:_BEFORE_DERIVED] for c in f.columns]
                       + list(DERIVED_COLUMNS)
-                      + [c for f in FIELDS[_BEFORE_DERIVED:] for c in f.columns])
+                      + [c for f in FIELDS[_BEFORE_DERIVED:] for c in f.columns] + PAUSE_COLUMNS)
 #: Columns that hold strings (a brief limit on them makes no sense).
-TEXT_COLUMNS = tuple(c for f in FIELDS for c in f.columns
-                     if f.kind in ("str", "trace") or c.endswith("_dist")) + ("calibration",)
+TEXT_COLUMNS = tuple(c for f in FIELDS for c in f.columns if f.kind in ("str", "trace")) + tuple(
+    c for c in COLUMNS if c.endswith("_dist")) + ("calibration",)
 NUMERIC_COLUMNS = [c for c in COLUMNS if c not in TEXT_COLUMNS]
 
 

@@ -13,7 +13,7 @@ from sweep.physics.timing import kv_efficiency
 from sweep.study.design import Design
 from sweep.study.fields import (ATTRS, COLUMNS, CONDITIONAL, DESIGN_FIELDS, FIELDS, KEYS,
                                 WORKLOAD_FIELDS)
-from sweep.study.lengths import length_columns
+from sweep.study.lengths import length_columns, pause_columns
 from sweep.study.reader import Reader
 from sweep.study.workload import Workload
 
@@ -167,6 +167,8 @@ def columns(design: Design, workload: Workload, uncertain=()) -> dict:
     for f in FIELDS:
         if f.kind == "lengths":
             cols.update(length_columns(f.key, wkw[f.attr]))
+        elif f.kind == "pauses":
+            cols.update(pause_columns(f.key, wkw[f.attr]))
         elif f.attr:
             v = (wkw if f.section == "workload" else dkw)[f.attr]
             cols[f.attr] = getattr(v, "name", v)
@@ -227,7 +229,7 @@ def _axes(axis_keys) -> list[str]:
     """The columns the axes vary, in file order (of a length axis, those that differ)."""
     axes: list[str] = []
     for sec, key, options in axis_keys:
-        if KEYS[sec][key].kind == "lengths":
+        if KEYS[sec][key].kind in ("lengths", "pauses"):
             varying = [c for c in options[0][0] if len({_hashable(o[0][c]) for o in options}) > 1]
             axes.extend(c for c in varying if c not in axes)
         else:
@@ -251,8 +253,9 @@ def _fill(cols, dkw, wkw) -> None:
     for f in CONDITIONAL:
         kw = wkw if f.section == "workload" else dkw
         on = f.when(dkw, wkw)
-        if f.kind == "lengths":
-            cols.update(length_columns(f.key, kw[f.attr] if on else None))
+        if f.kind in ("lengths", "pauses"):
+            table = length_columns if f.kind == "lengths" else pause_columns
+            cols.update(table(f.key, kw[f.attr] if on else None))
         elif on:
             v = kw[f.attr]
             cols[f.attr] = float(v) if f.kind == "num" and v is not None else v

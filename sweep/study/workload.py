@@ -22,7 +22,7 @@ from sweep.runtime import executables
 from sweep.study.design import KINDS, check_kind
 from sweep.study.fields import ARRIVALS, WORKLOAD_FIELDS, check, declared, declared_class
 from sweep.study import sessions
-from sweep.study.lengths import DISTS, Lengths
+from sweep.study.lengths import DISTS, Lengths, Pauses, lengths, pauses
 from sweep.study.trace import MAX_TOKENS, Trace
 
 _KINDS = ARRIVALS + ("trace",)
@@ -32,8 +32,9 @@ POISSON, CONSTANT, GAMMA, CLOSED, TRACE = range(5)
 MAX_PREFIXES = 128
 #: The Python types of a workload's values, by kind (``design.KINDS`` and its own two).
 _KIND_TYPES = {**KINDS, "lengths": ((Lengths,), "a Lengths (sweep.study.lengths)"),
+               "pauses": ((int, float, Pauses), "a number or a Pauses (sweep.study.lengths)"),
                "trace": ((Trace,), "a Trace (sweep.study.trace.load_trace)")}
-#: A length distribution's attributes: their kinds.
+#: A length distribution's attributes: their kinds (a pause table's are all numbers).
 _LENGTH_KINDS = {"dist": "str", "mean": "num", "low": "int", "high": "int", "sigma": "num"}
 
 
@@ -55,7 +56,8 @@ class _Workload:
     ``closed`` arrivals: ``concurrency`` clients send ``warmup_requests`` then ``num_requests``
     requests in turn, each its next one ``think_time_s`` after its last one finished (the
     engine times them: docs/model.md "Closed loop"); the run ends when every one is done. Open
-    arrivals with ``num_requests`` send ``warmup_requests`` first too, at the same rate.
+    arrivals with ``num_requests`` send ``warmup_requests`` first too, at the same rate. A
+    ``Pauses`` table for ``think_time_s`` draws each pause on its own (``Requests.think``).
 
     ``duration_s`` left out is 60 s, or unset where ``num_requests``, a closed loop or a trace
     sets the length of the run, as a config needs. A value of the wrong type is refused when
@@ -70,9 +72,9 @@ class _Workload:
         for attr, f in WORKLOAD_FIELDS.items():
             value = getattr(self, attr)
             check_kind(f, value, *_KIND_TYPES[f.kind])
-            if f.kind == "lengths" and value is not None:
+            if isinstance(value, (Lengths, Pauses)):
                 for k, kind in _LENGTH_KINDS.items():
-                    types, what = KINDS[kind]
+                    types, what = KINDS["num" if f.kind == "pauses" and k != "dist" else kind]
                     part = f._replace(key=f"{f.key}.{k}", kind=kind,
                                       choices=DISTS if k == "dist" else ())
                     check_kind(part, getattr(value, k), types, what)
@@ -85,9 +87,8 @@ class _Workload:
                              "with one", "a trace file, or arrival = "
                              f"{', '.join(ARRIVALS)} without one")
         for f in WORKLOAD_FIELDS.values():
-            if f.kind == "lengths":
-                if getattr(self, f.attr) is not None:
-                    getattr(self, f.attr).validate(f"workload.{f.attr}")
+            if isinstance(getattr(self, f.attr), (Lengths, Pauses)):
+                getattr(self, f.attr).validate(f"workload.{f.attr}")
             elif not (f.attr == "arrival" and self.trace is not None):
                 check(f, getattr(self, f.attr), "workload")
         if self.trace is not None:
@@ -169,10 +170,12 @@ class Requests(NamedTuple):
     path: jax.Array  # int32 [N, L], the nodes in prompt order, -1 after the last
     node_start: jax.Array  # int32 [K], prompt tokens before each node (the same on every path)
     node_end: jax.Array  # int32 [K], prompt tokens up to its end
-    # A closed loop (docs/model.md "Closed loop"): request i >= clients arrives at the i-th
-    # finish, plus ``think``; ``arrival`` (0) is only a lower bound there. 0 clients: open.
+    # A closed loop (docs/model.md "Closed loop"): request i >= clients arrives at a finish
+    # plus a client's pause; ``arrival`` (0) is only a lower bound there. 0 clients: open.
     clients: jax.Array = np.int32(0)  # int32 []
-    think: jax.Array = np.float64(0.0)  # float64 [], seconds
+    # Each row's pause, seconds: a session's turn is sent its own after the last turn's answer;
+    # a closed loop's j-th finish pauses request clients + j's (one value: every row's).
+    think: jax.Array = np.float64(0.0)  # float64 [N] (or [])
     warmup: jax.Array = np.int32(0)  # int32 [], the first requests, excluded from every metric
     # Sessions (docs/model.md "Sessions"): each row's turn in its session, 1 first (0: not a
     # session's); a session's turns are consecutive rows. The engine sends them in its own order.
@@ -197,20 +200,6 @@ def requests(arrival, prompt, output, end_time=np.inf, seed=0, prefix=None, pref
                     output=np.asarray(output, np.int32), end_time=np.float64(end_time),
                     seed=np.uint32(seed), **shared_paths(
                         np.full(n, -1) if prefix is None else prefix, prefix_tokens), **loop)
-
-
-def _lengths(key, par, n: int, limit):
-    """Every distribution is drawn and one is selected, so the kind is data, not a compile-time
-    constant (a draw costs far less than a recompilation)."""
-    kind, mean, low, high, sigma = par
-    e = jax.random.exponential(key, (n,), jnp.float64)
-    u = jax.random.uniform(key, (n,), jnp.float64)
-    z = jax.random.normal(key, (n,), jnp.float64)
-    x = jnp.select(
-        [kind == 0, kind == 1, kind == 2],
-        [jnp.full((n,), mean), e * mean, low + jnp.floor(u * (high - low + 1))],
-        jnp.exp(jnp.log(mean) - 0.5 * sigma**2 + sigma * z))
-    return jnp.clip(jnp.round(x), 1, limit).astype(jnp.int32)
 
 
 #: Candidates per Gamma draw; all are rejected with probability < 0.05**8 ~ 4e-11 per draw.
@@ -253,7 +242,7 @@ class WorkloadParams(NamedTuple):
     trace: tuple  # a trace's rows (arrival, prompt, output, path) and nodes (start, end),
     # padded; else unused
     prefix: tuple  # shared prefixes: count, tokens, share of requests using one
-    loop: tuple  # a closed loop's clients (0: open), think time, warm-up requests
+    loop: tuple  # a closed loop's clients (0: open), pauses (``_par``), warm-up requests
     session: tuple  # sessions' turn counts and new tokens (length tables), most turns (0: none)
 
 
@@ -280,16 +269,18 @@ def _sample(n: int, gamma: bool, a: WorkloadParams) -> Requests:
     u_use, u_id = jax.random.uniform(jax.random.fold_in(jax.random.PRNGKey(a.seed), 3), (2, n),
                                      jnp.float64)
     uses = u_use < p_share
-    sampled = _lengths(k_in, a.prompt, n, limit)
+    sampled = lengths(k_in, a.prompt, n, limit)
     prompt = jnp.where(is_trace, jnp.clip(t_prompt, 1, limit),
                        jnp.where(uses, jnp.minimum(sampled + p_tokens, limit), sampled))
     prefix = jnp.where(uses & (prompt > p_tokens),
                        jnp.minimum(jnp.floor(u_id * p_count), p_count - 1), -1).astype(jnp.int32)
-    drawn = _lengths(k_out, a.output, n, limit)
+    drawn = lengths(k_out, a.output, n, limit)
     output = jnp.minimum(jnp.where(is_trace, jnp.clip(t_out, 1, limit), drawn),
                          a.max_context - prompt)
     last = jnp.max(jnp.where(jnp.isfinite(arrival), arrival, 0.0))
     clients, think, warmup = a.loop
+    # Pauses from their own key (folded in), so the other draws keep their bits.
+    think = pauses(jax.random.fold_in(jax.random.PRNGKey(a.seed), 7), think, n)
     # A shared prefix is a path of one node, prefix c's; a trace's paths come as they are.
     shared = jnp.full(t_path.shape, -1, jnp.int32).at[:, 0].set(prefix)
     r = Requests(arrival, prompt, output, last + a.drain, jnp.asarray(a.seed, jnp.uint32),
@@ -306,8 +297,8 @@ def _sessions(r: Requests, a: WorkloadParams, n: int, first_prompt, output, limi
     turns_par, new_par, t_max, count = a.session
     k_turns, k_new = sessions.draw_keys(a.seed)
     rows = sessions.table(n, r.path.shape[1], r.node_end.shape[0], r.arrival,
-                          _lengths(k_turns, turns_par, n, 2**30), first_prompt,
-                          _lengths(k_new, new_par, n, limit), output, count, t_max, limit)
+                          lengths(k_turns, turns_par, n, 2**30), first_prompt,
+                          lengths(k_new, new_par, n, limit), output, count, t_max, limit)
     real, prompt, out, turn, path, start, end, arrival = rows
     on = t_max > 0
     # Each turn's arrival is its session's: a bound (the engine sends the later turns).
@@ -318,9 +309,17 @@ def _sessions(r: Requests, a: WorkloadParams, n: int, first_prompt, output, limi
                       node_end=jnp.where(on, end, r.node_end), turn=jnp.where(on, turn, 0))
 
 
-def _par(x: Lengths):
+def _par(x: Lengths | Pauses):
     return (np.int32(DISTS.index(x.dist)),) + tuple(
         np.float64(v) for v in (x.mean, x.low, x.high, x.sigma))
+
+
+def _pauses(wl: Workload) -> Pauses:
+    """The pauses of a closed loop or of sessions (a number: all alike), else none."""
+    if wl.arrival != "closed" and wl.turns is None:
+        return Pauses("fixed", 0.0)
+    think = wl.think_time_s
+    return think if isinstance(think, Pauses) else Pauses("fixed", float(think))
 
 
 def sample(wl: Workload, seed: int, max_context: int) -> Requests:
@@ -422,9 +421,7 @@ def workload_params(wl: Workload, seed, max_context, n: int,
         max_context=np.int32(max_context), trace=rows,
         prefix=(np.int32(wl.prefix_count), np.int32(wl.prefix_tokens),
                 np.float64(wl.prefix_share)),
-        loop=(np.int32(_clients(wl)),
-              np.float64(wl.think_time_s if closed or wl.turns is not None else 0.0),
-              np.int32(wl.warmup_requests)),
+        loop=(np.int32(_clients(wl)), _par(_pauses(wl)), np.int32(wl.warmup_requests)),
         session=sessions.params(wl, _par))
 
 

@@ -4,27 +4,32 @@ happen (``send``); a fleet's arrivals are the fixed point of serving and sending
 rounds (``closed_loop``)."""
 from __future__ import annotations
 
+import bisect
 import math
 
 import numpy as np
 
-from sweep.engine.params import EngineParams
 from sweep.study.workload import Requests
 from sweep.twin import sessions
 from sweep.twin.state import RefResult, Twin, columns
 
 
 def send(tw: Twin, t: float, req: int) -> None:
-    """A closed loop's finish (the ``tw.finished``-th, of request ``req``) sends the next
-    request at ``t``; with a warm-up of W requests, the finishes of the warm-up send only its
-    own, and its last one sends the first ``clients`` measured requests together. Sessions
-    send their own (``sessions.send``)."""
+    """A closed loop's finish (the ``tw.finished``-th, of request ``req``) at ``t``: its client
+    sends again its gap later (request ``clients + finished``'s pause), and the requests not yet
+    arrived go out at the sends in time order (``sent_by``), an earlier send first at the same
+    time. Sessions send their own (``sessions.send``)."""
     if tw.table is not None:
         sessions.send(tw, req, t)
         return
-    for i in sent_by(tw.finished, tw.clients, tw.warmup):
-        if i < tw.real:
-            tw.arrival[i] = t
+    j = tw.finished
+    at = t + tw.gaps[min(tw.clients + j, len(tw.gaps) - 1)]
+    k = bisect.bisect_right(tw.sends, (at, j))
+    tw.sends.insert(k, (at, j))
+    for q in range(k, len(tw.sends)):
+        for i in sent_by(q, tw.clients, tw.warmup):
+            if i < tw.real:
+                tw.arrival[i] = tw.sends[q][0]
 
 
 def sent_by(j: int, c: int, w: int) -> range:
@@ -35,30 +40,28 @@ def sent_by(j: int, c: int, w: int) -> range:
     return range(j + c, j + c + 1)
 
 
-def gap(req: Requests, params: EngineParams) -> float:
-    """A closed loop's time from a finish to the next request's arrival."""
-    return float(np.asarray(req.think) + np.asarray(params.summary.request_overhead_s))
-
-
-def _sent(req: Requests, finish, gap: float) -> list:
-    """A closed loop's arrivals as the finish times ``finish`` send them, finish by finish in
-    time order, as a single server's ``send`` does (+inf: not yet sent)."""
+def _sent(req: Requests, finish, gap) -> list:
+    """A closed loop's arrivals as the finish times ``finish`` send them, the j-th finish (in
+    time order) ``gap[clients + j]`` later, the requests going out at the sends in time order
+    as a single server's ``send`` does (+inf: not yet sent)."""
     own, _, _, n = columns(req)
     c, w = int(np.asarray(req.clients)), int(np.asarray(req.warmup))
     real = int(np.isfinite(own).sum())
     arrival = [float(own[i]) if i < (min(c, w) if w > 0 else c) else math.inf for i in range(n)]
-    for j, t in enumerate(sorted(float(f) for f in finish if math.isfinite(f))):
+    done = sorted(float(f) for f in finish if math.isfinite(f))
+    sends = sorted(float(t + gap[min(c + j, n - 1)]) for j, t in enumerate(done))
+    for j, t in enumerate(sends):
         for i in sent_by(j, c, w):
             if i < real:
-                arrival[i] = t + gap
+                arrival[i] = t
     return arrival
 
 
-def closed_loop(req: Requests, gap: float, serve) -> RefResult:
+def closed_loop(req: Requests, gap, serve) -> RefResult:
     """A closed loop over several servers (docs/model.md "Closed loop"): its arrivals are the
     fixed point of serving the requests open at the arrivals so far (``serve``; at first only
-    the clients' first requests are sent) and sending the next ones from the finishes, found
-    in rounds as a router's choices are."""
+    the clients' first requests are sent) and sending the next ones from the finishes (each
+    row's ``gap``), found in rounds as a router's choices are."""
     n = columns(req)[3]
     arrival = _sent(req, [], gap)
     for _ in range(n + 1):

@@ -185,13 +185,13 @@ def tokens(tw: Twin, ps: Pass, t_end: float) -> None:
 
 def completion(tw: Twin, t_end: float) -> None:
     """8. Completion: a seat whose ``g`` reaches ``o`` finishes and frees its seat and blocks.
-    In a closed loop the next request reaches the engine ``gap`` later: the client's think time
-    and the request's overhead outside the passes."""
+    In a closed loop the next request reaches the engine a gap later: the client's pause and
+    the request's overhead outside the passes."""
     done = sorted((s.req, j) for j, s in tw.occupied.items() if s.g >= s.o)
     for _, seat_index in done:  # in request order (a session's next turn is sent in it)
         s = tw.occupied.pop(seat_index)
         tw.finish[s.req] = t_end
         heapq.heappush(tw.free_seats, seat_index)
         if tw.clients > 0 or tw.table is not None:
-            send(tw, t_end + tw.gap, s.req)
+            send(tw, t_end, s.req)
         tw.finished += 1

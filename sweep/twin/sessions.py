@@ -2,7 +2,8 @@
 the requests are indexed in the order they arrive, the sessions' starts (open: every session at
 its arrival; closed: the first ``clients`` at time 0) merged with the sends of finishes (in a
 pass, in request order: a session's next turn, or in a closed loop after its last the next
-session's first), a start before a send at the same time. The requests not yet arrived are
+session's first, each its own row's gap after the finish), a start before a send at the same
+time, an earlier send before a later one. The requests not yet arrived are
 placed again whenever a finish sends; the results go back to the rows' order at the end. On
 several servers (other than replicas behind the session router) the turns reach them as open
 requests in the order they arrive, found in rounds (``fleet``)."""
@@ -72,9 +73,9 @@ def _place(tw, i: int, row: int, key: tuple) -> None:
 
 
 def send(tw, i: int, t: float) -> None:
-    """The finish of request ``i`` sends, at ``t``, its session's next turn, or in a closed
-    loop the next session's first if one is left; the requests not yet arrived are placed again
-    in order."""
+    """The finish of request ``i`` at ``t`` sends its session's next turn, or in a closed loop
+    the next session's first if one is left, that row's gap later; the requests not yet
+    arrived are placed again in order."""
     tab = tw.table
     row = tab.row[i]
     if row + 1 < len(tab.turn) and tab.turn[row + 1] == tab.turn[row] + 1:
@@ -85,7 +86,7 @@ def send(tw, i: int, t: float) -> None:
     else:
         return
     waiting = sorted([(tab.key[j], tab.row[j]) for j in range(tw.tail, len(tab.row))]
-                     + [((t, 1, tab.sends), new)])
+                     + [((t + tw.gaps[new], 1, tab.sends), new)])
     tab.sends += 1
     for j, (key, r) in enumerate(waiting):
         _place(tw, tw.tail + j, r, key)
@@ -110,11 +111,11 @@ def in_table_order(tw, res) -> None:
     res.arrival = by_row(tw.arrival, np.inf)
 
 
-def _sent(req: Requests, finish: list, gap: float) -> tuple[list, list]:
-    """The turns' arrivals by row, as the finish times ``finish`` (by row) send them, and the
-    rows in the order they arrive (the rows never sent after, in row order): finish by finish
-    in time order (simultaneous ones in their requests' order of arrival), as one server's
-    ``send``."""
+def _sent(req: Requests, finish: list, gap) -> tuple[list, list]:
+    """The turns' arrivals by row, as the finish times ``finish`` (by row) send them, each row
+    its ``gap`` later, and the rows in the order they arrive (the rows never sent after, in row
+    order): finish by finish in time order (simultaneous ones in their requests' order of
+    arrival), as one server's ``send``."""
     own = np.asarray(req.arrival, dtype=np.float64).reshape(-1)
     turn = np.broadcast_to(np.asarray(req.turn), own.shape).astype(int).tolist()
     n, clients = len(turn), int(np.asarray(req.clients))
@@ -130,9 +131,9 @@ def _sent(req: Requests, finish: list, gap: float) -> tuple[list, list]:
         t, _, q = min(ready)
         done.add(q)
         if q + 1 < n and turn[q + 1] == turn[q] + 1:
-            placed[q + 1] = (t + gap, 1, sends)
+            placed[q + 1] = (t + gap[q + 1], 1, sends)
         elif clients > 0 and opened < len(opener):
-            placed[opener[opened]] = (t + gap, 1, sends)
+            placed[opener[opened]] = (t + gap[opener[opened]], 1, sends)
             opened += 1
         else:
             continue
@@ -141,10 +142,10 @@ def _sent(req: Requests, finish: list, gap: float) -> tuple[list, list]:
     return [placed[q][0] if q in placed else math.inf for q in range(n)], order
 
 
-def fleet(req: Requests, gap: float, serve):
+def fleet(req: Requests, gap, serve):
     """Sessions over several servers: the fixed point of serving the turns open, as they
-    arrive (``serve``), and sending the next ones from the finishes, in rounds (as a closed
-    loop's, ``closed_loop.closed_loop``); the results by row."""
+    arrive (``serve``), and sending the next ones from the finishes, each row its ``gap``
+    later, in rounds (as a closed loop's, ``closed_loop.closed_loop``); the results by row."""
     n = np.shape(req.arrival)[-1]
     path = np.asarray(req.path).reshape(n, -1)
     arrival, order = _sent(req, [math.nan] * n, gap)

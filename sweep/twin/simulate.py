@@ -21,12 +21,12 @@ from sweep.engine.params import EngineParams
 from sweep.engine.routers import PREFIX_LOAD_CAP, PREFIX_MATCH_SHARE
 from sweep.study.workload import Requests
 from sweep.twin import sessions
-from sweep.twin.closed_loop import closed_loop, gap
+from sweep.twin.closed_loop import closed_loop
 from sweep.twin.metrics import summarize_reference
 from sweep.twin.prefills import Pass, budget, continue_prefills, evict, used
 from sweep.twin.rules import (admission, completion, growth, idle_jump, readmission, stop,
                               the_pass, tokens)
-from sweep.twin.state import RefResult, columns, load, result
+from sweep.twin.state import RefResult, columns, gap, load, result
 
 __all__ = ["RefResult", "simulate_disaggregated_reference", "simulate_mixed_reference",
            "simulate_reference", "simulate_replicas_reference", "summarize_reference"]
@@ -155,13 +155,14 @@ def _serve(servers: list[EngineParams], req: Requests, chosen: list):
     (request indices, result) of each, and the finish times in request order."""
     arrival, prompt, output, n = columns(req)
     turn = np.broadcast_to(np.asarray(req.turn), (n,))
+    think = np.broadcast_to(np.asarray(req.think), (n,))
     c = int(np.asarray(req.clients))  # a closed loop's that reaches its servers as it is
     parts = []
     for j, params in enumerate(servers):
         idx = [i for i in range(n) if chosen[i] == j]
         sub = req._replace(arrival=arrival[idx], prompt=prompt[idx], output=output[idx],
                            prefix=np.asarray(req.prefix).reshape(-1)[idx],
-                           path=_rows(req.path, n)[idx], turn=turn[idx],
+                           path=_rows(req.path, n)[idx], turn=turn[idx], think=think[idx],
                            clients=np.int32(c // len(servers) + (j < c % len(servers))))
         parts.append((idx, simulate_reference(params, sub)))
     finish = np.full(n, np.nan)

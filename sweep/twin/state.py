@@ -64,11 +64,13 @@ class Twin:
     design: EngineParams
     node_blocks: list[int]  # each node's blocks: ceil(end / block_tokens) - ceil(start / ...)
     max_steps: int | None
-    # A closed loop (docs/model.md "Closed loop"): request ``clients + j`` arrives at the j-th
-    # finish plus ``gap``, the think time and the request overhead (until then its arrival is
-    # +inf); 0 clients: arrivals as given.
+    # A closed loop (docs/model.md "Closed loop"): request ``clients + k`` arrives at the k-th
+    # send due, the j-th finish's due its ``gaps[clients + j]`` later (each row's gap: its
+    # pause and the request overhead; until then its arrival is +inf); 0 clients: arrivals as
+    # given. Sessions send a row its own gap after the finish.
     clients: int = 0
-    gap: float = 0.0
+    gaps: list[float] = field(default_factory=list)
+    sends: list[tuple] = field(default_factory=list)  # (due, j) of each send, in time order
     real: int = 0  # requests to send (those after are padding)
     warmup: int = 0  # the first requests, after which the measured ones start together
     # A workload of sessions: its rows, sent in an order the finishes set (the lists above are
@@ -141,6 +143,13 @@ def scalars(params: EngineParams) -> EngineParams:
         **plain)
 
 
+def gap(req: Requests, params: EngineParams) -> np.ndarray:
+    """Each row's gap: the time from a finish to the arrival of the request it sends, by that
+    row's pause (``Requests.think``) and the request overhead."""
+    think = np.broadcast_to(np.asarray(req.think, np.float64), np.shape(req.arrival)).reshape(-1)
+    return think + np.asarray(params.summary.request_overhead_s, np.float64)
+
+
 def load(params: EngineParams, req: Requests, max_steps: int | None) -> Twin:
     """The twin at t = 0: one design, its requests, and an optional bound on the steps."""
     arrival, prompt, output, n = _checked(req)
@@ -164,7 +173,7 @@ def load(params: EngineParams, req: Requests, max_steps: int | None) -> Twin:
         node_blocks=[ceil_div(e, b) - ceil_div(a, b) for a, e in zip(start, end)],
         max_steps=max_steps,
         clients=clients, real=real, warmup=int(np.asarray(req.warmup)),
-        gap=float(np.asarray(req.think) + np.asarray(params.summary.request_overhead_s)),
+        gaps=gap(req, params).tolist(),
         table=sessions.table(req, prompt.tolist(), output.tolist(), paths))
     if tw.table is not None:
         sessions.start(tw)

@@ -39,6 +39,8 @@ class Plain:
     #: Whether a decode run may be computed in closed form when no lane speculates
     #: (``decode.plain_run``).
     closed_form_runs = True
+    #: Whether a closed loop's sends are merged in time order, not appended (``pauses``).
+    merges_sends = False
 
     # -- the step's bound and results ---------------------------------------------------------
 

@@ -7,9 +7,10 @@ the queue is still ``head..tail``.
 Two streams arrive, and their merge (in time order; a start before a finish's send at the same
 time, each stream in its own order) is the order of the indices: the **starts**, sessions'
 first turns at times given in advance (open: every session at its arrival; closed: the first
-``clients`` sessions at time 0), and the **sends** of finishes, ``gap`` after them, in the closed
-loop's ``spawn`` array (a session's next turn; closed, after a session's last turn, the next
-session's first, none once every session has started). The feature's slot holds, by index, each
+``clients`` sessions at time 0), and the **sends** of finishes, each the gap of the row it sends
+after it (that row's pause), in the closed loop's ``spawn`` array, which keeps them in time order
+(a session's next turn; closed, after a session's last turn, the next session's first, none
+once every session has started). The feature's slot holds, by index, each
 request's row, arrival, prompt and output lengths and path that the rules read (``requests``,
 ``window``): those admitted, and the next ``S`` of the merge as it stands (rewritten whenever a
 finish sends, before the next admission reads them; a send is always later than every arrival
@@ -58,7 +59,7 @@ class Sessions(NamedTuple):
     path: jax.Array  # i32[N+S, L] its path of cache nodes
     starts: jax.Array  # f64[N] the m-th start's time (inf: none)
     opener: jax.Array  # i32[N] the m-th session's first row (N: none)
-    sent_row: jax.Array  # i32[N+S] the row of the j-th finish's send
+    sent_row: jax.Array  # i32[N+S] the row of the j-th finish's send (by the order sent)
     sessions: jax.Array  # i32 sessions in all
     opened: jax.Array  # i32 sessions started, as starts or sends
     head: jax.Array  # i32 requests admitted
@@ -97,18 +98,18 @@ def rank(mask, key):
         jnp.arange(key.shape[0], dtype=jnp.int32))
 
 
-def ahead(slot: Sessions, r: Requests, spawn) -> Sessions:
-    """The slot with the next S of the merge of the starts and the sends (``spawn``) written
-    from index ``head`` on."""
+def ahead(slot: Sessions, r: Requests, loop: closed_loop.Loop) -> Sessions:
+    """The slot with the next S of the merge of the starts and the sends (``loop``, in time
+    order) written from index ``head`` on."""
     n = r.turn.shape[0]
     s = slot.row.shape[0] - n
     q = jnp.arange(s, dtype=jnp.int32)
     m = slot.took + q
-    j = slot.head - slot.took + q
+    j = jnp.minimum(slot.head - slot.took + q, loop.spawn.shape[0] - 1)
     times = jnp.concatenate([slot.starts[jnp.minimum(m, n - 1)] + jnp.where(m < n, 0.0, jnp.inf),
-                             spawn[jnp.minimum(j, spawn.shape[0] - 1)]])
-    rows = jnp.concatenate([slot.opener[jnp.minimum(m, n - 1)],
-                            slot.sent_row[jnp.minimum(j, spawn.shape[0] - 1)]])
+                             loop.spawn[j]])
+    sent = slot.sent_row[j if loop.order is None else loop.order[j]]
+    rows = jnp.concatenate([slot.opener[jnp.minimum(m, n - 1)], sent])
     # A start before a send at the same time; each stream in its own order.
     pick = jnp.argsort(times, stable=True)[:s]
     t, row = times[pick], rows[pick]
@@ -172,23 +173,47 @@ def in_table_order(out: EngineOutput, slot: Sessions) -> EngineOutput:
 
 
 def _ahead(features: dict, r: Requests) -> dict:
-    return {**features, NAME: ahead(features[NAME], r, features[closed_loop.NAME].spawn)}
+    return {**features, NAME: ahead(features[NAME], r, features[closed_loop.NAME])}
+
+
+def least_gap(p: EngineParams, r: Requests, s: EngineState):
+    """A gap no send of a decode run can be under: the pause of a running turn's next row, or
+    of one of the next S sessions' first."""
+    slot = s.features[NAME]
+    n = r.turn.shape[0]
+    rows = slot.row[jnp.clip(s.seat_req, 0, slot.row.shape[0] - 1)]
+    firsts = slot.opener[jnp.clip(slot.opened + jnp.arange(s.seat_req.shape[0]), 0, n - 1)]
+    return jnp.minimum(closed_loop.gap(p, r, jnp.where(s.seat_req >= 0, rows + 1, n)).min(),
+                       closed_loop.gap(p, r, firsts).min())
 
 
 class Hooks(closed_loop.Hooks):
     """The requests in the order they arrive, for the lanes of sessions; the closed loop's
     hooks for the others."""
 
-    @staticmethod
-    def begin(r: Requests, features: dict, seats: int) -> dict:
+    @classmethod
+    def begin(cls, r: Requests, features: dict, seats: int) -> dict:
         n = r.turn.shape[0]
-        features = {**features, closed_loop.NAME: closed_loop.init(n, seats, 0),
-                    NAME: begin(r, seats)}
+        loop = closed_loop.init(n, seats, 0, ordered=cls.merges_sends)
+        features = {**features, closed_loop.NAME: loop, NAME: begin(r, seats)}
         return _ahead(features, r)
 
     @staticmethod
     def sending(r: Requests, s: EngineState, done, key):
         return sending(r, s, done, key)
+
+    @staticmethod
+    def send_gap(p: EngineParams, r: Requests, features: dict, j):
+        """The pause of the row send ``j`` sends."""
+        slot = features[NAME]
+        row = slot.sent_row[jnp.clip(j, 0, slot.sent_row.shape[0] - 1)]
+        return jnp.where(slot.on, closed_loop.gap(p, r, row),
+                         closed_loop.Hooks.send_gap(p, r, features, j))
+
+    @staticmethod
+    def least_gap(p: EngineParams, r: Requests, s: EngineState):
+        return jnp.where(s.features[NAME].on, least_gap(p, r, s),
+                         closed_loop.Hooks.least_gap(p, r, s))
 
     @classmethod
     def spawned(cls, p: EngineParams, r: Requests, s: EngineState, done, t_end) -> dict:
@@ -214,13 +239,13 @@ class Hooks(closed_loop.Hooks):
                 + (features[closed_loop.NAME].spawn <= t).sum(dtype=jnp.int32))
         return jnp.where(slot.on, mine, closed_loop.Hooks.arrived(r, aux, features, t))
 
-    @staticmethod
-    def run_arrival(p: EngineParams, r: Requests, s: EngineState, next_arrival, finishes,
+    @classmethod
+    def run_arrival(cls, p: EngineParams, r: Requests, s: EngineState, next_arrival, finishes,
                     ends):
         # A finish that sends nothing (a session's last) ends a run too: no result changes.
-        first = jnp.where(finishes, ends, jnp.inf).min() + closed_loop.gap(p, r)
+        first = jnp.where(finishes, ends, jnp.inf).min() + cls.least_gap(p, r, s)
         return jnp.where(s.features[NAME].on, jnp.minimum(next_arrival, first),
-                         closed_loop.Hooks.run_arrival(p, r, s, next_arrival, finishes, ends))
+                         super().run_arrival(p, r, s, next_arrival, finishes, ends))
 
     @staticmethod
     def arrivals(r: Requests, features: dict):
