@@ -37,6 +37,7 @@ from sweep.physics.numerics import float64
 from sweep.study import model_error
 from sweep.study.config import Study
 from sweep.study.fleet import each, members
+from sweep.study.lengths import Pauses
 from sweep.study.uncertainty import draws
 from sweep.study.workload import path_shape, sample_batch, workload_params
 
@@ -140,11 +141,13 @@ class Scheduler:
         return next((p for p in plans if prefills.uses(p.first[0])), plans[0])
 
     def _loops(self, group: Group, bound: dict) -> dict:
-        """Whether the group's first call holds a closed loop, or sessions: features its
-        requests switch on."""
+        """Whether the group's first call holds a closed loop, or sessions, and pauses drawn
+        from a table: features its requests switch on."""
         loads = [self.study.points[s.point].workload for s in self._first_call(group, bound)]
         return {"closed": any(w.arrival == "closed" for w in loads),
-                "sessions": any(w.turns is not None for w in loads)}
+                "sessions": any(w.turns is not None for w in loads),
+                "pauses": any(isinstance(w.think_time_s, Pauses) and w.think_time_s.dist != "fixed"
+                              for w in loads)}
 
     @float64()
     def _simulate(self, group: Group, part: list[Sim]):

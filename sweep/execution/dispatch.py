@@ -52,11 +52,12 @@ def dispatch(params: list, reqs, seats: int, k_max: int, lanes: int, devices,
 
 
 def warm(shape: Shape, seats: int, k_max: int, devices, max_steps, plan, widest: int,
-         paths: tuple[int, int] = SHARED_PATHS, closed: bool = False, sessions: bool = False):
+         paths: tuple[int, int] = SHARED_PATHS, closed: bool = False, sessions: bool = False,
+         pauses: bool = False):
     """Compile a group's engine and summaries for the shapes of its calls (``widest`` servers
-    per simulation, requests' paths of shape ``paths``; with the closed loop's or sessions'
-    feature where its first call has them) without simulating: compiled functions are cached,
-    so its calls find them."""
+    per simulation, requests' paths of shape ``paths``; with the closed loop's, sessions' or
+    drawn pauses' feature where its first call has them) without simulating: compiled
+    functions are cached, so its calls find them."""
     width = shape.size * widest
     shaped = sample_batch_shape(shape.slots, stack([workload_params(NOTHING, 0, 2, shape.slots,
                                                                     paths)] * width))
@@ -67,7 +68,8 @@ def warm(shape: Shape, seats: int, k_max: int, devices, max_steps, plan, widest:
     # The features the requests switch on (``features.active``), as the call's will.
     reqs = zeros(shaped, width, jnp)
     reqs = reqs._replace(clients=reqs.clients.at[0].set(int(closed)),
-                         turn=reqs.turn.at[0, 0].set(int(sessions)))
+                         turn=reqs.turn.at[0, 0].set(int(sessions)),
+                         think=reqs.think.at[0, 0].set(float(pauses)))
     # Requests come as device arrays (sampled), plans and results as host arrays, as in the
     # calls: a sharded device array's shards have a type of their own, another compilation.
     shards = _shards([stack([plan.first[0]] * width), reqs], devices)
