@@ -17,8 +17,10 @@ from sweep.physics.numerics import float64
 from sweep.study.metric_names import METRICS
 from sweep.study.workload import SHARED_PATHS, Workload, sample_batch_shape, workload_params
 
-#: A workload with no requests: padding that ends at once.
-NOTHING = Workload(arrival_rate=1.0, duration_s=None, num_requests=0)
+#: A workload with no requests: padding that ends at once. No user asks for one, so it is made
+#: past the checks (at least one request) rather than through them.
+NOTHING = Workload(arrival_rate=1.0, duration_s=None, num_requests=1)
+object.__setattr__(NOTHING, "num_requests", 0)
 
 
 def dispatch(params: list, reqs, seats: int, k_max: int, lanes: int, devices,

@@ -143,7 +143,7 @@ def build(r: Reader, keys, excludes, max_requests: int):
             continue
         wkey = tuple(wkw.values())
         if wkey not in workloads:
-            workloads[wkey] = _check_workload(r, Workload(**wkw), cols, axes, max_requests)
+            workloads[wkey] = _check_workload(r, wkw, cols, axes, max_requests)
         points.append(Point(design, workloads[wkey],
                             columns(design, workloads[wkey], getattr(r, "uncertain", ()))))
     _check_exclusions(r, excludes, seen)
@@ -298,8 +298,11 @@ def _check_design(r: Reader, dkw: dict, cols, axes):
     return design, None
 
 
-def _check_workload(r: Reader, wl: Workload, cols, axes, max_requests: int) -> Workload:
+def _check_workload(r: Reader, wl: Workload | dict, cols, axes, max_requests: int) -> Workload:
+    """The workload (made here from a grid point's keys, so a refused value names its line),
+    checked whole and against ``max_requests``."""
     try:
+        wl = Workload(**wl) if isinstance(wl, dict) else wl
         wl.validate()
     except FieldError as exc:
         raise _refusal(r, exc, cols, axes) from None

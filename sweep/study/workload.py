@@ -78,19 +78,20 @@ class _Workload:
                     part = f._replace(key=f"{f.key}.{k}", kind=kind,
                                       choices=DISTS if k == "dist" else ())
                     check_kind(part, getattr(value, k), types, what)
-
-    def validate(self) -> None:
-        """Every value against its declaration (``sweep.study.fields``), then the combinations;
-        a ``FieldError`` names the key."""
-        if (self.arrival == "trace") != (self.trace is not None):
-            raise FieldError("workload.trace", "arrival = \"trace\" goes with a trace and only "
-                             "with one", "a trace file, or arrival = "
-                             f"{', '.join(ARRIVALS)} without one")
+        # Each value against its declaration now, as the config's reader checks it.
         for f in WORKLOAD_FIELDS.values():
             if isinstance(getattr(self, f.attr), (Lengths, Pauses)):
                 getattr(self, f.attr).validate(f"workload.{f.attr}")
             elif not (f.attr == "arrival" and self.trace is not None):
                 check(f, getattr(self, f.attr), "workload")
+
+    def validate(self) -> None:
+        """The combinations of the values (each alone was checked when the workload was made);
+        a ``FieldError`` names the key."""
+        if (self.arrival == "trace") != (self.trace is not None):
+            raise FieldError("workload.trace", "arrival = \"trace\" goes with a trace and only "
+                             "with one", "a trace file, or arrival = "
+                             f"{', '.join(ARRIVALS)} without one")
         if self.trace is not None:
             if self.duration_s is not None and self.num_requests is not None:
                 raise FieldError("workload", "give at most one of duration_s or num_requests "
