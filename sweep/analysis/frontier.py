@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from sweep.errors import listed
+from sweep.study.metric_names import unit
 
 #: Elements (rows x rows x objectives) compared at once by the blocked dominance check.
 _BLOCK_ELEMENTS = 1 << 22
@@ -191,8 +192,13 @@ def frontier_figure(agg: pd.DataFrame, x: str, y: str, brief=(), title=None):
     pas = finite & ok
     ax.scatter(xs[fail], ys[fail], s=18, marker="x", color="tab:red", alpha=0.6, linewidths=1,
                label=f"fails the brief ({int((~ok).sum())})")
+    # Above the frontier's boxes, each named by its design number where the table has one.
     ax.scatter(xs[pas], ys[pas], s=36, marker="o", facecolors="none", edgecolors="tab:green",
-               linewidths=1.5, label=f"meets the brief ({int(ok.sum())})")
+               linewidths=1.5, zorder=3, label=f"meets the brief ({int(ok.sum())})")
+    if "design" in agg.columns:
+        for i in np.flatnonzero(pas):
+            ax.annotate(f"{agg['design'].iloc[i]}", (xs[i], ys[i]), xytext=(4, 4),
+                        textcoords="offset points", fontsize=7, color="tab:green", zorder=3)
     if front.any():
         fi = np.flatnonzero(front)
         fi = fi[np.lexsort((ys[fi], xs[fi]))]
@@ -214,8 +220,8 @@ def frontier_figure(agg: pd.DataFrame, x: str, y: str, brief=(), title=None):
     if _log_axis(ys):
         ax.set_yscale("log")
     better = {1.0: "lower is better", -1.0: "higher is better"}
-    ax.set_xlabel(f"{xname} ({better[xsign]})")
-    ax.set_ylabel(f"{yname} ({better[ysign]})")
+    ax.set_xlabel(f"{unit(xname)}, {better[xsign]}")
+    ax.set_ylabel(f"{unit(yname)}, {better[ysign]}")
     head = title or f"{yname} against {xname}: {len(agg)} designs"
     off = int((~finite).sum())
     ax.set_title(head + (f" ({off} off the plot: non-finite)" if off else ""), fontsize=10)

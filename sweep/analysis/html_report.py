@@ -17,7 +17,7 @@ from sweep.analysis.report import (EXAMPLES, SHOWN_METRICS, _num, is_metric, lau
                                    transferred_lines, varying, verdict)
 from sweep.analysis.svg_plot import Point, Rule, scatter_svg
 from sweep.study.config import Limit
-from sweep.study.metric_names import METRICS
+from sweep.study.metric_names import METRICS, unit
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif;
@@ -73,18 +73,6 @@ def commands(row, name: str) -> str:
     if not lines:
         return ""
     return f"<h3>{escape(name)}</h3>\n<pre>{escape(chr(10).join(lines))}</pre>"
-
-
-def unit(column: str) -> str:
-    """A column's name with its unit, for an axis."""
-    units = {"cost_per_mtok": "$ per million tokens", "usd_per_hour": "$/hour",
-             "tokens_per_s": "tokens/s", "max_rate": "requests/s"}
-    if column in units:
-        return f"{column} ({units[column]})"
-    for suffix, word in (("_ms", "ms"), ("_s", "s")):
-        if column.endswith(suffix):
-            return f"{column} ({word})"
-    return column
 
 
 def _note(lines: list[str]) -> str:

@@ -15,3 +15,19 @@ METRICS = {
     "prefix_token_hit_rate": "f8",
     "slo_attainment": "f8", "goodput_rps": "f8", "requests_per_s": "f8", "replica_load_cv": "f8",
 }
+
+
+def unit(column: str) -> str:
+    """A column's name with its unit, for an axis."""
+    units = {"cost_per_mtok": "$ per million tokens", "usd_per_hour": "$/hour",
+             "fleet_usd_per_hour": "$/hour", "tokens_per_s": "tokens/s",
+             "tokens_per_s_per_gpu": "tokens/s per GPU",
+             "tokens_per_s_per_user": "tokens/s per user",
+             "max_rate": "requests/s", "goodput_rps": "requests/s", "requests_per_s": "requests/s",
+             "peak_kv_gb": "GB"}
+    if column in units:
+        return f"{column} ({units[column]})"
+    for suffix, word in (("_ms", "ms"), ("_s", "s")):
+        if column.endswith(suffix):
+            return f"{column} ({word})"
+    return column

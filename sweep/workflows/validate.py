@@ -48,9 +48,9 @@ status 2):
   ``predicted_lo`` and ``predicted_hi`` (the 90% interval; NaN for flags), ``error_pct`` (NaN
   for flags), ``flagged_share`` (NaN for numbers), ``passed`` (flags only, else null) and
   ``seeds``;
-- ``validation.png`` and ``validation.svg``: predicted against measured on log-log axes, one
-  marker per case and numeric metric (colour: the metric; shape: the group), with the line
-  y = x and bands of +-10% and +-25%.
+- ``validation.png`` and ``validation.svg``: predicted against measured on log-log axes, a
+  panel per unit (s, ms, ...), one marker per case and numeric metric (colour: the metric;
+  shape: the group), with the line y = x and bands of +-10% and +-25%.
 
 ``validation/`` in the repository holds cases built from measured vLLM runs: open-loop ones
 (``validation/make_cases.py``: ``sweep validate validation/fit validation/holdout``) and

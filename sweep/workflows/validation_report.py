@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from sweep.study.metric_names import METRICS
+from sweep.study.metric_names import METRICS, unit
 
 #: Metrics stated as flags (true or false) rather than numbers.
 FLAGS = tuple(m for m, kind in METRICS.items() if kind == "b")
@@ -201,26 +201,14 @@ def plot(table: pd.DataFrame, path_png, path_svg=None) -> tuple[str, ...]:
     return tuple(map(str, files))
 
 
-def validation_figure(table: pd.DataFrame):
-    """Predicted against measured (log-log) for the numeric rows, with y = x and +-10% / +-25%
-    bands: a ``figures.NotebookFigure`` (outside pyplot, nothing left open), nothing written."""
-    import matplotlib
-    from matplotlib.lines import Line2D
+def _panel_unit(metric: str) -> str:
+    """The unit a metric's panel is drawn in: its values are compared on that scale only."""
+    text = unit(metric)
+    return text[text.index("(") + 1:-1] if text.endswith(")") else "other"
 
-    from sweep.analysis.figures import NotebookFigure
 
-    num = table[~table["metric"].isin(FLAGS)]
-    ok = num[(num["measured"] > 0) & (num["predicted"] > 0)
-             & np.isfinite(num["measured"]) & np.isfinite(num["predicted"])]
-    metrics = list(dict.fromkeys(num["metric"]))
-    groups = sorted(num["group"].unique())
-    palette = list(matplotlib.colormaps["tab10"].colors) + list(
-        matplotlib.colormaps["Dark2"].colors)
-    colour = {m: palette[i % len(palette)] for i, m in enumerate(metrics)}
-    marker = {g: _MARKERS[i % len(_MARKERS)] for i, g in enumerate(groups)}
-
-    fig = NotebookFigure(figsize=(9.5, 6.5), dpi=110)
-    ax = fig.add_subplot(1, 1, 1)
+def _panel(ax, ok: pd.DataFrame, colour: dict, marker: dict, unit_name: str) -> None:
+    """One unit's predicted-against-measured, log-log, with y = x and +-10% / +-25% bands."""
     if len(ok):
         values = np.concatenate([ok["measured"].to_numpy(), ok["predicted"].to_numpy()])
         lo, hi = values.min() / 1.5, values.max() * 1.5
@@ -240,20 +228,47 @@ def validation_figure(table: pd.DataFrame):
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
     ax.set_aspect("equal")
-    ax.set_xlabel("measured (each metric in its unit: s or ms)")
-    ax.set_ylabel("predicted (mean over seeds)")
+    ax.set_xlabel(f"measured ({unit_name})")
+    ax.set_ylabel(f"predicted, mean over seeds ({unit_name})")
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def validation_figure(table: pd.DataFrame):
+    """Predicted against measured (log-log), one panel per unit (s, ms, ...), with y = x and
+    +-10% / +-25% bands: a ``figures.NotebookFigure`` (outside pyplot, nothing left open),
+    nothing written."""
+    import matplotlib
+    from matplotlib.lines import Line2D
+
+    from sweep.analysis.figures import NotebookFigure
+
+    num = table[~table["metric"].isin(FLAGS)]
+    ok = num[(num["measured"] > 0) & (num["predicted"] > 0)
+             & np.isfinite(num["measured"]) & np.isfinite(num["predicted"])]
+    metrics = list(dict.fromkeys(num["metric"]))
+    groups = sorted(num["group"].unique())
+    palette = list(matplotlib.colormaps["tab10"].colors) + list(
+        matplotlib.colormaps["Dark2"].colors)
+    colour = {m: palette[i % len(palette)] for i, m in enumerate(metrics)}
+    marker = {g: _MARKERS[i % len(_MARKERS)] for i, g in enumerate(groups)}
+    units = list(dict.fromkeys(_panel_unit(m) for m in metrics)) or ["s"]
+
+    width = 4.2 * len(units) + 2.4  # each panel, then the legends beside the last
+    fig = NotebookFigure(figsize=(width, 5.2), dpi=110)
+    axes = [fig.add_subplot(1, len(units), i + 1) for i in range(len(units))]
+    for ax, u in zip(axes, units):
+        _panel(ax, ok[ok["metric"].map(_panel_unit) == u], colour, marker, u)
     off = len(num) - len(ok)
-    ax.set_title(f"servesweep against measurements: {ok['case'].nunique()} cases, {len(ok)} "
+    fig.suptitle(f"servesweep against measurements: {ok['case'].nunique()} cases, {len(ok)} "
                  f"comparisons" + (f" ({off} off the plot: not positive)" if off else ""),
                  fontsize=10)
-    ax.grid(True, which="major", alpha=0.3)
-    bands = ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    ax.add_artist(bands)
+    fig.subplots_adjust(left=0.9 / width, right=1.0 - 2.3 / width, top=0.9, bottom=0.12,
+                        wspace=0.35)
+    fig.legend(*axes[0].get_legend_handles_labels(), fontsize=8, loc="upper right")
     handles = [Line2D([], [], linestyle="", marker="o", color=colour[m], markeredgecolor="black",
                       markeredgewidth=0.4, label=m) for m in metrics]
     handles += [Line2D([], [], linestyle="", marker=marker[g], color="white",
                        markeredgecolor="black", label=g) for g in groups]
     if handles:
-        ax.legend(handles=handles, fontsize=8, loc="lower left", bbox_to_anchor=(1.02, 0.0))
-    fig.tight_layout()
+        fig.legend(handles=handles, fontsize=8, loc="lower right")
     return fig
