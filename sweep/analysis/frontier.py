@@ -196,9 +196,10 @@ def frontier_figure(agg: pd.DataFrame, x: str, y: str, brief=(), title=None):
     ax.scatter(xs[pas], ys[pas], s=36, marker="o", facecolors="none", edgecolors="tab:green",
                linewidths=1.5, zorder=3, label=f"meets the brief ({int(ok.sum())})")
     if "design" in agg.columns:
-        for i in np.flatnonzero(pas):
-            ax.annotate(f"{agg['design'].iloc[i]}", (xs[i], ys[i]), xytext=(4, 4),
-                        textcoords="offset points", fontsize=7, color="tab:green", zorder=3)
+        for k, i in enumerate(np.flatnonzero(pas)):  # stepped up, so neighbours stay legible
+            ax.annotate(f"{agg['design'].iloc[i]}", (xs[i], ys[i]), xytext=(5, 4 + 9 * (k % 4)),
+                        textcoords="offset points", fontsize=7, color="tab:green", zorder=3,
+                        arrowprops={"arrowstyle": "-", "color": "tab:green", "lw": 0.5})
     if front.any():
         fi = np.flatnonzero(front)
         fi = fi[np.lexsort((ys[fi], xs[fi]))]
