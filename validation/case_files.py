@@ -1,5 +1,6 @@
 """The case files a script writes: which are its own on disk, and writing or checking them, for
-``make_cases.py`` and ``make_closed_cases.py``. Standard library only."""
+``make_cases.py``, ``make_closed_cases.py`` and ``make_engine_cases.py``. Standard library
+only."""
 from __future__ import annotations
 
 import argparse
@@ -43,3 +44,23 @@ def sync(want: dict[Path, str], on_disk: list[Path], out: Path, script: str,
         if not p.is_file() or p.read_text() != text:
             p.write_text(text)
     return 0, differ, stale
+
+
+def main(argv: list[str] | None, doc: str, default: Path, build, on_disk, summary,
+         script: str) -> int:
+    """A case script's command: write (or ``--check``) the cases ``build(out)`` gives, as
+    (path -> text, skipped rows by reason, kept rows), against ``on_disk(out)``, and print
+    ``summary`` of them."""
+    ap = parser(doc)
+    ap.add_argument("--out", type=Path, default=default,
+                    help=f"where fit/ and holdout/ are written (default: {script.rsplit('/', 1)[0]}"
+                         f"/{default.name})")
+    args = ap.parse_args(argv)
+    out = args.out.resolve()
+    want, skipped, rows = build(out)
+    code, differ, stale = sync(want, on_disk(out), out, script, args.check)
+    if args.check:
+        return code
+    print(f"{len(want)} cases ({len(differ)} written, {len(stale)} removed)")
+    print("\n".join(summary(want, skipped, rows)))
+    return 0

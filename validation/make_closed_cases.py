@@ -262,18 +262,15 @@ def provenance_lines(r: dict, data: Path, out: Path) -> list[str]:
     return lines
 
 
-def workload_lines(r: dict) -> list[str]:
-    n = int(float(r["batch_size"]))
-    isl, osl = int(r["isl"]), int(r["osl"])
+def client_lines(n: int, isl: int, osl: int, note: tuple[str, ...] = ()) -> list[str]:
+    """The [workload] table of InferenceX's client with ``n`` clients and nominal lengths."""
     (pl, ph), (ol, oh) = lengths(isl), lengths(osl)
     return [
         "[workload]",
         "# The client: --max-concurrency N --request-rate inf, 2 x N warm-up requests first",
         "# (excluded), then --num-prompts 10 x N; --random-range-ratio 0.8 draws each length",
         "# uniformly from [int(0.8 x nominal), nominal], both ends included; --ignore-eos.",
-        *([] if r["model_path"] in INFERENCEX_MODELS else [
-            "# Assumed: the data's README names this client for every row; this collection's",
-            "# own (vLLM 0.12.0, nominal 1000-8000 tokens) is not documented."]),
+        *note,
         'arrival = "closed"',
         f"concurrency = {n}",
         f"warmup_requests = {WARMUPS_PER_CLIENT * n}",
@@ -281,6 +278,13 @@ def workload_lines(r: dict) -> list[str]:
         f'prompt_tokens = {{ dist = "uniform", low = {pl}, high = {ph} }}  # nominal {isl}',
         f'output_tokens = {{ dist = "uniform", low = {ol}, high = {oh} }}  # nominal {osl}',
     ]
+
+
+def workload_lines(r: dict) -> list[str]:
+    note = () if r["model_path"] in INFERENCEX_MODELS else (
+        "# Assumed: the data's README names this client for every row; this collection's",
+        "# own (vLLM 0.12.0, nominal 1000-8000 tokens) is not documented.")
+    return client_lines(int(float(r["batch_size"])), int(r["isl"]), int(r["osl"]), note)
 
 
 def lever_lines(r: dict) -> list[str]:
@@ -371,19 +375,8 @@ def generated(out: Path = OUT) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = case_files.parser(__doc__)
-    ap.add_argument("--out", type=Path, default=OUT,
-                    help="where fit/ and holdout/ are written (default: validation/closed-loop)")
-    args = ap.parse_args(argv)
-    out = args.out.resolve()
-    want, skipped, rows = cases(CSV, out)
-    code, differ, stale = case_files.sync(want, generated(out), out,
-                                          "validation/make_closed_cases.py", args.check)
-    if args.check:
-        return code
-    print(f"{len(want)} cases ({len(differ)} written, {len(stale)} removed)")
-    print("\n".join(summary(want, skipped, rows)))
-    return 0
+    return case_files.main(argv, __doc__, OUT, lambda out: cases(CSV, out), generated, summary,
+                           "validation/make_closed_cases.py")
 
 
 if __name__ == "__main__":

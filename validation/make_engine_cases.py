@@ -60,8 +60,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import case_files
-from make_closed_cases import (PROMPTS_PER_CLIENT, WARMUPS_PER_CLIENT, lengths, num, relative,
-                               source_fields)
+from make_closed_cases import (PROMPTS_PER_CLIENT, WARMUPS_PER_CLIENT, client_lines, lengths, num,
+                               relative, source_fields)
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "aic-engines"
@@ -343,21 +343,7 @@ def provenance_lines(r: dict, out: Path) -> list[str]:
 
 
 def workload_lines(r: dict) -> list[str]:
-    n = clients(r)
-    isl, osl = int(r["isl"]), int(r["osl"])
-    (pl, ph), (ol, oh) = lengths(isl), lengths(osl)
-    return [
-        "[workload]",
-        "# The client: --max-concurrency N --request-rate inf, 2 x N warm-up requests first",
-        "# (excluded), then --num-prompts 10 x N; --random-range-ratio 0.8 draws each length",
-        "# uniformly from [int(0.8 x nominal), nominal], both ends included; --ignore-eos.",
-        'arrival = "closed"',
-        f"concurrency = {n}",
-        f"warmup_requests = {WARMUPS_PER_CLIENT * n}",
-        f"num_requests = {PROMPTS_PER_CLIENT * n}",
-        f'prompt_tokens = {{ dist = "uniform", low = {pl}, high = {ph} }}  # nominal {isl}',
-        f'output_tokens = {{ dist = "uniform", low = {ol}, high = {oh} }}  # nominal {osl}',
-    ]
+    return client_lines(clients(r), int(r["isl"]), int(r["osl"]))
 
 
 def lever_lines(r: dict) -> list[str]:
@@ -448,19 +434,8 @@ def generated(out: Path = OUT) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = case_files.parser(__doc__)
-    ap.add_argument("--out", type=Path, default=OUT,
-                    help="where fit/ and holdout/ are written (default: validation/engines)")
-    args = ap.parse_args(argv)
-    out = args.out.resolve()
-    want, skipped, rows = cases(CSV, out)
-    code, differ, stale = case_files.sync(want, generated(out), out,
-                                          "validation/make_engine_cases.py", args.check)
-    if args.check:
-        return code
-    print(f"{len(want)} cases ({len(differ)} written, {len(stale)} removed)")
-    print("\n".join(summary(want, skipped, rows)))
-    return 0
+    return case_files.main(argv, __doc__, OUT, lambda out: cases(CSV, out), generated, summary,
+                           "validation/make_engine_cases.py")
 
 
 if __name__ == "__main__":
