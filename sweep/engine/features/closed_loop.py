@@ -128,9 +128,12 @@ class Hooks(Plain):
         """The gap of send ``j`` (by the order sent): request ``clients + j``'s pause."""
         return gap(p, r, r.clients + j)
 
-    @staticmethod
-    def least_gap(p: EngineParams, r: Requests, s: EngineState):
-        """A gap no send of the next S can be under (each seat finishes once in a run)."""
+    @classmethod
+    def least_gap(cls, p: EngineParams, r: Requests, s: EngineState):
+        """A gap no send of the next S can be under (each seat finishes once in a run): where
+        every request pauses alike, that one gap."""
+        if not cls.merges_sends:
+            return gap(p, r, r.clients)
         q = jnp.arange(s.seat_req.shape[0], dtype=jnp.int32)
         return gap(p, r, r.clients + s.features[NAME].sends + q).min()
 

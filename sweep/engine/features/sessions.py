@@ -210,10 +210,12 @@ class Hooks(closed_loop.Hooks):
         return jnp.where(slot.on, closed_loop.gap(p, r, row),
                          closed_loop.Hooks.send_gap(p, r, features, j))
 
-    @staticmethod
-    def least_gap(p: EngineParams, r: Requests, s: EngineState):
+    @classmethod
+    def least_gap(cls, p: EngineParams, r: Requests, s: EngineState):
+        if not cls.merges_sends:  # every request pauses alike: no rows to look up
+            return closed_loop.gap(p, r, r.clients)
         return jnp.where(s.features[NAME].on, least_gap(p, r, s),
-                         closed_loop.Hooks.least_gap(p, r, s))
+                         super().least_gap(p, r, s))
 
     @classmethod
     def spawned(cls, p: EngineParams, r: Requests, s: EngineState, done, t_end) -> dict:
