@@ -30,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sweep.physics.hardware import CATALOG, FITS, VLLM
+from sweep.physics.engines import VLLM
+from sweep.physics.hardware import CATALOG, FITS
 from sweep.workflows.serving_fit import Param, fit_serving, simulate_settings
 from sweep.workflows.validate import load_cases
 

@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from sweep.execution.runner import run_study
-from sweep.physics.hardware import FITS, VLLM, get_gpu
+from sweep.physics.engines import VLLM
+from sweep.physics.hardware import FITS, get_gpu
 from sweep.workflows.validate import load_cases
 
 HERE = Path(__file__).parent

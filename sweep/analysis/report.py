@@ -457,7 +457,7 @@ def transferred_lines(table: pd.DataFrame) -> list[str]:
     does."""
     moved = set()
     for rec in table.to_dict("records"):
-        cal = str(rec.get("calibration", ""))
+        cal = str(rec.get("calibration", "")).split("+")[0]  # the GPU's part, not the engine's
         if not cal.startswith("transferred:"):
             continue
         pools = [g for g in (rec.get("prefill_gpu"), rec.get("decode_gpu")) if isinstance(g, str)]

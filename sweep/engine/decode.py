@@ -28,6 +28,9 @@ def _run_start(p: EngineParams, r: Requests, aux: Aux, f: type, s: EngineState):
     general pass just before left it at s.t)."""
     skipped = unfinished(aux, s) & ~needs_pass(p, aux, s)
     ok = unfinished(aux, s) & ~(s.seat_pre & (s.seat_req >= 0)).any()
+    # A run's gaps are its passes': not while a seat waited out a prefill's pass (an engine
+    # that prefills alone), whose next gap is longer.
+    ok = ok & ~(p.prefill_alone & ((s.seat_req >= 0) & (s.seat_last < s.t)).any())
     ok = f.run_ok(s, ok)
     return skipped, ok, f.arrival_of(r, s, s.tail)
 

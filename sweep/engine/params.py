@@ -14,6 +14,7 @@ import numpy as np
 from sweep.engine.arith import ceil_div
 from sweep.errors import FieldError
 from sweep.physics.drafts import accepted_at_least
+from sweep.physics.engines import ENGINES
 from sweep.physics.rng import acceptance_thresholds, table_thresholds
 from sweep.physics.timing import TimingParams
 from sweep.study.batching import POLICIES
@@ -49,6 +50,7 @@ _DERIVED = [
     ("transferred", np.ndarray),  # bool: requests arrive prefilled (a decode pool: topology.py)
     ("host_blocks", np.ndarray),  # int32: a CPU KV tier's blocks (0: none; Design.host_tier)
     ("load_s_per_token", np.ndarray),  # float64: seconds to load a token's KV from it
+    ("prefill_alone", np.ndarray),  # bool: a pass that prefills decodes nothing (the engine's)
 ]
 EngineParams = NamedTuple("EngineParams", [*_DERIVED, *((f.key, np.ndarray) for f in ENGINE_LEVERS),
                                            ("summary", SummaryParams)])
@@ -104,6 +106,7 @@ def engine_params(design: Design) -> EngineParams:
         accept_thresholds=_thresholds(design),
         transferred=np.bool_(False),
         host_blocks=np.int32(host_blocks), load_s_per_token=np.float64(load_s),
+        prefill_alone=np.bool_(ENGINES[design.engine].prefill_alone),
         **{**{f.key: np.dtype(f.engine).type(getattr(design, f.key)) for f in ENGINE_LEVERS},
            **_ranks_budget(design)},
         summary=SummaryParams(

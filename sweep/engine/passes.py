@@ -13,7 +13,7 @@ from sweep.engine.features import compose
 from sweep.engine.params import EngineParams
 from sweep.engine.scheduling import (Admission, Growth, Readmission, Step, admission, growth,
                                      idle_jump, readmission, stop)
-from sweep.engine.state import Aux, EngineState, needs_pass, seats_of
+from sweep.engine.state import Aux, EngineState, itl_bin, needs_pass, seats_of
 from sweep.physics.rng import uniform_bits
 from sweep.study.workload import Requests
 
@@ -42,12 +42,13 @@ def the_pass(c: Step, t, g: Growth, ra: Readmission, ad: Admission, b) -> Pass:
     """Rule 6: a pass from ``t`` prefills the admitted and readmitted requests (under chunked
     prefill, each prefilling seat's chunk) and decodes every seat that grew in rule 3; it takes
     ``timing.pass_time``, or the time of its loads from a second tier of the cache if longer
-    (they overlap its compute)."""
-    decode = g.decoding & g.work
+    (they overlap its compute). Under an engine that prefills alone, a pass with a prefill
+    decodes nothing."""
     # A transferred request (a decode pool's) is not prefilled: its admission decodes one token
     # over its cached context (docs/model.md "Disaggregated prefill and decode").
     load = ad.new & c.p.transferred
     todo, prefill, pairs = c.f.prefills(c, b, ra, ad, load)
+    decode = g.decoding & g.work & ~(c.p.prefill_alone & (prefill > 0).any())
     f64 = jnp.float64
     dt = c.f.staged(c.f.pass_time, c.p.timing, prefill.sum(dtype=f64), pairs.sum(dtype=f64),
                     (decode | load).sum(dtype=f64),
@@ -79,8 +80,14 @@ def tokens(c: Step, g: Growth, ra: Readmission, ad: Admission, ps: Pass, drafts)
     (or, under chunked prefill, a prefill after a stall) has a gap of its own."""
     s = c.s
     decoded = jnp.where(ps.decode, jnp.minimum(drafts + 1, s.seat_output - s.seat_gen), 0)
-    todo, done, gaps, counts = c.f.completes(c, g, ra, ad, ps, ps.decode.sum(dtype=jnp.int32))
-    return Tokens(decoded, done, decoded + done, s.itl_hist.at[gaps].add(counts), todo)
+    # Under an engine that prefills alone a seat may have waited out a prefill's pass: its gap
+    # runs from its last token (every other seat's last token came at the pass's start).
+    late = ps.decode & c.p.prefill_alone & (s.seat_last < s.t)
+    todo, done, gaps, counts = c.f.completes(c, g, ra, ad, ps,
+                                             (ps.decode & ~late).sum(dtype=jnp.int32))
+    hist = s.itl_hist.at[gaps].add(counts).at[itl_bin(ps.t_end - s.seat_last)].add(
+        late.astype(jnp.int32))
+    return Tokens(decoded, done, decoded + done, hist, todo)
 
 
 class Completion(NamedTuple):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sweep.errors import listed
+from sweep.physics.engines import VLLM
 from sweep.physics.gpu_catalog import HOST_LINKS, INTERNODE, SHEETS
 
 #: A datasheet entry's roofline factors until the catalog gives it a fitted GPU's (``_served``):
@@ -134,7 +135,7 @@ class GPU:
 # NCCL's small-message all-reduce latency inside one NVLink/xGMI node is a few microseconds
 # (nccl-tests all_reduce_perf, 8-byte messages); PCIe parts are about three times slower. These
 # are the datasheet entries' priors: a served GPU takes the serving engine's fitted latency for
-# its kind of link (ServingEngine.allreduce_latency_us).
+# its kind of link (engines.ServingEngine.allreduce_latency_us).
 _NVLINK_AR_US = 5.0
 _PCIE_AR_US = 15.0
 
@@ -170,33 +171,6 @@ class ModelError:
 
 
 @dataclass(frozen=True)
-class ServingEngine:
-    """The serving engine's own costs, the same on every GPU it drives: the host's time per pass
-    and per decoding sequence, a request's time outside the passes (and per prompt token it
-    prefills), and its all-reduce's latency and share of the link's bandwidth. Fitted on every
-    GPU's real runs together; a GPU whose own runs identify its all-reduce latency has its own
-    (``GpuFit``)."""
-
-    name: str
-    overhead_ms: float
-    seq_overhead_us: float
-    request_overhead_ms: float
-    request_lag_passes: float
-    prompt_overhead_us: float
-    nvlink_allreduce_us: float  # one all-reduce between 2 GPUs over NVLink (or xGMI)
-    allreduce_bandwidth_efficiency: float
-    # Each p99 metric's own error: the relative sd of its log error beyond its mean's on runs
-    # held out of the fit (stalls and hiccups of the real engine that no rule here produces).
-    tail_sd: tuple[tuple[str, float], ...] = ()
-    source: str = field(default="", compare=False)
-
-    def allreduce_latency_us(self, gpu: "GPU") -> float:
-        """Over NVLink the fitted latency; over PCIe (no runs) the same times the priors'
-        PCIe-to-NVLink ratio."""
-        return self.nvlink_allreduce_us * (1.0 if _nvlink(gpu) else _PCIE_AR_US / _NVLINK_AR_US)
-
-
-@dataclass(frozen=True)
 class GpuFit:
     """A GPU's own factors, fitted on real serving runs of it, and its model error. A factor
     its runs do not identify is None: it comes from the fitted GPU that ``transfer_source``
@@ -218,18 +192,6 @@ class GpuFit:
     weight_only_error: ModelError | None = None
     source: str = field(default="", compare=False)
 
-
-#: vLLM 0.15, fitted by validation/fit.py on the fit cases of every GPU (docs/validation.md).
-#: Its time per prompt token: validation/fit_closed.py on the closed-loop fit cases, the only
-#: runs whose prefills are long (0.8-8k tokens); the open-loop runs' prefills are 1-68 tokens
-#: (prompts cached), which the term leaves within 0.4 ms.
-VLLM = ServingEngine("vLLM 0.15", overhead_ms=1.01, seq_overhead_us=0.0,
-                     request_overhead_ms=4.27, request_lag_passes=1.30, prompt_overhead_us=4.76,
-                     nvlink_allreduce_us=2.99, allreduce_bandwidth_efficiency=0.325,
-                     tail_sd=(("p99_e2e_s", 0.187), ("p99_ttft_s", 0.695)),
-                     source="validation/fit.py on validation/fit/ (H100, A100 and L40S runs), "
-                            "tail_sd on validation/holdout/; prompt_overhead_us "
-                            "validation/fit_closed.py")
 
 #: The GPUs with real runs: their factors, fitted on their fit cases of the serving engine's own
 #: runs, and their model error, from their held-out cases (docs/validation.md). H100, A100 and
@@ -407,7 +369,7 @@ def _served(gpu: GPU, sheets: dict[str, GPU]) -> GPU:
         request_overhead_ms=VLLM.request_overhead_ms,
         request_lag_passes=VLLM.request_lag_passes,
         prompt_overhead_us=VLLM.prompt_overhead_us,
-        allreduce_latency_us=VLLM.allreduce_latency_us(gpu), allreduce_growth=1.0,
+        allreduce_latency_us=VLLM.allreduce_latency_us(_nvlink(gpu), _PCIE_AR_US / _NVLINK_AR_US), allreduce_growth=1.0,
         allreduce_bandwidth_efficiency=VLLM.allreduce_bandwidth_efficiency,
         calibration="fitted" if donor == gpu.name else f"transferred:{donor}",
         model_error=error, weight_only_model_error=weight_only,

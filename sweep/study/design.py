@@ -8,13 +8,14 @@ import math
 from sweep.errors import DoesNotFit, FieldError, got, listed, show
 from sweep.physics.catalog import get_model
 from sweep.physics.drafts import served_model
+from sweep.physics.engines import served_by
 from sweep.physics.hardware import GPU, HOST_LINK_EFFICIENCY, get_gpu
 from sweep.physics.memory import DEFAULT_PROFILE_TOKENS, memory_budget
 from sweep.physics.models import Model
 from sweep.physics.timing import TimingParams, allreduce_setting, stage_hops, timing_params
 from sweep.study.batching import POLICIES
 from sweep.study.fields import (ACTIVATION_BITS, DEFAULT_KV_LINK_GBPS, DESIGN_FIELDS,
-                                GPU_FITTED, Range, check, declared_class)
+                                ENGINE_FITTED, GPU_FITTED, Range, check, declared_class)
 
 #: The levers the timing function reads: its keyword-only parameters, each a declared key.
 TIMING_KEYS = tuple(k for k, v in inspect.signature(timing_params).parameters.items()
@@ -78,7 +79,9 @@ class _Design:
 
     @property
     def gpu_spec(self) -> GPU:
-        return self.gpu if isinstance(self.gpu, GPU) else get_gpu(self.gpu)
+        """The GPU as the design's serving engine drives it (``engines.served_by``)."""
+        return served_by(self.gpu if isinstance(self.gpu, GPU) else get_gpu(self.gpu),
+                         self.engine)
 
     @property
     def model_spec(self) -> Model:
@@ -100,7 +103,16 @@ class _Design:
     def calibration(self) -> str:
         """Where the GPU-side factors come from: ``stated`` (the config gives any of them), else
         ``fitted`` where every GPU that runs a pass is, or ``transferred:<GPU>`` naming the
-        fitted GPUs the others take theirs from (a disaggregated design's pools may differ)."""
+        fitted GPUs the others take theirs from (a disaggregated design's pools may differ);
+        then, for an engine other than vLLM, whose host terms: ``+sglang`` (fitted on its
+        runs) or ``+sglang:stated`` (the config gives any of them)."""
+        gpu_side = self._gpu_calibration()
+        if self.engine == "vllm":
+            return gpu_side
+        stated = any(getattr(self, k) is not None for k in ENGINE_FITTED)
+        return f"{gpu_side}+{self.engine}{':stated' if stated else ''}"
+
+    def _gpu_calibration(self) -> str:
         if any(getattr(self, k) is not None for k in GPU_FITTED):
             return "stated"
         gpus = ([self.prefill_pool().gpu_spec, self.decode_pool().gpu_spec]

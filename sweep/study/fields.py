@@ -20,8 +20,10 @@ from sweep.physics.hardware import CATALOG as GPU_CATALOG
 from sweep.physics.memory import DEFAULT_OVERHEAD_FRACTION
 from sweep.physics.catalog import CATALOG as MODEL_CATALOG
 from sweep.physics.drafts import DRAFTS
+from sweep.physics.engines import ENGINES
 from sweep.study.batching import POLICIES
 from sweep.study.lengths import LENGTH_KEYS, PAUSE_KEYS, Lengths
+from sweep.study.ranges import Range
 
 BATCHING = tuple(POLICIES)
 KV_CACHE = ("contiguous", "paged")
@@ -52,31 +54,6 @@ MAX_PREFIX_COUNT = 2**20
 DEFAULT_KV_LINK_GBPS = 400.0
 #: The config tables whose keys are declared here; any of their keys may be a sweep axis.
 SECTIONS = ("hardware", "model", "workload", "levers")
-
-
-class Range(NamedTuple):
-    """``lo <= v <= hi`` (``lo < v`` when ``lo_open``), finite; ``says`` words the requirement
-    where the bounds alone would not (``a positive number of requests/s``)."""
-
-    lo: float
-    hi: float
-    lo_open: bool = False
-    says: str = ""
-
-    def holds(self, v, kind: str) -> bool:
-        if isinstance(v, bool):  # (True == 1)
-            return False
-        if kind == "int":
-            return isinstance(v, int) and self.lo <= v <= self.hi
-        return (isinstance(v, (int, float)) and math.isfinite(v)
-                and (v > self.lo if self.lo_open else v >= self.lo) and v <= self.hi)
-
-    def text(self, kind: str) -> str:
-        if self.says:
-            return self.says
-        if kind == "int":
-            return f"an integer in [{self.lo}, {self.hi}]"
-        return f"a number in {'(' if self.lo_open else '['}{self.lo}, {self.hi}]"
 
 
 class Field(NamedTuple):
@@ -430,6 +407,11 @@ FIELDS: tuple[Field, ...] = (
              "all-to-all spanning nodes send over it (the catalog's: InfiniBand or Ethernet per "
              "GPU, [model.md](model.md))",
         short="link between nodes, per GPU"),
+    _hw("engine", "str", "vllm", choices=tuple(ENGINES),
+        help="the serving engine: `vllm` (0.15), `sglang` (0.5: a prefill runs as a pass of its "
+             "own) or `trtllm` (TensorRT-LLM 1.2); each brings its fitted host terms and its "
+             "stated error ([model.md](model.md))",
+        short="serving engine"),
 )
 
 #: section -> key -> Field, in declaration order.
@@ -451,11 +433,14 @@ ENGINE_FITTED = tuple(f.key for f in FIELDS if f.fitted == "engine")
 #: before them (outside readers rely on the order, so a newer key's columns come last).
 _BEFORE_DERIVED = 1 + next(i for i, f in enumerate(FIELDS)
                            if f.key == "allreduce_bandwidth_efficiency")
-#: A pause key's column is its mean pause; a table's keys come after every other column.
+#: A pause key's column is its mean pause; a table's keys come after the keys declared before
+#: ``engine``, the keys declared since after them.
 PAUSE_COLUMNS = [f"{f.key}_{k}" for f in FIELDS if f.kind == "pauses" for k in PAUSE_KEYS]
+_BEFORE_PAUSES = next(i for i, f in enumerate(FIELDS) if f.key == "engine")
 COLUMNS: list[str] = ([c for f in FIELDS[:_BEFORE_DERIVED] for c in f.columns]
                       + list(DERIVED_COLUMNS)
-                      + [c for f in FIELDS[_BEFORE_DERIVED:] for c in f.columns] + PAUSE_COLUMNS)
+                      + [c for f in FIELDS[_BEFORE_DERIVED:_BEFORE_PAUSES] for c in f.columns]
+                      + PAUSE_COLUMNS + [c for f in FIELDS[_BEFORE_PAUSES:] for c in f.columns])
 #: Columns that hold strings (a brief limit on them makes no sense).
 TEXT_COLUMNS = tuple(c for f in FIELDS for c in f.columns if f.kind in ("str", "trace")) + tuple(
     c for c in COLUMNS if c.endswith("_dist")) + ("calibration",)

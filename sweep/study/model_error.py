@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from statistics import NormalDist
 
-from sweep.physics.hardware import VLLM
+from sweep.physics.engines import VLLM
 from sweep.study.fields import GPU_FITTED
 from sweep.study.uncertainty import Uncertain
 

@@ -117,7 +117,10 @@ def the_pass(tw: Twin, ps: Pass) -> float:
     ``kv_offload.pass_time``); returns its end.
     Integer sums are exact Python ints, then float64. A chunk of c tokens after L already in
     the KV attends to L + 1 .. L + c keys; a transferred admission decodes once over its
-    cached context."""
+    cached context. Under an engine that prefills alone, a pass with a prefill decodes
+    nothing."""
+    if tw.design.prefill_alone and any(c > 0 for _, c, _ in ps.prefills):
+        ps.decoding = []
     if not ps.prefills and not ps.decoding and tw.max_steps is None and math.isinf(tw.end_time):
         # SPEC: an empty pass (nothing to prefill or decode) is run literally (its time is
         # the pass time of no work), but it means nothing can ever change: the head request

@@ -1,0 +1,113 @@
+"""Serving engines: the host's costs and the scheduling rule each engine brings to every GPU it
+drives (``[hardware] engine``). vLLM's terms are the catalog's (``hardware._served``); another
+engine's replace them (``served_by``) and add its own model error to the GPU's.
+
+Each engine's terms are fitted on runs of that engine alone (docs/validation.md): vLLM's on
+vLLM 0.15's, SGLang's and TensorRT-LLM's on their closed-loop runs in
+``validation/engines/fit/``. The GPU-side factors are the GPU's whatever the engine: every engine
+runs the same kernels' kind on the same chip, and only vLLM's runs are many enough to fit them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class EngineError:
+    """How far an engine's predictions stray beyond the GPU's own model error, on its runs held
+    out of its fit: relative standard deviations of the speed and of ``request_lag_passes``
+    (``hardware.ModelError``'s meaning), combined with the GPU's in quadrature."""
+
+    speed_sd: float
+    lag_sd: float
+
+
+@dataclass(frozen=True)
+class ServingEngine:
+    """The serving engine's own costs, the same on every GPU it drives: the host's time per pass
+    and per decoding sequence, a request's time outside the passes (and per prompt token it
+    prefills), and its all-reduce's latency and share of the link's bandwidth; and its rule for
+    forming a pass (``prefill_alone``: a pass that prefills decodes nothing)."""
+
+    name: str
+    overhead_ms: float
+    seq_overhead_us: float
+    request_overhead_ms: float
+    request_lag_passes: float
+    prompt_overhead_us: float
+    nvlink_allreduce_us: float  # one all-reduce between 2 GPUs over NVLink (or xGMI)
+    allreduce_bandwidth_efficiency: float
+    # Each p99 metric's own error: the relative sd of its log error beyond its mean's on runs
+    # held out of the fit (stalls and hiccups of the real engine that no rule here produces).
+    tail_sd: tuple[tuple[str, float], ...] = ()
+    prefill_alone: bool = False
+    error: EngineError | None = None  # beyond the GPU's (None: vLLM's, the GPU's own)
+    source: str = field(default="", compare=False)
+
+    def allreduce_latency_us(self, nvlink: bool, pcie_ratio: float) -> float:
+        """Over NVLink the fitted latency; over PCIe (no runs) the same times ``pcie_ratio``,
+        the priors' PCIe-to-NVLink ratio."""
+        return self.nvlink_allreduce_us * (1.0 if nvlink else pcie_ratio)
+
+
+#: vLLM 0.15, fitted by validation/fit.py on the fit cases of every GPU (docs/validation.md).
+#: Its time per prompt token: validation/fit_closed.py on the closed-loop fit cases, the only
+#: runs whose prefills are long (0.8-8k tokens); the open-loop runs' prefills are 1-68 tokens
+#: (prompts cached), which the term leaves within 0.4 ms.
+VLLM = ServingEngine("vLLM 0.15", overhead_ms=1.01, seq_overhead_us=0.0,
+                     request_overhead_ms=4.27, request_lag_passes=1.30, prompt_overhead_us=4.76,
+                     nvlink_allreduce_us=2.99, allreduce_bandwidth_efficiency=0.325,
+                     tail_sd=(("p99_e2e_s", 0.187), ("p99_ttft_s", 0.695)),
+                     source="validation/fit.py on validation/fit/ (H100, A100 and L40S runs), "
+                            "tail_sd on validation/holdout/; prompt_overhead_us "
+                            "validation/fit_closed.py")
+
+#: SGLang 0.5: its scheduler runs a waiting prefill (or a chunk of one) as a batch of its own,
+#: the running requests' decodes waiting for the next pass (``prefill_alone``; mixed batches
+#: are off by default: ``--enable-mixed-chunk``). Host terms fitted by
+#: validation/fit_engines.py on validation/engines/fit/ (DeepSeek-R1 on H200 and B200).
+SGLANG = dataclasses.replace(
+    VLLM, name="SGLang 0.5", overhead_ms=1.01, seq_overhead_us=0.0, request_overhead_ms=4.27,
+    request_lag_passes=1.30, prompt_overhead_us=4.76, prefill_alone=True,
+    error=EngineError(0.0, 0.0),
+    source="validation/fit_engines.py on validation/engines/fit/ (SGLang runs)")
+
+#: TensorRT-LLM 1.2: in-flight batching mixes context (prefill) chunks and generation in one
+#: pass within ``max_num_tokens``, as vLLM's token budget does. Host terms fitted by
+#: validation/fit_engines.py on validation/engines/fit/ (DeepSeek-R1 and gpt-oss-120b on H200
+#: and B200).
+TRTLLM = dataclasses.replace(
+    VLLM, name="TensorRT-LLM 1.2", overhead_ms=1.01, seq_overhead_us=0.0,
+    request_overhead_ms=4.27, request_lag_passes=1.30, prompt_overhead_us=4.76,
+    error=EngineError(0.0, 0.0),
+    source="validation/fit_engines.py on validation/engines/fit/ (TensorRT-LLM runs)")
+
+#: ``[hardware] engine`` -> its terms.
+ENGINES = {"vllm": VLLM, "sglang": SGLANG, "trtllm": TRTLLM}
+#: The host terms an engine sets on a GPU (the GPU's fields of the same names).
+HOST_TERMS = ("overhead_ms", "seq_overhead_us", "request_overhead_ms", "request_lag_passes",
+              "prompt_overhead_us")
+
+
+def widened(error, extra: EngineError | None):
+    """A GPU's model error (``hardware.ModelError`` or None) with an engine's added in
+    quadrature."""
+    if error is None or extra is None:
+        return error
+    return dataclasses.replace(error, speed_sd=math.hypot(error.speed_sd, extra.speed_sd),
+                               lag_sd=math.hypot(error.lag_sd, extra.lag_sd))
+
+
+def served_by(gpu, engine: str):
+    """``gpu`` (a catalog entry, served by vLLM) driven by ``engine``: its host terms and its
+    model errors widened by the engine's. vLLM's is the entry itself; a GPU timed by a measured
+    fit of its passes (``timing = "linear"``) keeps its own."""
+    eng = ENGINES[engine]
+    if engine == "vllm" or gpu.timing != "roofline":
+        return gpu
+    return dataclasses.replace(
+        gpu, **{k: getattr(eng, k) for k in HOST_TERMS},
+        model_error=widened(gpu.model_error, eng.error),
+        weight_only_model_error=widened(gpu.weight_only_model_error, eng.error))
