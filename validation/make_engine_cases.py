@@ -6,10 +6,9 @@ gives the provenance).
     python validation/make_engine_cases.py           # (re)write validation/engines/fit|holdout/
     python validation/make_engine_cases.py --check   # exit 1 if the committed cases differ
 
-servesweep has no engine key: each case simulates the server with vLLM's host terms and
-scheduling, and records the engine, its version and the launch flags it ran with in comments
-and in its name (``sglang-...``, ``trtllm-...``). The cases measure how far those terms are
-from these engines. The client, the lengths, the split and the measured values follow
+Each case names its engine (``[hardware] engine``: its host terms and its scheduling) and
+records its version and the launch flags it ran with in comments and in its name
+(``sglang-...``, ``trtllm-...``). The client, the lengths, the split and the measured values follow
 ``make_closed_cases.py``: InferenceX's ``benchmark_serving.py``, N clients, 2 x N warm-up
 requests first and excluded, then 10 x N measured, every length uniform over [int(0.8 x L), L];
 ``[measured] mean_ttft_s`` and ``mean_tpot_ms``.
@@ -334,9 +333,7 @@ def provenance_lines(r: dict, out: Path) -> list[str]:
     lines = [f"{HEADER} from {relative(CSV, out)}", f"# (CSV line {r['line']}, id below); "
              "do not edit.", f"# {r['id']}",
              f"# {ENGINES[r['backend']]} {r['backend_version'] or 'version not named'}"
-             + (f" ({image})" if image else "") + f", {when}, from {origin(r)}.",
-             "# servesweep has no engine key: the server is simulated with vLLM's host terms",
-             "# and scheduling; this case measures how far they are from this engine."]
+             + (f" ({image})" if image else "") + f", {when}, from {origin(r)}."]
     if r["also"]:
         lines.append(f"# The same run is also row {', '.join(r['also'])} (skipped there).")
     return lines
@@ -388,6 +385,7 @@ def case_text(r: dict, group: str, out: Path = OUT) -> str:
         "",
         "[hardware]",
         f'gpu = "{gpu_of(r)}"',
+        f'engine = "{r["backend"]}"',
         *memory,
         "",
         "[model]",

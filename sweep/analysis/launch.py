@@ -1,9 +1,10 @@
 """The serving engine's command line that runs a design, from its row of a results table
-(``designs.parquet``, ``capacity.parquet``, a fleet's): ``launch_vllm`` (``vllm serve``) and
-``launch_sglang`` (``python -m sglang.launch_server``). Flags are the engines' own, as their
-docs name them (vLLM's engine arguments, SGLang's server arguments); a lever that no flag sets
-is said in the command's trailing ``# note``, never made into a flag. docs/running.md has the
-mapping, lever by lever."""
+(``designs.parquet``, ``capacity.parquet``, a fleet's): ``launch_vllm`` (``vllm serve``),
+``launch_sglang`` (``python -m sglang.launch_server``) and ``launch_trtllm`` (``trtllm-serve``
+with the YAML of its ``--extra_llm_api_options``). Flags are the engines' own, as their docs
+name them (vLLM's engine arguments, SGLang's server arguments, TensorRT-LLM's ``trtllm-serve``
+options and LLM API fields); a lever that no flag sets is said in the command's trailing
+``# note``, never made into a flag. docs/running.md has the mapping, lever by lever."""
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ from sweep.physics.models import NATIVE_FLOAT_GENERATIONS
 from sweep.study.fields import DESIGN_FIELDS
 
 #: The tables' columns, in this order.
-LAUNCH_COLUMNS = ("launch_vllm", "launch_sglang")
+LAUNCH_COLUMNS = ("launch_vllm", "launch_sglang", "launch_trtllm")
 #: The draft model is not a lever: the commands name this placeholder for it.
 DRAFT_MODEL = "DRAFT_MODEL"
 #: Nor is an EAGLE-3 head's checkpoint (one trained for the target): this placeholder names it.
@@ -271,8 +272,8 @@ def _sglang_flags(row, s: _Server) -> tuple[list[str], list[str]]:
         notes.append(f"max_num_batched_tokens={budget}: " + (
             "no SGLang flag beside the prefill chunk" if chunk
             else "SGLang's chunk does not count the pass's decodes"))
-    if _value(row, "batching") == "continuous":
-        flags.append("--enable-mixed-chunk")
+    if _value(row, "batching") == "continuous" and _value(row, "engine") != "sglang":
+        flags.append("--enable-mixed-chunk")  # as simulated: decodes join a prefill's pass
     if not _value(row, "prefix_cache"):
         flags.append("--disable-radix-cache")
     tier = _tier_gib(row)
@@ -304,6 +305,70 @@ def _sglang_flags(row, s: _Server) -> tuple[list[str], list[str]]:
     return flags, weight_notes + notes
 
 
+#: TensorRT-LLM's ``speculative_config.decoding_type`` of each draft (its LLM API docs,
+#: "Speculative Decoding"): a draft model, the checkpoint's MTP layers, an EAGLE-3 head.
+TRTLLM_SPEC = {"model": "DraftTarget", "mtp": "MTP", "eagle": "Eagle3"}
+
+
+def _trtllm_flags(row, s: _Server) -> tuple[list[str], list[str]]:
+    """``trtllm-serve``'s flags for one server (PyTorch backend), the options it takes from a
+    YAML file (``--extra_llm_api_options``, written out in the note as one JSON object: YAML
+    reads it as it is), and the notes they leave. With data-parallel attention its
+    ``--tp_size`` is every GPU of the server, as SGLang's ``--tp``."""
+    dp, notes, extra = _int(row, "data_parallel") or 1, [], {}
+    flags = ["--backend pytorch", f"--tp_size {s.tp * dp}"]
+    if _stages(row) > 1:
+        flags.append(f"--pp_size {_stages(row)}")
+    if _value(row, "expert_parallel"):
+        flags.append(f"--ep_size {s.tp * dp}")
+    if dp > 1:
+        extra["enable_attention_dp"] = True
+    budget, chunk = _tokens(row)
+    if budget or chunk:
+        flags.append(f"--max_num_tokens {budget or chunk}")
+        extra["enable_chunked_prefill"] = True
+    flags.append(f"--max_batch_size {_seats(row) * dp}")
+    flags += _memory_flags(row, {"max_seq_len": "--max_seq_len",
+                                 "gpu_memory_utilization": "--kv_cache_free_gpu_memory_fraction"})
+    kv = {"enable_block_reuse": bool(_value(row, "prefix_cache"))}
+    if _int(row, "kv_bits") == 8:
+        kv["dtype"] = "fp8"
+    tier = _tier_gib(row)
+    if tier:  # bytes of host memory, each rank's
+        kv["host_cache_size"] = int(tier * 2**30 / (s.tp * dp))
+    block = _int(row, "block_size")
+    if block is not None:
+        kv["tokens_per_block"] = block
+    blocks = _int(row, "kv_blocks")
+    if blocks is not None:
+        kv["max_tokens"] = blocks * block
+    extra["kv_cache_config"] = kv
+    draft, kind = _int(row, "draft_tokens") or 0, _value(row, "draft") or "model"
+    if draft:
+        path = _draft_path(kind)
+        extra["speculative_config"] = {
+            "decoding_type": TRTLLM_SPEC[kind],
+            **({"num_nextn_predict_layers": draft} if kind == "mtp" else
+               {"max_draft_len": draft, "speculative_model_dir": path})}
+    quantization, weight_notes = _weights(row, s.gpu)
+    if quantization:
+        notes.append("weights quantised to fp8 as they load: serve an FP8 checkpoint "
+                     "(TensorRT-LLM reads its quantisation from the checkpoint)")
+    if _value(row, "gpu_memory_utilization") is not None:
+        notes.append("--kv_cache_free_gpu_memory_fraction: of the memory the weights leave")
+    if s.pool:
+        notes.append(f"{s.pool} server of a `trtllm-serve disaggregated` deployment")
+    flags.append("--extra_llm_api_options EXTRA.yml")
+    return flags, [f"EXTRA.yml = {json.dumps(extra, separators=(', ', ': '))}",
+                   *weight_notes, *notes]
+
+
+def _engine_note(row, engine: str) -> list[str]:
+    """Where the row was simulated with another engine's terms, a note that says whose."""
+    simulated = _value(row, "engine") or "vllm"
+    return [] if simulated == engine else [f"simulated as engine={simulated}"]
+
+
 def _line(program: str, flags: list[str], notes: list[str]) -> str:
     return " ".join([program] + flags) + (f"  # {'; '.join(notes)}" if notes else "")
 
@@ -315,8 +380,8 @@ def launch_vllm(row) -> str:
     lines = []
     for i, s in enumerate(_servers(row)):
         flags, notes = _vllm_flags(row, s)
-        lines.append(_line(program, flags, _server_note(row, s)
-                           + (_common_notes(row) if i == 0 else []) + notes))
+        lines.append(_line(program, flags, _server_note(row, s) + (
+            _engine_note(row, "vllm") + _common_notes(row) if i == 0 else []) + notes))
     return "\n".join(lines)
 
 
@@ -331,16 +396,32 @@ def launch_sglang(row) -> str | None:
     lines = []
     for i, s in enumerate(_servers(row)):
         flags, notes = _sglang_flags(row, s)
-        lines.append(_line(program, flags, _server_note(row, s)
-                           + (_common_notes(row) if i == 0 else []) + notes))
+        lines.append(_line(program, flags, _server_note(row, s) + (
+            _engine_note(row, "sglang") + _common_notes(row) if i == 0 else []) + notes))
+    return "\n".join(lines)
+
+
+def launch_trtllm(row) -> str | None:
+    """The ``trtllm-serve`` command of the design in ``row``, as ``launch_sglang`` (None where a
+    lever has no TensorRT-LLM equivalent: static batching, a contiguous KV cache)."""
+    if _value(row, "batching") == "static" or _value(row, "kv_cache") == "contiguous":
+        return None
+    program = f"trtllm-serve {shlex.quote(model_id(str(_value(row, 'model'))))}"
+    lines = []
+    for i, s in enumerate(_servers(row)):
+        flags, notes = _trtllm_flags(row, s)
+        lines.append(_line(program, flags, _server_note(row, s) + (
+            _engine_note(row, "trtllm") + _common_notes(row) if i == 0 else []) + notes))
     return "\n".join(lines)
 
 
 def launch_columns(rows: Iterable) -> dict[str, list]:
-    """``launch_vllm`` and ``launch_sglang`` of each of ``rows``, as a table's columns."""
+    """``launch_vllm``, ``launch_sglang`` and ``launch_trtllm`` of each of ``rows``, as a
+    table's columns."""
     rows = list(rows)
     return {"launch_vllm": [launch_vllm(r) for r in rows],
-            "launch_sglang": [launch_sglang(r) for r in rows]}
+            "launch_sglang": [launch_sglang(r) for r in rows],
+            "launch_trtllm": [launch_trtllm(r) for r in rows]}
 
 
 def fleet_launch(cap: pd.DataFrame, designs, copies, router: str | None = None) -> dict:

@@ -1,0 +1,161 @@
+"""The serving engine as a key: each engine's host terms and error, SGLang's passes that prefill
+alone (the engine and the twin agree request by request), and TensorRT-LLM's launch command."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from sweep.analysis.launch import launch_sglang, launch_trtllm, launch_vllm
+from sweep.engine import ITL_LOG_WIDTH
+from sweep.engine.params import engine_params
+from sweep.physics.engines import ENGINES, HOST_TERMS, SGLANG, TRTLLM, VLLM
+from sweep.physics.hardware import CATALOG
+from sweep.study.design import Design
+from sweep.study.workload import Lengths, Workload, sample_n
+from sweep.twin import simulate_reference, summarize_reference
+from tests.helpers import run_cases
+
+SEATS, K_MAX, N_REQ = 12, 4, 72
+
+
+def test_vllm_is_the_catalog_and_other_engines_bring_their_terms():
+    for name, gpu in CATALOG.items():
+        assert Design(gpu=name).gpu_spec is gpu
+    for engine, terms in (("sglang", SGLANG), ("trtllm", TRTLLM)):
+        d = Design(gpu="H200", engine=engine)
+        spec = d.gpu_spec
+        assert all(getattr(spec, k) == getattr(terms, k) for k in HOST_TERMS)
+        # The GPU side is the GPU's whatever the engine.
+        assert spec.bandwidth_efficiency == CATALOG["H200"].bandwidth_efficiency
+        assert spec.compute_efficiency == CATALOG["H200"].compute_efficiency
+        own = CATALOG["H200"].model_error
+        assert spec.model_error.speed_sd == pytest.approx(math.hypot(own.speed_sd,
+                                                                     terms.error.speed_sd))
+        assert spec.model_error.speed_sd >= own.speed_sd
+        assert d.resolved("overhead_ms") == terms.overhead_ms
+    assert engine_params(Design(engine="sglang")).prefill_alone
+    assert not engine_params(Design(engine="trtllm")).prefill_alone
+    assert not engine_params(Design()).prefill_alone
+    assert set(ENGINES) == {"vllm", "sglang", "trtllm"} and ENGINES["vllm"] is VLLM
+
+
+def test_calibration_names_the_engine():
+    assert Design(gpu="H200").calibration == "fitted"
+    assert Design(gpu="H200", engine="sglang").calibration == "fitted+sglang"
+    assert Design(gpu="L4", engine="trtllm").calibration.startswith("transferred:")
+    assert Design(gpu="L4", engine="trtllm").calibration.endswith("+trtllm")
+    assert Design(engine="sglang", overhead_ms=2.0).calibration == "fitted+sglang:stated"
+    assert Design(engine="sglang", compute_efficiency=0.5).calibration == "stated+sglang"
+
+
+def test_an_unknown_engine_is_refused_in_one_line(tmp_path, capsys):
+    from sweep.cli import main
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('name = "e"\n[hardware]\nengine = "tgi"\n[model]\nname = "Llama-3-8B"\n[workload]\narrival_rate = 1.0\nduration_s = 10.0\n')
+    assert main(["run", str(cfg), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "hardware.engine" in err and "vllm, sglang, trtllm" in err and "\n" not in err
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match="hardware.engine"):
+        Design(engine="TGI")
+
+
+def _case(i: int):
+    """SGLang and vLLM on the same requests: with and without a token budget and drafts, at a
+    light and a heavy load."""
+    d = Design(gpu="H100-SXM", model="Llama-3-8B", engine="sglang" if i % 4 else "vllm",
+               max_batch=8, max_seq_len=512, kv_cache="paged",
+               max_num_batched_tokens=[0, 0, 64, 256][i % 4], draft_tokens=[0, 2][i // 4 % 2],
+               acceptance=0.7)
+    wl = Workload(arrival_rate=[50.0, 500.0][i % 2], duration_s=None, num_requests=60,
+                  prompt_tokens=Lengths("uniform", 0, 10, 300),
+                  output_tokens=Lengths("uniform", 0, 5, 60))
+    return d, engine_params(d), sample_n(wl, i % 4, 512, N_REQ)
+
+
+@pytest.fixture(scope="module")
+def prefill_alone_runs():
+    return run_cases([_case(i) for i in range(8)], SEATS, K_MAX)
+
+
+def test_prefill_alone_agrees_with_the_twin(prefill_alone_runs):
+    designs, params, reqs, out, mets = prefill_alone_runs
+    for b in range(len(designs)):
+        ref = simulate_reference(params[b], reqs[b])
+        msg = f"case {b}: {designs[b].engine}, {designs[b].max_num_batched_tokens}"
+        for eng, twin in ((out.first[b], ref.first_token), (out.finish[b], ref.finish)):
+            eng = np.asarray(eng)
+            assert np.array_equal(np.isnan(eng), np.isnan(twin)), msg
+            ok = ~np.isnan(twin)
+            np.testing.assert_allclose(eng[ok], twin[ok], rtol=1e-9, atol=0, err_msg=msg)
+        for name in ("tokens", "preemptions", "max_queue", "peak_blocks", "passes"):
+            assert int(getattr(out, name)[b]) == int(getattr(ref, name)), (name, msg)
+        summary = summarize_reference(ref, reqs[b], params[b])
+        width = math.exp(ITL_LOG_WIDTH) ** 1.01
+        for key in ("p95_itl_ms", "p99_itl_ms"):
+            assert summary[key] / width <= mets[key][b] <= summary[key] * width, (key, msg)
+        assert mets["mean_tpot_ms"][b] == pytest.approx(summary["mean_tpot_ms"], rel=1e-9)
+
+
+def test_decodes_wait_for_a_prefill_pass(prefill_alone_runs):
+    """The same requests and design with and without SGLang's rule (no budget): with it the
+    decodes wait out every prefill's pass, so the time per output token is longer, a decode
+    gap spans two passes (the ITL's tail grows) and prefills take passes of their own."""
+    designs, params, reqs, _, _ = prefill_alone_runs
+    checked = 0
+    for b in range(len(designs)):
+        if designs[b].engine != "sglang" or designs[b].max_num_batched_tokens:
+            continue
+        alone = simulate_reference(params[b], reqs[b])
+        mixed = simulate_reference(params[b]._replace(prefill_alone=np.bool_(False)), reqs[b])
+        a = summarize_reference(alone, reqs[b], params[b])
+        m = summarize_reference(mixed, reqs[b], params[b])
+        assert a["mean_tpot_ms"] > m["mean_tpot_ms"], b
+        assert a["p99_itl_ms"] > m["p99_itl_ms"], b
+        assert alone.passes > mixed.passes, b  # prefills no longer ride along with decodes
+        checked += 1
+    assert checked == 2
+
+
+ROW = dict(model="DeepSeek-V3", gpu="B200", gpus=8, expert_parallel=True, data_parallel=1,
+           max_num_batched_tokens=8192, kv_bits=8, draft_tokens=3, draft="mtp", max_batch=64,
+           gpu_memory_utilization=0.9, batching="continuous", kv_cache="paged",
+           prefix_cache=False, block_size=32, kv_blocks=1000, engine="trtllm")
+
+
+def _extra(line: str) -> dict:
+    return json.loads(line.split("EXTRA.yml = ", 1)[1].split("; ")[0].split("}  #")[0])
+
+
+def test_trtllm_launch_command():
+    line = launch_trtllm(ROW)
+    flags = line.split("  #")[0].split()
+    assert flags[:2] == ["trtllm-serve", "deepseek-ai/DeepSeek-V3"]
+    for flag in ("--backend pytorch", "--tp_size 8", "--ep_size 8", "--max_num_tokens 8192",
+                 "--max_batch_size 64", "--kv_cache_free_gpu_memory_fraction 0.9",
+                 "--extra_llm_api_options EXTRA.yml"):
+        assert flag in line, flag
+    extra = _extra(line.split("  # ", 1)[1])
+    assert extra["kv_cache_config"] == {"enable_block_reuse": False, "dtype": "fp8",
+                                        "tokens_per_block": 32, "max_tokens": 32000}
+    assert extra["speculative_config"] == {"decoding_type": "MTP", "num_nextn_predict_layers": 3}
+    assert extra["enable_chunked_prefill"] is True
+    assert "simulated as" not in line
+    ranks = launch_trtllm({**ROW, "gpus": 1, "data_parallel": 8})
+    assert "--tp_size 8" in ranks and "--max_batch_size 512" in ranks
+    assert _extra(ranks.split("  # ", 1)[1])["enable_attention_dp"] is True
+    assert launch_trtllm({**ROW, "batching": "static"}) is None
+    assert launch_trtllm({**ROW, "kv_cache": "contiguous"}) is None
+    pools = launch_trtllm({**ROW, "prefill_gpus": 4, "decode_gpus": 8}).split("\n")
+    assert len(pools) == 2 and "--tp_size 4" in pools[0] and "prefill server" in pools[0]
+
+
+def test_each_engine_command_says_which_engine_simulated_it():
+    assert "simulated as engine=trtllm" in launch_vllm(ROW)
+    sglang = launch_sglang(ROW)
+    assert "simulated as engine=trtllm" in sglang and "--enable-mixed-chunk" in sglang
+    own = launch_sglang({**ROW, "engine": "sglang"})
+    assert "simulated as" not in own and "--enable-mixed-chunk" not in own
+    assert "simulated as engine=vllm" in launch_trtllm({**ROW, "engine": "vllm"})

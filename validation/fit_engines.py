@@ -1,0 +1,103 @@
+"""Fit SGLang's and TensorRT-LLM's host terms on their closed-loop fit cases (docs/validation.md,
+"Other serving engines").
+
+    python validation/fit_engines.py [--engine sglang|trtllm] [--share S] [--iterations N]
+
+Each engine's cases of ``validation/engines/fit/`` fit its own time per pass
+(``overhead_ms``), per decoding sequence per pass (``seq_overhead_us``), per prompt token
+outside the passes (``prompt_overhead_us``) and its lag in TPOTs (``request_lag_passes``); its
+scheduling is the engine's rule (``engines.ServingEngine.prefill_alone``) and everything
+GPU-side is as shipped (the GPUs' factors, fitted on vLLM's runs alone). The objective is the
+squared log error of the measured mean TPOT and mean TTFT; the search is
+``fit_closed.py``'s (Levenberg-Marquardt with finite differences, from vLLM's values, every
+case at the current terms and one step of each, as one sweep per case). ``--share`` runs that
+share of each case's measured requests (the warm-up in full), for speed.
+
+It prints the terms; ``sweep/physics/engines.py`` carries them (``SGLANG``, ``TRTLLM``).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+
+from fit_closed import DAMPING, STEP, simulate
+from sweep.physics.engines import VLLM
+from sweep.workflows.validate import load_cases
+
+HERE = Path(__file__).parent
+TERMS = ("overhead_ms", "seq_overhead_us", "prompt_overhead_us", "request_lag_passes")
+#: Each term's bounds, and the least value its finite-difference step (4%) is taken of.
+BOUNDS = {"overhead_ms": (0.0, 50.0, 0.5), "seq_overhead_us": (0.0, 500.0, 10.0),
+          "prompt_overhead_us": (0.0, 5000.0, 5.0), "request_lag_passes": (0.0, 100.0, 1.0)}
+
+
+def cases_of(engine: str, share: float):
+    """The engine's fit cases, their measured requests cut to ``share``."""
+    out = []
+    for case in load_cases([HERE / "engines" / "fit"], seeds=1):
+        (point,) = case.study.points
+        if point.design.engine != engine:
+            continue
+        wl = point.workload
+        wl = dataclasses.replace(wl, num_requests=max(wl.concurrency,
+                                                      int(wl.num_requests * share)))
+        out.append(dataclasses.replace(case, study=dataclasses.replace(
+            case.study, points=[dataclasses.replace(point, workload=wl)])))
+    return out
+
+
+def residuals(cases, x: np.ndarray, steps: np.ndarray):
+    """Every case's log errors at ``x``, and their finite-difference Jacobian."""
+    rows, jac = [], []
+    for case in cases:
+        base = dict(zip(TERMS, map(float, x)))
+        r = simulate(case, [base] + [{**base, k: float(x[i] + steps[i])}
+                                     for i, k in enumerate(TERMS)])
+        rows.append(r[0])
+        jac.append(((r[1:] - r[0]) / steps[:, None]).T)
+    return np.concatenate(rows), np.concatenate(jac)
+
+
+def fit(engine: str, share: float, iterations: int) -> dict:
+    """Gauss-Newton from vLLM's terms; a step that raises the error is halved back toward the
+    best point."""
+    cases = cases_of(engine, share)
+    x = np.array([getattr(VLLM, k) for k in TERMS])
+    lo, hi = (np.array([BOUNDS[k][b] for k in TERMS]) for b in (0, 1))
+    best = (math.inf, x)
+    for it in range(iterations):
+        steps = np.array([STEP * max(v, BOUNDS[k][2]) for v, k in zip(x, TERMS)])
+        steps = np.where(x + steps > hi, -steps, steps)
+        r0, jac = residuals(cases, x, steps)
+        rms = math.sqrt(np.mean(r0**2))
+        print(f"{engine} it {it}: x = {np.round(x, 4)}, rms log error {rms:.4f}", flush=True)
+        if rms > best[0]:
+            x = (best[1] + x) / 2
+            continue
+        best = (rms, x)
+        jtj = jac.T @ jac
+        step = np.linalg.solve(jtj + DAMPING * np.diag(np.diag(jtj) + 1e-12), -jac.T @ r0)
+        new = np.clip(x + step, lo, hi)
+        if np.max(np.abs(new - x) / np.maximum(np.abs(x), np.abs(steps) / STEP)) < 0.01:
+            break
+        x = new
+    return dict(zip(TERMS, map(float, best[1])))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--engine", choices=("sglang", "trtllm"), action="append")
+    ap.add_argument("--share", type=float, default=1.0)
+    ap.add_argument("--iterations", type=int, default=8)
+    args = ap.parse_args()
+    for engine in args.engine or ("sglang", "trtllm"):
+        found = fit(engine, args.share, args.iterations)
+        print(engine, {k: round(v, 3) for k, v in found.items()}, flush=True)
+
+
+if __name__ == "__main__":
+    main()
