@@ -159,3 +159,44 @@ def test_each_engine_command_says_which_engine_simulated_it():
     own = launch_sglang({**ROW, "engine": "sglang"})
     assert "simulated as" not in own and "--enable-mixed-chunk" not in own
     assert "simulated as engine=vllm" in launch_trtllm({**ROW, "engine": "vllm"})
+
+
+def test_a_profile_names_its_engine(tmp_path):
+    from sweep.study.config import load_study
+    from sweep.study.profile import parse_profile
+
+    text = ('[hardware]\ngpu = "H200"\nengine = "sglang"\ncompute_efficiency = 0.5\n'
+            "bandwidth_efficiency = 0.8\noverhead_ms = 3.0\n")
+    (tmp_path / "p.toml").write_text(text)
+    assert parse_profile(text, "p.toml")["engine"] == "sglang"
+    with pytest.raises(ValueError, match="engine 'tgi' is not known; allowed: vllm"):
+        parse_profile(text.replace('"sglang"', '"tgi"'), "p.toml")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('name = "c"\n[hardware]\nprofile = "p.toml"\n[model]\nname = "Llama-3-8B"\n'
+                   "[workload]\narrival_rate = 1.0\nduration_s = 10.0\n")
+    d = load_study(cfg).points[0].design
+    assert d.engine == "sglang" and d.overhead_ms == 3.0
+    assert d.calibration == "stated+sglang:stated"
+
+
+def test_the_engines_config_puts_the_engines_on_an_axis(tmp_path):
+    """configs/engines.toml, shrunk as the shipped configs' test shrinks them: every design on
+    each engine, each naming its engine; SGLang's host terms and its prefills alone make every
+    pass slower than vLLM's on the same requests."""
+    import pandas as pd
+
+    from sweep.cli import main
+    from tests.test_shipped_configs import shrunk
+
+    out = tmp_path / "out"
+    assert main(["run", str(shrunk("engines", tmp_path)), "--out", str(out), "--seeds", "2",
+                 "--quiet"]) == 0
+    runs = pd.read_parquet(out / "runs.parquet")
+    assert len(runs) == 12 and sorted(runs["engine"].unique()) == ["sglang", "trtllm", "vllm"]
+    assert set(runs["calibration"]) == {"fitted", "fitted+sglang", "fitted+trtllm"}
+    tpot = runs.pivot_table(index=["gpus", "seed"], columns="engine", values="mean_tpot_ms")
+    assert (tpot["sglang"] > tpot["vllm"]).all()
+    assert runs.groupby("engine")["overhead_ms"].first().to_dict() == {
+        "sglang": SGLANG.overhead_ms, "trtllm": TRTLLM.overhead_ms, "vllm": VLLM.overhead_ms}
+    designs = pd.read_parquet(out / "designs.parquet").set_index("engine")
+    assert "simulated as" not in designs.loc["trtllm", "launch_trtllm"].iloc[0]

@@ -14,6 +14,14 @@ case at the current terms and one step of each, as one sweep per case). ``--shar
 share of each case's measured requests (the warm-up in full), for speed.
 
 It prints the terms; ``sweep/physics/engines.py`` carries them (``SGLANG``, ``TRTLLM``).
+
+    python validation/fit_engines.py --errors HOLDOUT/validation.parquet
+
+prints each engine's model error beyond the GPU's (``engines.EngineError``) from
+``sweep validate validation/engines/holdout``'s table: the speed's, the log RMS of the mean
+TPOTs' errors less the GPU's own speed error in quadrature; the lag's, the mean TTFTs' log RMS
+beyond the speed's, over the lag's median share of the predicted TTFT (``request_lag_passes``
+mean TPOTs of it).
 """
 from __future__ import annotations
 
@@ -88,12 +96,41 @@ def fit(engine: str, share: float, iterations: int) -> dict:
     return dict(zip(TERMS, map(float, best[1])))
 
 
+def errors(table: Path) -> dict:
+    """engine -> (speed_sd, lag_sd) on a held-out validation table (the module's doc)."""
+    import pandas as pd
+
+    from sweep.physics.engines import ENGINES
+    from sweep.physics.hardware import CATALOG
+
+    t = pd.read_parquet(table)
+    wide = t.pivot_table(index=["case", "gpu"], columns="metric",
+                         values=["measured", "predicted"]).reset_index()
+    out = {}
+    for engine in ("sglang", "trtllm"):
+        rows = wide[wide["case"].str.startswith(engine + "-")]
+        tpot = np.log(rows["predicted"]["mean_tpot_ms"] / rows["measured"]["mean_tpot_ms"])
+        ttft = np.log(rows["predicted"]["mean_ttft_s"] / rows["measured"]["mean_ttft_s"])
+        own = np.sqrt(np.mean([CATALOG[g].model_error.speed_sd ** 2 for g in rows["gpu"]]))
+        speed = math.sqrt(max(np.mean(tpot ** 2) - own ** 2, 0.0))
+        lag = ENGINES[engine].request_lag_passes
+        share = np.median(lag * rows["predicted"]["mean_tpot_ms"] * 1e-3
+                          / rows["predicted"]["mean_ttft_s"])
+        beyond = math.sqrt(max(np.mean(ttft ** 2) - np.mean(tpot ** 2), 0.0))
+        out[engine] = (round(speed, 3), round(beyond / share, 3))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--engine", choices=("sglang", "trtllm"), action="append")
     ap.add_argument("--share", type=float, default=1.0)
     ap.add_argument("--iterations", type=int, default=8)
+    ap.add_argument("--errors", type=Path)
     args = ap.parse_args()
+    if args.errors:
+        print(errors(args.errors))
+        return
     for engine in args.engine or ("sglang", "trtllm"):
         found = fit(engine, args.share, args.iterations)
         print(engine, {k: round(v, 3) for k, v in found.items()}, flush=True)

@@ -69,8 +69,8 @@ VLLM = ServingEngine("vLLM 0.15", overhead_ms=1.01, seq_overhead_us=0.0,
 #: are off by default: ``--enable-mixed-chunk``). Host terms fitted by
 #: validation/fit_engines.py on validation/engines/fit/ (DeepSeek-R1 on H200 and B200).
 SGLANG = dataclasses.replace(
-    VLLM, name="SGLang 0.5", overhead_ms=1.01, seq_overhead_us=0.0, request_overhead_ms=4.27,
-    request_lag_passes=1.30, prompt_overhead_us=4.76, prefill_alone=True,
+    VLLM, name="SGLang 0.5", overhead_ms=4.17, seq_overhead_us=132.0, request_overhead_ms=4.27,
+    request_lag_passes=12.0, prompt_overhead_us=164.0, prefill_alone=True,
     error=EngineError(0.0, 0.0),
     source="validation/fit_engines.py on validation/engines/fit/ (SGLang runs)")
 
@@ -79,8 +79,8 @@ SGLANG = dataclasses.replace(
 #: validation/fit_engines.py on validation/engines/fit/ (DeepSeek-R1 and gpt-oss-120b on H200
 #: and B200).
 TRTLLM = dataclasses.replace(
-    VLLM, name="TensorRT-LLM 1.2", overhead_ms=1.01, seq_overhead_us=0.0,
-    request_overhead_ms=4.27, request_lag_passes=1.30, prompt_overhead_us=4.76,
+    VLLM, name="TensorRT-LLM 1.2", overhead_ms=0.99, seq_overhead_us=16.3,
+    request_overhead_ms=4.27, request_lag_passes=8.6, prompt_overhead_us=0.0,
     error=EngineError(0.0, 0.0),
     source="validation/fit_engines.py on validation/engines/fit/ (TensorRT-LLM runs)")
 

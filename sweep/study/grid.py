@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass
 
 from sweep.errors import ConfigError, DoesNotFit, FieldError, got, listed, one_line, show
+from sweep.physics.engines import served_by
 from sweep.physics.hardware import CATALOG as GPU_CATALOG
 from sweep.physics.timing import kv_efficiency
 from sweep.study.design import Design
@@ -243,7 +244,7 @@ def _fill(cols, dkw, wkw) -> None:
     """The columns that follow from others: the GPU's defaults, and the keys that apply only
     with others (``Field.when``: gamma arrivals, a trace, disaggregated pools), empty where
     they do not."""
-    gpu = GPU_CATALOG[dkw["gpu"]]
+    gpu = served_by(GPU_CATALOG[dkw["gpu"]], dkw["engine"])
     for c in _GPU_DEFAULTS:
         if dkw[c] is None:
             cols[c] = float(getattr(gpu, c) or 0.0)

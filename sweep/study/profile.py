@@ -7,12 +7,15 @@ from pathlib import Path
 
 from sweep.errors import clip, listed
 from sweep.files import read_text
+from sweep.physics.engines import ENGINES
 from sweep.physics.hardware import CATALOG
 from sweep.study.fields import ATTRS, ENGINE_FITTED, GPU_FITTED
 
 PROFILE_KEYS = ("gpu", "compute_efficiency", "bandwidth_efficiency", "overhead_ms")
-#: Keys a profile may add (a fit to serving runs writes them): the other fitted factors.
-PROFILE_EXTRA = tuple(k for k in GPU_FITTED + ENGINE_FITTED if k not in PROFILE_KEYS)
+#: Keys a profile may add (a fit to serving runs writes them): the other fitted factors, and the
+#: serving engine whose runs fitted them.
+PROFILE_EXTRA = tuple(k for k in GPU_FITTED + ENGINE_FITTED if k not in PROFILE_KEYS) + (
+    "engine",)
 
 
 def load_profile(path: str | Path) -> dict:
@@ -37,9 +40,12 @@ def parse_profile(text: str, path: str | Path) -> dict:
     if not isinstance(hw["gpu"], str) or hw["gpu"] not in CATALOG:
         raise ValueError(f"{path}: gpu {clip(repr(hw['gpu']))} is not in the catalog; allowed: "
                          f"{listed(CATALOG)}")
-    for k in (k for k in hw if k != "gpu"):  # each checked against its config declaration
+    if "engine" in hw and hw["engine"] not in ENGINES:
+        raise ValueError(f"{path}: engine {clip(repr(hw['engine']))} is not known; allowed: "
+                         f"{listed(ENGINES)}")
+    for k in (k for k in hw if k not in ("gpu", "engine")):  # each against its declaration
         r = ATTRS[k].range
         if not r.holds(hw[k], ATTRS[k].kind):
             raise ValueError(f"{path}: {k} = {clip(repr(hw[k]))} is out of range; allowed: "
                              f"{'(' if r.lo_open else '['}{r.lo:g}, {r.hi:g}]")
-    return {k: (v if k == "gpu" else float(v)) for k, v in hw.items()}
+    return {k: (v if k in ("gpu", "engine") else float(v)) for k, v in hw.items()}

@@ -73,6 +73,10 @@ def _serving(meas: Path, out: Path, gpu: str | None, duration: float, seeds: int
     if len(gpus) != 1 or (gpu is not None and gpu != gpus[0]):
         raise UsageError(f"{meas}: cases on {', '.join(gpus)}; allowed: cases of one GPU"
                          + (f" ({gpu}, as --gpu says)" if gpu else ""))
+    engines = sorted({c.study.points[0].design.engine for c in cases})
+    if len(engines) != 1:
+        raise UsageError(f"{meas}: cases of the engines {', '.join(engines)}; allowed: cases of "
+                         "one serving engine (hardware.engine), a profile each")
     need = ("mean_e2e_s", "mean_ttft_s")
     for c in cases:
         missing = [m for m in need if m not in c.study.measured]
@@ -85,11 +89,11 @@ def _serving(meas: Path, out: Path, gpu: str | None, duration: float, seeds: int
     f = fit_serving(cases, params, {p: gpu_value(spec, p.key) for p in params},
                     duration=duration)
     factors = f.factors()
-    summary = [f"{gpus[0]}, {f.cases} serving cases: "
+    summary = [f"{gpus[0]}, {f.cases} serving cases of {engines[0]}: "
                + ", ".join(f"{k} {v:.4g}" for k, v in factors.items()),
                f"fit: RMS relative error {100 * f.rms_e2e_error:.2f}% (end to end), "
                f"{100 * f.rms_ttft_error:.2f}% (TTFT)"]
-    _write_profile(out, profile_text(f, spec, meas.name))
+    _write_profile(out, profile_text(f, spec, meas.name, engines[0]))
     return Calibration(out, factors, summary)
 
 

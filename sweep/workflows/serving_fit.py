@@ -244,14 +244,15 @@ def gpu_value(gpu, key: str) -> float:
     return float(gpu.bandwidth_efficiency if v is None else v)
 
 
-def profile_text(fit: ServingFit, gpu, source: str) -> str:
-    """A hardware profile (``[hardware] profile``) from a fit on one GPU's cases; the factors
-    it did not fit are the GPU's."""
+def profile_text(fit: ServingFit, gpu, source: str, engine: str = "vllm") -> str:
+    """A hardware profile (``[hardware] profile``) from a fit on one GPU's cases of one serving
+    engine; the factors it did not fit are the GPU's (as that engine drives it)."""
     factors = fit.factors()
     return "\n".join([
         f"# servesweep hardware profile, written by 'sweep calibrate' from {source}",
         "[hardware]",
         f'gpu = "{gpu.name}"',
+        f'engine = "{engine}"  # whose runs fitted its host terms',
         f"compute_efficiency = {gpu.compute_efficiency!r}  # the GPU's (not fitted)",
         *(f"{k} = {v!r}" for k, v in factors.items()),
         "",
