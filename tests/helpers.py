@@ -31,14 +31,54 @@ def run_cases(cases: list, seats: int, k_max: int):
     return designs, params, reqs, out, mets
 
 
-def against_the_twin(runs, b: int):
-    """Simulation ``b`` of ``run_cases``' results, run by the twin, agrees with the engine
-    request by request (``agrees_per_request``): the twin's result, its summary, and the
-    case's name."""
+def in_two_processes(fn, calls: list) -> list:
+    """``[fn(*args) for args in calls]``, every other call made in a second (spawned) process
+    while this one makes the rest: the twin is Python, a core's work, and the suite's machines
+    have two. ``fn`` (a module's function) and the arguments must pickle; they and the
+    results cross as float64 (a JAX array unpickled outside ``float64()`` turns float32)."""
+    import multiprocessing
+    import os
+    import pickle
+    from concurrent.futures import ProcessPoolExecutor
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if len(calls) < 4 or (cores or 1) < 2:
+        return [fn(*args) for args in calls]
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        theirs = pool.submit(_each, fn, pickle.dumps(calls[1::2]))
+        mine = [fn(*args) for args in calls[0::2]]
+        with float64():
+            theirs = pickle.loads(theirs.result())
+    out = [None] * len(calls)
+    out[0::2], out[1::2] = mine, theirs
+    return out
+
+
+def _each(fn, calls: bytes) -> bytes:
+    import pickle
+
+    with float64():
+        calls = pickle.loads(calls)
+    return pickle.dumps([fn(*args) for args in calls])
+
+
+def twins(runs) -> list:
+    """The twin's result of each simulation of ``run_cases``' results (``in_two_processes``)."""
+    from sweep.twin import simulate_reference
+
+    _, params, reqs, _, _ = runs
+    return in_two_processes(simulate_reference, list(zip(params, reqs)))
+
+
+def against_the_twin(runs, b: int, ref=None):
+    """Simulation ``b`` of ``run_cases``' results, run by the twin (or its result ``ref``
+    from ``twins``), agrees with the engine request by request (``agrees_per_request``): the
+    twin's result, its summary, and the case's name."""
     from sweep.twin import simulate_reference, summarize_reference
 
     designs, params, reqs, out, _ = runs
-    ref = simulate_reference(params[b], reqs[b])
+    if ref is None:
+        ref = simulate_reference(params[b], reqs[b])
     msg = f"case {b}: {designs[b]}"
     agrees_per_request(out, b, ref, msg)
     return ref, summarize_reference(ref, reqs[b], params[b]), msg

@@ -17,7 +17,8 @@ from sweep.study.lengths import Pauses
 from sweep.study.workload import Lengths, Workload, sample, sample_n
 from sweep.twin import simulate_replicas_reference
 from sweep.workflows import capacity, capacity_checks, capacity_tables
-from tests.helpers import against_the_twin, agrees_per_request, capacity_refused, run_cases
+from tests.helpers import (against_the_twin, agrees_per_request, capacity_refused, run_cases,
+                           twins)
 from tests.test_twin_agreement import CONTEXT, DISTS, K_MAX, OUTS, SEATS, _random_design
 
 N_REQ = 240
@@ -85,8 +86,8 @@ def runs():
 def test_closed_loop_agrees_with_the_twin_request_by_request(runs):
     designs, params, reqs, out, mets = runs
     queued = 0
-    for b in range(len(designs)):
-        ref, twin, msg = against_the_twin(runs, b)
+    for b, ref in enumerate(twins(runs)):
+        ref, twin, msg = against_the_twin(runs, b, ref)
         for key in ("mean_ttft_s", "p90_ttft_s", "mean_tpot_ms", "mean_e2e_s", "tokens_per_s",
                     "cost_per_mtok", "completed", "goodput_rps", "mean_in_system"):
             assert mets[key][b] == pytest.approx(twin[key], rel=1e-9, nan_ok=True), (key, msg)
