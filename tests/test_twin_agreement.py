@@ -8,14 +8,14 @@ import pytest
 
 from sweep.engine import ITL_LOG_WIDTH, simulate_batch
 from sweep.engine.params import engine_params
-from sweep.twin import simulate_reference, summarize_reference
+from sweep.twin import summarize_reference
 from sweep.execution.batch import stack
 from sweep.physics.models import Model
 from sweep.physics.timing import TimingParams
 from sweep.study.design import Design
 from sweep.study.trace import Trace
 from sweep.study.workload import Lengths, Workload, sample_n
-from tests.helpers import run_batch
+from tests.helpers import run_batch, twins
 
 N_DESIGNS = 64
 SEATS = 12
@@ -126,8 +126,7 @@ def test_cases_cover_every_lever(cases):
 
 def test_per_request_times_agree(cases):
     designs, params, reqs, out, mets = cases
-    for b in range(N_DESIGNS):
-        ref = simulate_reference(params[b], reqs[b])
+    for b, ref in enumerate(twins(cases)):
         msg = f"case {b}: {designs[b]}"
         for name, eng, twin in [("first", out.first[b], ref.first_token),
                                 ("finish", out.finish[b], ref.finish)]:
@@ -194,10 +193,10 @@ def _assert_requests_agree(out, b: int, ref, msg: str) -> None:
 def test_bursty_and_trace_workloads_agree_with_the_twin():
     """Gamma arrivals and trace replay only change the requests both simulators consume; the
     engine and the twin still agree request by request (same shapes as above: no new compile)."""
-    designs, params, reqs, out, _ = _run_cases(_bursty_case, 54)
+    runs = _run_cases(_bursty_case, 54)
+    designs, params, reqs, out, _ = runs
     clipped = 0
-    for b in range(N_DESIGNS):
-        ref = simulate_reference(params[b], reqs[b])
+    for b, ref in enumerate(twins(runs)):
         msg = f"case {b}: {designs[b]}"
         _assert_requests_agree(out, b, ref, msg)
         assert int(out.preemptions[b]) == ref.preemptions, msg
@@ -252,8 +251,7 @@ def test_prefix_caching_and_chunked_prefill_agree_with_the_twin(extension_cases)
     """Every request's times, and every count, agree with the twin on random designs that cache
     prefixes and chunk prefills (some with neither: the same compiled engine runs them)."""
     designs, params, reqs, out, mets = extension_cases
-    for b in range(N_DESIGNS):
-        ref = simulate_reference(params[b], reqs[b])
+    for b, ref in enumerate(twins(extension_cases)):
         msg = f"case {b}: {designs[b]}"
         _assert_requests_agree(out, b, ref, msg)
         assert float(out.t_stop[b]) == pytest.approx(ref.t_stop, rel=1e-9), msg
