@@ -3,8 +3,8 @@
 
     python validation/fit_engines.py [--engine sglang|trtllm] [--share S] [--iterations N]
 
-Each engine's cases of ``validation/engines/fit/`` fit its own time per pass
-(``overhead_ms``), per decoding sequence per pass (``seq_overhead_us``), per prompt token
+Each engine's cases of ``validation/engines/fit/`` (of every version) fit its own time per
+pass (``overhead_ms``), per decoding sequence per pass (``seq_overhead_us``), per prompt token
 outside the passes (``prompt_overhead_us``) and its lag in TPOTs (``request_lag_passes``); its
 scheduling is the engine's rule (``engines.ServingEngine.prefill_alone``) and everything
 GPU-side is as shipped (the GPUs' factors, fitted on vLLM's runs alone). The objective is the
@@ -117,7 +117,7 @@ def errors(table: Path) -> dict:
         share = np.median(lag * rows["predicted"]["mean_tpot_ms"] * 1e-3
                           / rows["predicted"]["mean_ttft_s"])
         beyond = math.sqrt(max(np.mean(ttft ** 2) - np.mean(tpot ** 2), 0.0))
-        out[engine] = (round(speed, 3), round(beyond / share, 3))
+        out[engine] = (round(speed, 3), round(float(beyond / share), 3))
     return out
 
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 class EngineError:
     """How far an engine's predictions stray beyond the GPU's own model error, on its runs held
     out of its fit: relative standard deviations of the speed and of ``request_lag_passes``
-    (``hardware.ModelError``'s meaning), combined with the GPU's in quadrature."""
+    (``hardware.ModelError``'s meaning), combined with the GPU's in quadrature
+    (``validation/fit_engines.py --errors`` on ``validation/engines/holdout/``)."""
 
     speed_sd: float
     lag_sd: float
@@ -67,21 +68,23 @@ VLLM = ServingEngine("vLLM 0.15", overhead_ms=1.01, seq_overhead_us=0.0,
 #: SGLang 0.5: its scheduler runs a waiting prefill (or a chunk of one) as a batch of its own,
 #: the running requests' decodes waiting for the next pass (``prefill_alone``; mixed batches
 #: are off by default: ``--enable-mixed-chunk``). Host terms fitted by
-#: validation/fit_engines.py on validation/engines/fit/ (DeepSeek-R1 on H200 and B200).
+#: validation/fit_engines.py on validation/engines/fit/ (SGLang 0.5.9 and unversioned images'
+#: runs of DeepSeek-R1 on H200 and B200); the error on validation/engines/holdout/.
 SGLANG = dataclasses.replace(
     VLLM, name="SGLang 0.5", overhead_ms=4.17, seq_overhead_us=132.0, request_overhead_ms=4.27,
     request_lag_passes=12.0, prompt_overhead_us=164.0, prefill_alone=True,
-    error=EngineError(0.0, 0.0),
+    error=EngineError(0.185, 4.66),
     source="validation/fit_engines.py on validation/engines/fit/ (SGLang runs)")
 
 #: TensorRT-LLM 1.2: in-flight batching mixes context (prefill) chunks and generation in one
 #: pass within ``max_num_tokens``, as vLLM's token budget does. Host terms fitted by
-#: validation/fit_engines.py on validation/engines/fit/ (DeepSeek-R1 and gpt-oss-120b on H200
-#: and B200).
+#: validation/fit_engines.py on validation/engines/fit/ (1.1-1.2, a custom build and unversioned
+#: images' runs of DeepSeek-R1 and gpt-oss-120b on H200 and B200); the error on
+#: validation/engines/holdout/.
 TRTLLM = dataclasses.replace(
     VLLM, name="TensorRT-LLM 1.2", overhead_ms=0.99, seq_overhead_us=16.3,
     request_overhead_ms=4.27, request_lag_passes=8.6, prompt_overhead_us=0.0,
-    error=EngineError(0.0, 0.0),
+    error=EngineError(0.284, 1.27),
     source="validation/fit_engines.py on validation/engines/fit/ (TensorRT-LLM runs)")
 
 #: ``[hardware] engine`` -> its terms.
