@@ -19,6 +19,7 @@ from sweep.study.config import ConfigError, parse_study
 from sweep.study.design import Design
 from sweep.study.fleet import MixedFleet
 from sweep.study.workload import Lengths, Workload, sample_n
+from tests.helpers import in_two_processes
 from tests.test_twin_agreement import (CONTEXT, EXPERT_MODELS, K_MAX, N_DESIGNS, N_REQ, SEATS,
                                        _random_design)
 
@@ -208,9 +209,8 @@ def test_engine_and_twin_agree_per_request(kind, features):
     width = sum(len(p.first) for p in plans)
     out = topology.run(list(plans), stack(reqs), _call, width)
     preempted = moved = 0
-    for b, (d, p, r) in enumerate(cases):
+    for b, ((d, p, r), ref) in enumerate(zip(cases, in_two_processes(_twin, cases))):
         msg = f"case {b}: {d}"
-        ref = _twin(d, p, r)
         if kind == "lor" and len(p.first) > 1:
             moved += _check_least_outstanding(r, ref, len(p.first))
         if kind == "mixed":
