@@ -15,10 +15,10 @@ share of each case's measured requests (the warm-up in full), for speed.
 
 It prints the terms; ``sweep/physics/engines.py`` carries them (``SGLANG``, ``TRTLLM``).
 
-    python validation/fit_engines.py --errors HOLDOUT/validation.parquet
+    python validation/fit_engines.py --errors RESULTS/validation.parquet
 
-prints each engine's model error beyond the GPU's (``engines.EngineError``) from
-``sweep validate validation/engines/holdout``'s table: the speed's, the log RMS of the mean
+prints each engine's model error beyond the GPU's (``engines.EngineError``) from the held-out
+cases of a ``sweep validate validation/engines/...`` table: the speed's, the log RMS of the mean
 TPOTs' errors less the GPU's own speed error in quadrature; the lag's, the mean TTFTs' log RMS
 beyond the speed's, over the lag's median share of the predicted TTFT (``request_lag_passes``
 mean TPOTs of it).
@@ -104,6 +104,7 @@ def errors(table: Path) -> dict:
     from sweep.physics.hardware import CATALOG
 
     t = pd.read_parquet(table)
+    t = t[t["file"].str.contains("/holdout/")]
     wide = t.pivot_table(index=["case", "gpu"], columns="metric",
                          values=["measured", "predicted"]).reset_index()
     out = {}

@@ -301,11 +301,14 @@ def _design_lines(row, metrics, levers) -> list[str]:
 
 
 def launch_lines(row, indent: str = "      ") -> list[str]:
-    """The row's launch commands where its table has them: each a shell command whose lines
-    end in a backslash where it wraps (a flag and its value kept together), then its note as
-    comment lines."""
+    """The row's launch commands where its table has them (of a vLLM design, vLLM's and
+    SGLang's; of another engine's, that engine's): each a shell command whose lines end in a
+    backslash where it wraps (a flag and its value kept together), then its note as comment
+    lines."""
     lines = []
-    for col in LAUNCH_COLUMNS:
+    engine = row.get("engine")
+    engine = engine if isinstance(engine, str) and engine != "vllm" else None
+    for col in ([f"launch_{engine}"] if engine else LAUNCH_COLUMNS[:2]):
         text = row.get(col)
         if not isinstance(text, str):
             continue
