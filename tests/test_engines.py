@@ -200,3 +200,25 @@ def test_the_engines_config_puts_the_engines_on_an_axis(tmp_path):
         "sglang": SGLANG.overhead_ms, "trtllm": TRTLLM.overhead_ms, "vllm": VLLM.overhead_ms}
     designs = pd.read_parquet(out / "designs.parquet").set_index("engine")
     assert "simulated as" not in designs.loc["trtllm", "launch_trtllm"].iloc[0]
+
+
+def test_an_imported_run_names_the_engine_its_backend_drove(tmp_path, capsys):
+    from sweep.cli import main
+    from sweep.study.config import load_study
+    from tests.test_import import CLOSED2, SGLANG
+
+    out = tmp_path / "sg"
+    assert main(["import", "sglang", str(SGLANG), "--gpu", "H100-SXM", "--gpus", "4",
+                 "--model", "Llama-3.1-70B", "--out", str(out)]) == 0
+    cases = sorted(out.glob("*.toml"))
+    assert cases and all(load_study(p).points[0].design.engine == "sglang" for p in cases)
+    assert 'engine = "sglang"  # the run\'s backend' in cases[0].read_text()
+    out = tmp_path / "set"
+    assert main(["import", "sglang", str(SGLANG), "--gpu", "H100-SXM", "--gpus", "4",
+                 "--model", "Llama-3.1-70B", "--set", "engine=trtllm", "--out", str(out)]) == 0
+    assert {load_study(p).points[0].design.engine for p in out.glob("*.toml")} == {"trtllm"}
+    out = tmp_path / "vllm"
+    assert main(["import", "vllm", str(CLOSED2), "--gpu", "H100-SXM", "--model",
+                 "Llama-3.2-1B", "--out", str(out)]) == 0
+    (case,) = out.glob("*.toml")
+    assert load_study(case).points[0].design.engine == "vllm" and "engine" not in case.read_text()

@@ -295,14 +295,33 @@ def case_name(path: Path, line: int | None, taken: set) -> str:
     return name
 
 
+#: A benchmark's ``backend`` (vLLM's and SGLang's clients name the server they drove) -> the
+#: serving engine whose terms simulate it; another backend (an OpenAI-compatible endpoint)
+#: names none, and the case keeps vLLM's, saying so.
+BACKENDS = {"vllm": "vllm", "sglang": "sglang", "sglang-native": "sglang", "sglang-oai": "sglang",
+            "trt": "trtllm", "tensorrt-llm": "trtllm"}
+
+
+def engine_lines(found: Found, hardware: list[str]) -> list[str]:
+    """``[hardware] engine`` from the run's ``backend`` where ``--set`` does not give it."""
+    backend = found.run.doc.get("backend")
+    if not isinstance(backend, str) or any(h.startswith("engine ") for h in hardware):
+        return []
+    engine = BACKENDS.get(backend)
+    if engine is None:
+        return [f"# backend {toml_value(one_line(backend)[:40])} names no engine: vLLM's terms "
+                "(--set engine=...)"]
+    return [] if engine == "vllm" else [f"engine = \"{engine}\"  # the run's backend"]
+
+
 def case_text(kind: str, found: Found, name: str, head: dict) -> tuple[str, dict]:
     """One case's TOML and the files beside it (name -> bytes). ``head``: [hardware]'s and
     [levers]' lines, [model]'s line and, where a vLLM file is the run alone, its ``bytes``."""
     files, wl, values = {}, found.wl, found.measured
     lines = [f"# Written by `sweep import {kind}` from one run of `{TOOLS[kind]}`: "
              f"{one_line(found.run.where)}.", f"# Its workload: {wl.what}.", f"name = \"{name}\"",
-             "", "[hardware]", *head["hardware"], "", "[model]", head["model"], "",
-             "[workload]"]
+             "", "[hardware]", *head["hardware"], *engine_lines(found, head["hardware"]), "",
+             "[model]", head["model"], "", "[workload]"]
     if wl.trace is not None:
         files[f"{name}.trace.csv"] = ("arrival_s,prompt_tokens,output_tokens\n" + "".join(
             f"{t!r},{i},{o}\n" for t, i, o in wl.trace)).encode()
