@@ -187,7 +187,8 @@ def _add_import(sub) -> None:
     imp.add_argument("--gpu", help="catalog GPU the runs ran on")
     imp.add_argument("--model", help="catalog model or config.json (default: the file's, where "
                                      "it is a catalog model)")
-    imp.add_argument("--gpus", type=_positive_int, default=1, help="tensor-parallel degree")
+    imp.add_argument("--gpus", type=_positive_int, default=None,
+                     help="tensor-parallel degree (default: server.toml's, else 1)")
     imp.add_argument("--set", action="append", metavar="KEY=VALUE",
                      help="any other [hardware] or [levers] key of the server (repeatable)")
     imp.add_argument("--force", action="store_true", help="replace existing case files")

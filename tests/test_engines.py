@@ -222,3 +222,40 @@ def test_an_imported_run_names_the_engine_its_backend_drove(tmp_path, capsys):
                  "Llama-3.2-1B", "--out", str(out)]) == 0
     (case,) = out.glob("*.toml")
     assert load_study(case).points[0].design.engine == "vllm" and "engine" not in case.read_text()
+
+
+def test_a_server_toml_beside_the_files_states_the_server(tmp_path, capsys):
+    """``sweep import`` reads the server from ``server.toml`` beside the files; each flag
+    overrides its key; a bad one is refused in one line naming the file."""
+    import shutil
+
+    from sweep.cli import main
+    from sweep.study.config import load_study
+    from tests.test_import import SGLANG
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    shutil.copy(SGLANG, runs / SGLANG.name)
+    (runs / "server.toml").write_text('[hardware]\ngpu = "H200"\nengine = "trtllm"\n'
+                                      '[model]\nname = "Llama-3.1-70B"\n'
+                                      "[levers]\ngpus = 4\nmax_num_batched_tokens = 8192\n")
+    out = tmp_path / "a"
+    assert main(["import", "sglang", str(runs / SGLANG.name), "--out", str(out)]) == 0
+    d = load_study(sorted(out.glob("*.toml"))[0]).points[0].design
+    assert (d.gpu, d.gpus, d.engine, d.max_num_batched_tokens) == ("H200", 4, "trtllm", 8192)
+    assert d.model_spec.name == "Llama-3.1-70B"
+    out = tmp_path / "b"
+    assert main(["import", "sglang", str(runs / SGLANG.name), "--gpu", "H100-SXM", "--gpus", "8",
+                 "--set", "engine=sglang", "--out", str(out)]) == 0
+    d = load_study(sorted(out.glob("*.toml"))[0]).points[0].design
+    assert (d.gpu, d.gpus, d.engine, d.max_num_batched_tokens) == ("H100-SXM", 8, "sglang", 8192)
+    capsys.readouterr()
+    for bad, says in (("[levers]\nmax_batchh = 3\n", "levers.max_batchh: unknown key"),
+                      ("[server]\ngpu = 1\n", "not tables of a server"),
+                      ("[levers\n", "not TOML")):
+        (runs / "server.toml").write_text(bad)
+        out = tmp_path / "c"
+        assert main(["import", "sglang", str(runs / SGLANG.name), "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "server.toml" in err and says in err and "\n" not in err, err
+        assert not out.exists()

@@ -23,6 +23,7 @@ from sweep.study import vllm_bench
 from sweep.study.fields import KEYS
 from sweep.study.metric_names import METRICS
 from sweep.workflows import import_aiperf, import_guidellm
+from sweep.workflows.import_server import SERVER_FILE, Server, beside
 from sweep.workflows.import_fields import Found, Run, Workload, closed_loop, fixed_lengths, \
     measured, open_loop
 
@@ -262,14 +263,18 @@ def catalog_name(ident: str) -> str | None:
     return known.get(norm(ident)) if ident.strip() else None
 
 
-def model_line(found: Found, model: str | None) -> str:
-    """[model]'s line: ``--model`` (a catalog name, or a config.json's path), else the first
-    model the file states (``found.models``) where it is a catalog model."""
+def model_line(found: Found, model: str | None, srv: Server) -> str:
+    """[model]'s line: ``--model`` (a catalog name, or a config.json's path), else
+    ``server.toml``'s, else the first model the file states (``found.models``) where it is a
+    catalog model."""
     if model is not None:
         p = Path(model)
         if p.suffix == ".json" or p.is_dir() or p.is_file():
             return f"config_json = {toml_value(str(p.resolve()))}  # --model"
         return f"name = {toml_value(model)}  # --model"
+    if srv.model is not None:
+        key = "config_json" if srv.model.endswith(".json") else "name"
+        return f"{key} = {toml_value(srv.model)}  # {SERVER_FILE}"
     for key, v in found.models:
         if isinstance(v, str) and v.strip():
             name = catalog_name(v)
@@ -335,38 +340,53 @@ def case_text(kind: str, found: Found, name: str, head: dict) -> tuple[str, dict
     return "\n".join(lines) + "\n", files
 
 
-def server(kind: str, gpu: str | None, gpus: int, sets) -> dict:
-    """[hardware]'s and [levers]' lines from the flags (``--set`` last)."""
-    if not gpu:
-        raise UsageError("--gpu: missing; allowed: the catalog GPU the runs ran on (the files "
-                         "do not say), e.g. --gpu H100-SXM")
+def server(kind: str, gpu: str | None, gpus: int | None, sets, beside: Server) -> dict:
+    """[hardware]'s and [levers]' lines from the flags (``--set`` last) over ``beside``, the
+    files' ``server.toml``."""
+    if not gpu and not beside.gpu:
+        raise UsageError(f"--gpu: missing; allowed: the catalog GPU the runs ran on (the files "
+                         f"do not say), e.g. --gpu H100-SXM, or gpu in {SERVER_FILE} beside them")
     extra = parse_sets(sets)
-    hardware = [f"gpu = {toml_value(gpu)}  # --gpu"]
+    own = parse_sets(beside.sets_under(sets))
+    for section in own:
+        extra[section] = [line.replace("# --set", f"# {SERVER_FILE}") for line in own[section]] \
+            + extra[section]
+    hardware = [f"gpu = {toml_value(gpu)}  # --gpu" if gpu else
+                f"gpu = {toml_value(beside.gpu)}  # {SERVER_FILE}"]
     sized = any(line.split(" ")[0] in ("gpu_memory_utilization", "memory_overhead_fraction")
                 for line in extra["hardware"])
     if kind == "vllm" and not sized:
         hardware.append(f"gpu_memory_utilization = {VLLM_MEMORY}  # vLLM's default")
-    return {"hardware": hardware + extra["hardware"],
-            "levers": [f"gpus = {gpus}  # --gpus"] + extra["levers"]}
+    tp = (f"gpus = {gpus}  # --gpus" if gpus is not None else
+          f"gpus = {beside.gpus}  # {SERVER_FILE}" if beside.gpus is not None else "gpus = 1")
+    return {"hardware": hardware + extra["hardware"], "levers": [tp] + extra["levers"]}
 
 
-def import_cases(kind: str, files, gpu: str | None, model: str | None = None, gpus: int = 1,
-                 sets=()) -> Imported:
+def import_cases(kind: str, files, gpu: str | None, model: str | None = None,
+                 gpus: int | None = None, sets=()) -> Imported:
     """The cases of every run in ``files`` (benchmark results of ``kind``), as TOML texts and
-    the files to write beside them, nothing written. Refusals: ``UsageError``, one line."""
+    the files to write beside them, nothing written; the server is the flags' over a file's
+    ``server.toml`` (``import_server``; ``gpus`` None: its, else 1). Refusals:
+    ``UsageError``, one line."""
     if kind not in KINDS:
         why = "its JSON is read by KIND aiperf" if kind == "genai-perf" else "unknown"
         raise UsageError(f"KIND {clip(one_line(kind), 30)}: {why}; allowed: {', '.join(KINDS)}")
     if not files:
         raise UsageError("FILE: none given; allowed: benchmark result files")
-    head, res, taken = server(kind, gpu, gpus, sets), Imported(), set()
+    res, taken, servers = Imported(), set(), {}
     read = {"guidellm": import_guidellm.found, "aiperf": import_aiperf.found}.get(kind)
     for path in map(Path, files):
+        folder = path.parent.resolve()
+        if folder not in servers:
+            servers[folder] = beside(folder, toml_value)
+        srv = servers[folder]
+        head = server(kind, gpu, gpus, sets, srv)
         for f in read(path) if read else _found(kind, path):
             name = case_name(path, f.number, taken)
             whole = kind == "vllm" and f.number is None and path.stat().st_size <= MAX_TEXT_BYTES
-            text, side = case_text(kind, f, name, {**head, "model": model_line(f, model),
-                                                   "bytes": path.read_bytes() if whole else b""})
+            text, side = case_text(kind, f, name, {
+                **head, "model": model_line(f, model, srv),
+                "bytes": path.read_bytes() if whole else b""})
             res.cases[f"{name}.toml"] = text
             res.files.update(side)
             res.notes.append(f"{name}.toml: {f.run.where}: {f.wl.what}")
@@ -431,7 +451,7 @@ def _targets(res: Imported, out: Path, force: bool) -> dict[Path, bytes]:
 
 
 def import_runs(kind: str, files, out, gpu: str | None, model: str | None = None,
-                gpus: int = 1, sets=(), force: bool = False) -> Imported:
+                gpus: int | None = None, sets=(), force: bool = False) -> Imported:
     """``sweep import``: build the cases, load each as ``sweep validate`` would, then write
     them and their files into ``out``, all or none."""
     res = import_cases(kind, files, gpu, model, gpus, sets)
