@@ -1,0 +1,188 @@
+"""Write the disaggregated closed-loop cases: one TOML config per measured run of a real SGLang or
+TensorRT-LLM deployment of one prefill and one decode worker in
+``validation/data/aic-engines/silicon_engines_disagg_fit.csv`` (``data/aic-engines/README.md``
+gives the provenance).
+
+    python validation/make_disagg_cases.py           # (re)write validation/disagg/fit|holdout/
+    python validation/make_disagg_cases.py --check   # exit 1 if the committed cases differ
+
+Each case is a design with disaggregated pools (``prefill_gpus``, ``decode_gpus``) under the
+run's engine (``[hardware] engine``), on the KV link's default (one 400 Gb/s NIC a GPU).
+
+- **Rows used:** the InferenceX database's disaggregated runs (NVIDIA's Dynamo recipes) on H200
+  and B200 that state their workers and layouts, of DeepSeek-R1/V3 (FP8 and NVFP4, as
+  ``make_engine_cases.py`` states them).
+- **Skipped rows** (counted in the summary): several prefill or decode workers (servesweep's
+  pools are one server each); pools of different kinds (data-parallel attention in one,
+  tensor parallelism in the other; experts sharded in one only), which servesweep's pools
+  cannot differ in; pools of data-parallel attention ranks, which they do not take; H100 (its runs have several workers); more than 256 clients (minutes a
+  case); a copy of one run under another label.
+- **The server:** the Dynamo recipes' flags are not in the rows or the data's sources, so each
+  case takes the flags of InferenceX's single-node launch script for the same engine, model and
+  GPU (``make_engine_cases.SERVERS``: the token budget, the KV cache's precision, the memory
+  share), and says so. The client is InferenceX's (``req_rate: inf``, N clients; its warm-up
+  and prompt counts are assumed the single-node client's).
+- **The split:** rows sorted by (engine, GPU, model, layout, prompt length, clients); the
+  second of every three is fitted (``fit/``), the rest held out (``holdout/``). Nothing is
+  fitted on ``fit/``: the engines' terms come from their aggregated runs.
+
+Standard library only.
+"""
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+import case_files
+from make_closed_cases import client_lines, num, relative, source_fields
+from make_engine_cases import (ENGINES, GPUS, MODELS, SERVERS, TRT_MEMORY, ModelCase,
+                               model_lines)
+
+HERE = Path(__file__).resolve().parent
+CSV = HERE / "data" / "aic-engines" / "silicon_engines_disagg_fit.csv"
+OUT = HERE / "disagg"
+GROUPS = ("fit", "holdout")
+HEADER = "# Written by validation/make_disagg_cases.py"
+MAX_CLIENTS = 256
+FIT_EVERY, FIT_AT = 3, 1
+
+
+def pool(r: dict, side: str) -> tuple[int, int, bool]:
+    """A worker's (GPUs a rank, attention data-parallel ranks, experts sharded)."""
+    def n(key: str) -> int:
+        v = r[f"{side}_{key}"]
+        return int(float(v)) if v and float(v) > 0 else 1
+    return n("tp_size"), n("attention_dp_size"), n("moe_ep_size") > 1
+
+
+def skip_reason(r: dict) -> str | None:
+    """Why a row cannot be a case, or None."""
+    if r["backend"] not in ENGINES:
+        return f"backend {r['backend']}"
+    if r["system"] not in GPUS or r["system"] == "h100_sxm":
+        return f"GPU {r['system']}"
+    if (r["model_path"], r["precision"]) not in MODELS:
+        return f"model {r['model_path']}"
+    if float(r["prefill_num_workers"]) != 1 or float(r["decode_num_workers"]) != 1:
+        return "several prefill or decode workers"
+    (_, dp_p, ep_p), (_, dp_d, ep_d) = pool(r, "prefill"), pool(r, "decode")
+    if dp_p != dp_d or ep_p != ep_d:
+        return "pools of different kinds (attention ranks or experts sharded in one only)"
+    if dp_p > 1:
+        return "pools of data-parallel attention ranks (servesweep's pools have none)"
+    if int(r["concurrency"]) > MAX_CLIENTS:
+        return f"more than {MAX_CLIENTS} clients (subset)"
+    return None
+
+
+def model_of(r: dict) -> ModelCase:
+    return MODELS[(r["model_path"], r["precision"])]
+
+
+def gpu_of(r: dict) -> str:
+    return GPUS[r["system"]]
+
+
+def layout_name(r: dict) -> str:
+    (tp_p, dp, ep), (tp_d, _, _) = pool(r, "prefill"), pool(r, "decode")
+    name = f"p-tp{tp_p}dp{dp}-d-tp{tp_d}dp{dp}" if dp > 1 else f"p-tp{tp_p}-d-tp{tp_d}"
+    return name + ("-ep" if ep else "")
+
+
+def case_name(r: dict) -> str:
+    version = f"v{r['backend_version']}" if r["backend_version"] else "unversioned"
+    return (f"{r['backend']}-{gpu_of(r).lower()}-{model_of(r).slug}-{version}-{layout_name(r)}"
+            f"-{r['isl']}x{r['osl']}-c{r['concurrency']}")
+
+
+def read_rows(path: Path = CSV) -> tuple[list[dict], dict[str, int]]:
+    """The rows that become cases (with ``line``, their CSV line), and the skipped by reason."""
+    skipped: dict[str, int] = {}
+    kept: dict[tuple, dict] = {}
+    with open(path, newline="") as fh:
+        for line, r in enumerate(csv.DictReader(fh), start=2):
+            reason = skip_reason(r)
+            key = (r["backend"], r["system"], r["isl"], r["osl"], r["silicon_ttft_ms"],
+                   r["silicon_tpot_ms"])
+            if reason is None and key in kept:
+                reason = "a copy of a run kept under another row"
+            if reason:
+                skipped[reason] = skipped.get(reason, 0) + 1
+            else:
+                kept[key] = {**r, "line": line}
+    return sorted(kept.values(), key=lambda r: r["line"]), skipped
+
+
+def split(rows: list[dict]) -> dict[str, str]:
+    order = sorted(rows, key=lambda r: (r["backend"], gpu_of(r), model_of(r).slug,
+                                        layout_name(r), int(r["isl"]), int(r["concurrency"])))
+    return {case_name(r): "fit" if i % FIT_EVERY == FIT_AT else "holdout"
+            for i, r in enumerate(order)}
+
+
+def server_lines(r: dict) -> tuple[list[str], list[str]]:
+    """[hardware]'s memory line and [levers]' lines of the pools."""
+    (tp_p, dp, ep), (tp_d, _, _) = pool(r, "prefill"), pool(r, "decode")
+    s = SERVERS[(r["backend"], model_of(r).family, gpu_of(r))]
+    tokens = s.tokens.get(8, 8192) if isinstance(s.tokens, dict) else s.tokens or 8192
+    memory = s.memory.get(8) if isinstance(s.memory, dict) else s.memory
+    hardware = [f"gpu_memory_utilization = {TRT_MEMORY if r['backend'] == 'trtllm' else memory}"
+                f"  # {s.script}'s (the recipe's flags are not known)"]
+    levers = [f"[levers]  # the row: prefill tp {tp_p}, decode tp {tp_d}, attention ranks {dp}, "
+              f"experts sharded: {'yes' if ep else 'no'}",
+              'batching = "continuous"', 'kv_cache = "paged"',
+              f"prefill_gpus = {tp_p}", f"decode_gpus = {tp_d}"]
+    if ep:
+        levers.append("expert_parallel = true")
+    if dp > 1:
+        levers.append(f"data_parallel = {dp}")
+    seats = -(-int(r["concurrency"]) // dp)
+    levers += [f"max_batch = {seats}", f"max_num_batched_tokens = {tokens}",
+               "prefix_cache = false"]
+    if s.kv_bits != 16:
+        levers.append(f"kv_bits = {s.kv_bits}")
+    return hardware, levers
+
+
+def case_text(r: dict, group: str, out: Path = OUT) -> str:
+    src = source_fields(r["silicon_data_source"])
+    hardware, levers = server_lines(r)
+    lines = [
+        f"{HEADER} from {relative(CSV, out / group)}",
+        f"# (CSV line {r['line']}, id below); do not edit.", f"# {r['id']}",
+        f"# {ENGINES[r['backend']]} {r['backend_version'] or 'version not named'}, measured "
+        f"{src.get('measured', '')[:10] or 'undated'}: one prefill and one decode worker.",
+        f'name = "{case_name(r)}"', "", "[hardware]", f'gpu = "{gpu_of(r)}"',
+        f'engine = "{r["backend"]}"', *hardware, "", "[model]",
+        *model_lines(model_of(r), out / group), "",
+        *client_lines(int(r["concurrency"]), int(r["isl"]), int(r["osl"])), "", *levers, "",
+        "[run]", "seeds = 2", "", "[measured]",
+        f"mean_ttft_s = {num(float(r['silicon_ttft_ms']) / 1000)}",
+        f"mean_tpot_ms = {num(float(r['silicon_tpot_ms']))}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def cases(path: Path = CSV, out: Path = OUT) -> tuple[dict[Path, str], dict, list[dict]]:
+    rows, skipped = read_rows(path)
+    groups = split(rows)
+    found = {out / groups[case_name(r)] / f"{case_name(r)}.toml":
+             case_text(r, groups[case_name(r)], out) for r in rows}
+    return found, skipped, rows
+
+
+def summary(found: dict[Path, str], skipped: dict, rows: list[dict]) -> list[str]:
+    fit = sum(p.parent.name == "fit" for p in found)
+    return [f"{fit} fit, {len(found) - fit} holdout"] + [
+        f"skipped: {k}: {v}" for k, v in sorted(skipped.items())]
+
+
+def main(argv: list[str] | None = None) -> int:
+    return case_files.main(argv, __doc__, OUT, lambda out: cases(CSV, out),
+                           lambda out: case_files.generated(out, GROUPS, HEADER), summary,
+                           "validation/make_disagg_cases.py")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
