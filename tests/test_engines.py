@@ -9,7 +9,9 @@ import pytest
 from sweep.analysis.launch import launch_sglang, launch_trtllm, launch_vllm
 from sweep.engine import ITL_LOG_WIDTH
 from sweep.engine.params import engine_params
-from sweep.physics.engines import ENGINES, HOST_TERMS, SGLANG, TRTLLM, VLLM
+from sweep.physics.catalog import get_model
+from sweep.physics.engines import (ENGINES, HOST_TERMS, SGLANG, TRTLLM, VLLM,
+                                   latent_attention)
 from sweep.physics.hardware import CATALOG
 from sweep.study.design import Design
 from sweep.study.workload import Lengths, Workload, sample_n
@@ -34,6 +36,13 @@ def test_vllm_is_the_catalog_and_other_engines_bring_their_terms():
                                                                      terms.error.speed_sd))
         assert spec.model_error.speed_sd >= own.speed_sd
         assert d.resolved("overhead_ms") == terms.overhead_ms
+    # Models of latent attention take the engine's terms fitted on them (DeepSeek-R1's runs).
+    for engine, terms in (("sglang", SGLANG), ("trtllm", TRTLLM)):
+        mla = Design(gpu="B200", gpus=8, model="DeepSeek-V3", engine=engine).gpu_spec
+        assert latent_attention(get_model("DeepSeek-V3")) and terms.latent is not None
+        assert not latent_attention(get_model("gpt-oss-120b"))
+        assert all(getattr(mla, k) == getattr(terms.latent, k) for k in HOST_TERMS)
+        assert mla.request_lag_passes != terms.request_lag_passes
     assert engine_params(Design(engine="sglang")).prefill_alone
     assert not engine_params(Design(engine="trtllm")).prefill_alone
     assert not engine_params(Design()).prefill_alone

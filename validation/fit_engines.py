@@ -3,8 +3,8 @@
 
     python validation/fit_engines.py [--engine sglang|trtllm] [--share S] [--iterations N]
 
-Each engine's cases of ``validation/engines/fit/`` (of every version) fit its own time per
-pass (``overhead_ms``), per decoding sequence per pass (``seq_overhead_us``), per prompt token
+Each engine's cases of ``validation/engines/fit/`` (of every version) fit, apart for models of
+latent attention (DeepSeek-R1) and the others (gpt-oss-120b), its own time per pass (``overhead_ms``), per decoding sequence per pass (``seq_overhead_us``), per prompt token
 outside the passes (``prompt_overhead_us``) and its lag in TPOTs (``request_lag_passes``); its
 scheduling is the engine's rule (``engines.ServingEngine.prefill_alone``) and everything
 GPU-side is as shipped (the GPUs' factors, fitted on vLLM's runs alone). The objective is the
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from fit_closed import DAMPING, STEP, simulate
-from sweep.physics.engines import VLLM
+from sweep.physics.engines import VLLM, latent_attention
 from sweep.workflows.validate import load_cases
 
 HERE = Path(__file__).parent
@@ -43,12 +43,14 @@ BOUNDS = {"overhead_ms": (0.0, 50.0, 0.5), "seq_overhead_us": (0.0, 500.0, 10.0)
           "prompt_overhead_us": (0.0, 5000.0, 5.0), "request_lag_passes": (0.0, 100.0, 1.0)}
 
 
-def cases_of(engine: str, share: float):
-    """The engine's fit cases, their measured requests cut to ``share``."""
+def cases_of(engine: str, latent: bool, share: float):
+    """The engine's fit cases of models of latent attention (``latent``) or of the others,
+    their measured requests cut to ``share``."""
     out = []
     for case in load_cases([HERE / "engines" / "fit"], seeds=1):
         (point,) = case.study.points
-        if point.design.engine != engine:
+        if (point.design.engine != engine
+                or latent_attention(point.design.model_spec) != latent):
             continue
         wl = point.workload
         wl = dataclasses.replace(wl, num_requests=max(wl.concurrency,
@@ -70,10 +72,12 @@ def residuals(cases, x: np.ndarray, steps: np.ndarray):
     return np.concatenate(rows), np.concatenate(jac)
 
 
-def fit(engine: str, share: float, iterations: int) -> dict:
+def fit(engine: str, latent: bool, share: float, iterations: int) -> dict | None:
     """Gauss-Newton from vLLM's terms; a step that raises the error is halved back toward the
-    best point."""
-    cases = cases_of(engine, share)
+    best point. None: no such cases."""
+    cases = cases_of(engine, latent, share)
+    if not cases:
+        return None
     x = np.array([getattr(VLLM, k) for k in TERMS])
     lo, hi = (np.array([BOUNDS[k][b] for k in TERMS]) for b in (0, 1))
     best = (math.inf, x)
@@ -82,7 +86,8 @@ def fit(engine: str, share: float, iterations: int) -> dict:
         steps = np.where(x + steps > hi, -steps, steps)
         r0, jac = residuals(cases, x, steps)
         rms = math.sqrt(np.mean(r0**2))
-        print(f"{engine} it {it}: x = {np.round(x, 4)}, rms log error {rms:.4f}", flush=True)
+        print(f"{engine} {'latent' if latent else 'other'} it {it}: x = {np.round(x, 4)}, "
+              f"rms log error {rms:.4f}", flush=True)
         if rms > best[0]:
             x = (best[1] + x) / 2
             continue
@@ -97,7 +102,8 @@ def fit(engine: str, share: float, iterations: int) -> dict:
 
 
 def errors(table: Path) -> dict:
-    """engine -> (speed_sd, lag_sd) on a held-out validation table (the module's doc)."""
+    """(engine, family) -> (speed_sd, lag_sd) on a held-out validation table (the module's
+    doc); a case's family by its name (DeepSeek's: latent attention)."""
     import pandas as pd
 
     from sweep.physics.engines import ENGINES
@@ -108,17 +114,22 @@ def errors(table: Path) -> dict:
     wide = t.pivot_table(index=["case", "gpu"], columns="metric",
                          values=["measured", "predicted"]).reset_index()
     out = {}
-    for engine in ("sglang", "trtllm"):
-        rows = wide[wide["case"].str.startswith(engine + "-")]
+    for (engine, latent) in ((e, f) for e in ("sglang", "trtllm") for f in (True, False)):
+        rows = wide[wide["case"].str.startswith(engine + "-")
+                    & (wide["case"].str.contains("deepseek") == latent)]
+        if rows.empty:
+            continue
+        terms = ENGINES[engine].latent if latent else ENGINES[engine]
         tpot = np.log(rows["predicted"]["mean_tpot_ms"] / rows["measured"]["mean_tpot_ms"])
         ttft = np.log(rows["predicted"]["mean_ttft_s"] / rows["measured"]["mean_ttft_s"])
         own = np.sqrt(np.mean([CATALOG[g].model_error.speed_sd ** 2 for g in rows["gpu"]]))
         speed = math.sqrt(max(np.mean(tpot ** 2) - own ** 2, 0.0))
-        lag = ENGINES[engine].request_lag_passes
+        lag = terms.request_lag_passes
         share = np.median(lag * rows["predicted"]["mean_tpot_ms"] * 1e-3
                           / rows["predicted"]["mean_ttft_s"])
         beyond = math.sqrt(max(np.mean(ttft ** 2) - np.mean(tpot ** 2), 0.0))
-        out[engine] = (round(speed, 3), round(float(beyond / share), 3))
+        out[(engine, "latent" if latent else "other")] = (round(speed, 3),
+                                                           round(float(beyond / share), 3))
     return out
 
 
@@ -133,8 +144,11 @@ def main() -> None:
         print(errors(args.errors))
         return
     for engine in args.engine or ("sglang", "trtllm"):
-        found = fit(engine, args.share, args.iterations)
-        print(engine, {k: round(v, 3) for k, v in found.items()}, flush=True)
+        for latent in (True, False):
+            found = fit(engine, latent, args.share, args.iterations)
+            if found is not None:
+                print(engine, "latent" if latent else "other",
+                      {k: round(v, 3) for k, v in found.items()}, flush=True)
 
 
 if __name__ == "__main__":

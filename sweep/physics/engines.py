@@ -45,7 +45,15 @@ class ServingEngine:
     tail_sd: tuple[tuple[str, float], ...] = ()
     prefill_alone: bool = False
     error: EngineError | None = None  # beyond the GPU's (None: vLLM's, the GPU's own)
+    # Its terms and error on models of latent attention (MLA: DeepSeek-V3's family), fitted on
+    # its runs of them apart (their prefills and kernels differ most from the others'); None:
+    # the ones above.
+    latent: "ServingEngine | None" = None
     source: str = field(default="", compare=False)
+
+    def family(self, model) -> "ServingEngine":
+        """The terms it serves ``model`` with (``latent_attention``)."""
+        return self.latent if self.latent is not None and latent_attention(model) else self
 
     def allreduce_latency_us(self, nvlink: bool, pcie_ratio: float) -> float:
         """Over NVLink the fitted latency; over PCIe (no runs) the same times ``pcie_ratio``,
@@ -67,25 +75,35 @@ VLLM = ServingEngine("vLLM 0.15", overhead_ms=1.01, seq_overhead_us=0.0,
 
 #: SGLang 0.5: its scheduler runs a waiting prefill (or a chunk of one) as a batch of its own,
 #: the running requests' decodes waiting for the next pass (``prefill_alone``; mixed batches
-#: are off by default: ``--enable-mixed-chunk``). Host terms fitted by
-#: validation/fit_engines.py on validation/engines/fit/ (SGLang 0.5.9 and unversioned images'
-#: runs of DeepSeek-R1 on H200 and B200); the error on validation/engines/holdout/.
+#: are off by default: ``--enable-mixed-chunk``). Its only shared runs are of DeepSeek-R1 (H200
+#: and B200, 0.5.9 and unversioned images): they fit its terms on models of latent attention
+#: (validation/fit_engines.py on validation/engines/fit/, the error on .../holdout/); on every
+#: other model it has vLLM's host terms, with that error, which no run of such a model checks.
+SGLANG_LATENT = dataclasses.replace(
+    VLLM, name="SGLang 0.5, latent attention", overhead_ms=4.17, seq_overhead_us=132.0,
+    request_overhead_ms=4.27, request_lag_passes=12.0, prompt_overhead_us=164.0,
+    prefill_alone=True, error=EngineError(0.185, 4.66),
+    source="validation/fit_engines.py on validation/engines/fit/ (SGLang, DeepSeek-R1)")
 SGLANG = dataclasses.replace(
-    VLLM, name="SGLang 0.5", overhead_ms=4.17, seq_overhead_us=132.0, request_overhead_ms=4.27,
-    request_lag_passes=12.0, prompt_overhead_us=164.0, prefill_alone=True,
-    error=EngineError(0.185, 4.66),
-    source="validation/fit_engines.py on validation/engines/fit/ (SGLang runs)")
+    VLLM, name="SGLang 0.5", prefill_alone=True, error=SGLANG_LATENT.error,
+    latent=SGLANG_LATENT, source="vLLM 0.15's host terms (no SGLang run of such a model)")
 
 #: TensorRT-LLM 1.2: in-flight batching mixes context (prefill) chunks and generation in one
-#: pass within ``max_num_tokens``, as vLLM's token budget does. Host terms fitted by
+#: pass within ``max_num_tokens``, as vLLM's token budget does. Its terms fitted by
 #: validation/fit_engines.py on validation/engines/fit/ (1.1-1.2, a custom build and unversioned
-#: images' runs of DeepSeek-R1 and gpt-oss-120b on H200 and B200); the error on
-#: validation/engines/holdout/.
+#: images; H200 and B200): on gpt-oss-120b, and apart on DeepSeek-R1 for models of latent
+#: attention; the errors on validation/engines/holdout/.
 TRTLLM = dataclasses.replace(
-    VLLM, name="TensorRT-LLM 1.2", overhead_ms=0.99, seq_overhead_us=16.3,
-    request_overhead_ms=4.27, request_lag_passes=8.6, prompt_overhead_us=0.0,
-    error=EngineError(0.284, 1.27),
-    source="validation/fit_engines.py on validation/engines/fit/ (TensorRT-LLM runs)")
+    VLLM, name="TensorRT-LLM 1.2", overhead_ms=1.22, seq_overhead_us=0.0,
+    request_overhead_ms=4.27, request_lag_passes=1.61, prompt_overhead_us=0.44,
+    error=EngineError(0.216, 4.11),
+    latent=dataclasses.replace(
+        VLLM, name="TensorRT-LLM 1.2, latent attention", overhead_ms=0.88,
+        seq_overhead_us=101.0, request_overhead_ms=4.27, request_lag_passes=16.3,
+        prompt_overhead_us=3.5, error=EngineError(0.313, 0.576),
+        source="validation/fit_engines.py on validation/engines/fit/ (TensorRT-LLM, "
+               "DeepSeek-R1)"),
+    source="validation/fit_engines.py on validation/engines/fit/ (TensorRT-LLM, gpt-oss-120b)")
 
 #: ``[hardware] engine`` -> its terms.
 ENGINES = {"vllm": VLLM, "sglang": SGLANG, "trtllm": TRTLLM}
@@ -103,13 +121,20 @@ def widened(error, extra: EngineError | None):
                                lag_sd=math.hypot(error.lag_sd, extra.lag_sd))
 
 
-def served_by(gpu, engine: str):
-    """``gpu`` (a catalog entry, served by vLLM) driven by ``engine``: its host terms and its
-    model errors widened by the engine's. vLLM's is the entry itself; a GPU timed by a measured
-    fit of its passes (``timing = "linear"``) keeps its own."""
-    eng = ENGINES[engine]
+def latent_attention(model) -> bool:
+    """Whether ``model`` attends through a compressed latent (MLA), whose decode runs in the
+    absorbed form: its decode attention's FLOPs per pair differ from its prefill's."""
+    return model is not None and model.decode_attn_flops_per_pair != model.attn_flops_per_pair
+
+
+def served_by(gpu, engine: str, model=None):
+    """``gpu`` (a catalog entry, served by vLLM) driven by ``engine`` serving ``model``: its host
+    terms (of the model's family, ``ServingEngine.family``) and its model errors widened by the
+    engine's. vLLM's is the entry itself; a GPU timed by a measured fit of its passes
+    (``timing = "linear"``) keeps its own."""
     if engine == "vllm" or gpu.timing != "roofline":
         return gpu
+    eng = ENGINES[engine].family(model)
     return dataclasses.replace(
         gpu, **{k: getattr(eng, k) for k in HOST_TERMS},
         model_error=widened(gpu.model_error, eng.error),

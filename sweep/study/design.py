@@ -80,8 +80,8 @@ class _Design:
     @property
     def gpu_spec(self) -> GPU:
         """The GPU as the design's serving engine drives it (``engines.served_by``)."""
-        return served_by(self.gpu if isinstance(self.gpu, GPU) else get_gpu(self.gpu),
-                         self.engine)
+        gpu = self.gpu if isinstance(self.gpu, GPU) else get_gpu(self.gpu)
+        return served_by(gpu, self.engine, None if self.engine == "vllm" else self.model_spec)
 
     @property
     def model_spec(self) -> Model:

@@ -8,8 +8,10 @@ import math
 from dataclasses import dataclass
 
 from sweep.errors import ConfigError, DoesNotFit, FieldError, got, listed, one_line, show
+from sweep.physics.catalog import get_model
 from sweep.physics.engines import served_by
 from sweep.physics.hardware import CATALOG as GPU_CATALOG
+from sweep.physics.models import Model
 from sweep.physics.timing import kv_efficiency
 from sweep.study.design import Design
 from sweep.study.fields import (ATTRS, COLUMNS, CONDITIONAL, DESIGN_FIELDS, FIELDS, KEYS,
@@ -128,7 +130,7 @@ def build(r: Reader, keys, excludes, max_requests: int):
         for option in combo:
             _apply(point, option)
         idle = {f for f in idle if not f.when(dkw, wkw)}
-        _fill(cols, dkw, wkw)
+        _fill(cols, dkw, wkw, _served(dkw))
         for col, s in seen.items():
             s.add(_hashable(cols[col]))
         if any(all(cols[col] in vals for col, vals in ex.items()) for ex in excludes):
@@ -173,7 +175,7 @@ def columns(design: Design, workload: Workload, uncertain=()) -> dict:
         elif f.attr:
             v = (wkw if f.section == "workload" else dkw)[f.attr]
             cols[f.attr] = getattr(v, "name", v)
-    _fill(cols, dkw, wkw)
+    _fill(cols, dkw, wkw, design.gpu_spec)
     cols.update(dict.fromkeys(uncertain))  # after the conditional keys' own values
     if workload.trace is not None:
         cols.update(_trace_columns(workload))
@@ -240,11 +242,22 @@ def _axes(axis_keys) -> list[str]:
     return axes
 
 
-def _fill(cols, dkw, wkw) -> None:
-    """The columns that follow from others: the GPU's defaults, and the keys that apply only
-    with others (``Field.when``: gamma arrivals, a trace, disaggregated pools), empty where
-    they do not."""
-    gpu = served_by(GPU_CATALOG[dkw["gpu"]], dkw["engine"])
+def _served(dkw: dict):
+    """The catalog GPU of a grid point's design keys as its engine drives its model (a model the
+    catalog lacks is the design's check to refuse, later)."""
+    model = dkw["model"]
+    if dkw["engine"] != "vllm" and not isinstance(model, Model):
+        try:
+            model = get_model(model)
+        except ValueError:
+            model = None
+    return served_by(GPU_CATALOG[dkw["gpu"]], dkw["engine"], model)
+
+
+def _fill(cols, dkw, wkw, gpu) -> None:
+    """The columns that follow from others: the GPU's defaults (``gpu``, as the design's
+    engine drives it), and the keys that apply only with others (``Field.when``: gamma
+    arrivals, a trace, disaggregated pools), empty where they do not."""
     for c in _GPU_DEFAULTS:
         if dkw[c] is None:
             cols[c] = float(getattr(gpu, c) or 0.0)
