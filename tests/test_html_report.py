@@ -11,9 +11,8 @@ from sweep.analysis.html_report import study_html
 from sweep.analysis.ownership import clear
 from sweep.analysis.results import load_results
 from sweep.cli import main
+from tests.test_vllm_bench import _copy as vllm_bench_case
 
-REPO = Path(__file__).resolve().parents[1]
-CASE = sorted((REPO / "validation" / "fit").glob("*.toml"))[0]
 VOID = {"meta", "br", "hr", "img", "input", "link"}
 RUN = """name = "html-run"
 [hardware]
@@ -116,8 +115,11 @@ def folders(tmp_path_factory):
     assert main(["run", str(tmp / "run.toml"), "--out", str(tmp / "run"), "--quiet"]) == 0
     assert main(["capacity", str(tmp / "cap.toml"), "--out", str(tmp / "cap"), "--target-rate",
                  "50", "--quiet"]) == 0
-    assert main(["validate", str(CASE), "--seeds", "1", "--out", str(tmp / "val"),
-                 "--quiet"]) == 0
+    # A real vLLM run's case: the shipped benchmark example, shortened as test_vllm_bench
+    # validates it (the same compiled programs, whichever file runs first).
+    (tmp / "vllm").mkdir()
+    case = vllm_bench_case(tmp / "vllm")
+    assert main(["validate", str(case.parent), "--out", str(tmp / "val"), "--quiet"]) == 0
     return tmp
 
 
