@@ -268,3 +268,12 @@ def test_a_server_toml_beside_the_files_states_the_server(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert "server.toml" in err and says in err and "\n" not in err, err
         assert not out.exists()
+
+
+def test_own_command_is_the_row_s_engine_s():
+    from sweep.analysis.report import launch_lines, own_command
+
+    row = {"engine": "trtllm", "launch_vllm": "vllm serve M", "launch_trtllm": "trtllm-serve M"}
+    assert [ln.strip() for ln in launch_lines(own_command(row))] == ["trtllm-serve M"]
+    row["engine"] = float("nan")  # a table without the column's value: vLLM's
+    assert [ln.strip() for ln in launch_lines(own_command(row))] == ["vllm serve M"]

@@ -300,6 +300,13 @@ def _design_lines(row, metrics, levers) -> list[str]:
     return wrap(text, "  ", "      ")
 
 
+def own_command(row) -> dict:
+    """Of a row's launch commands, its own engine's alone (``launch_lines`` of it prints one)."""
+    engine = row.get("engine")
+    engine = engine if isinstance(engine, str) else "vllm"
+    return {"engine": engine, f"launch_{engine}": row.get(f"launch_{engine}")}
+
+
 def launch_lines(row, indent: str = "      ") -> list[str]:
     """The row's launch commands where its table has them (of a vLLM design, vLLM's and
     SGLang's; of another engine's, that engine's): each a shell command whose lines end in a

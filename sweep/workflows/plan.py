@@ -398,7 +398,7 @@ def _frontier(res) -> tuple:
 def render_plan(p: Plan) -> str:
     """The answer in plain words: what was searched, the cheapest fleet, and the best designs
     by cost at capacity, each with the ``vllm serve`` command that runs it."""
-    from sweep.analysis.report import launch_lines, levers_text, wrap
+    from sweep.analysis.report import launch_lines, levers_text, own_command, wrap
 
     q, res = p.question, p.outcome
     cap, levers = res.capacity, [a for a in res.meta["axes"] if a in res.capacity.columns]
@@ -416,14 +416,14 @@ def render_plan(p: Plan) -> str:
                       f"({levers_text(row, levers)}), {_money(row['fleet_usd_per_hour'])}/hour;"
                       f" a server carries {int(row['max_concurrency'])} clients (servers = "
                       "clients over that, not simulated whole).", indent="")
-        lines += launch_lines({"launch_vllm": row["launch_vllm"]})
+        lines += launch_lines(own_command(row))
     elif not closed and fleet is not None and fleet["confirmed"].any():
         row = fleet[fleet["confirmed"]].iloc[0]
         lines += wrap(f"Cheapest fleet for {q.load_text}: {int(row['replicas'])} x "
                       f"({levers_text(row, levers)}), {_money(row['fleet_usd_per_hour'])}/hour, "
                       f"{_money(row['cost_per_mtok'])} per million tokens (simulated whole: "
                       f"{row['p_pass']:.0%} of seeds meet the targets).", indent="")
-        lines += launch_lines({"launch_vllm": row["launch_vllm"]})
+        lines += launch_lines(own_command(row))
     else:
         lines.append(f"No fleet was found for {q.load_text} within the targets.")
     carrying = cap[cap["max_rate"] > 0].sort_values(["cost_per_mtok_at_max", "design"])
@@ -438,7 +438,7 @@ def render_plan(p: Plan) -> str:
                       f"{_money(row['usd_per_hour'])}/hour, bound by {row['binding']}; "
                       f"{'one server' if n == 1 else f'{n} servers'} for the load | "
                       f"{levers_text(row, levers)}")
-        lines += launch_lines({"launch_vllm": row["launch_vllm"]})
+        lines += launch_lines(own_command(row))
     lines += wrap(f"Every design: sweep report {res.folder}; the frontier: "
                   f"{res.folder / 'frontier.png'}. To search further, add --write-config "
                   "FILE, edit it and run sweep capacity FILE.", indent="", more="  ")
