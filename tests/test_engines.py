@@ -277,3 +277,9 @@ def test_own_command_is_the_row_s_engine_s():
     assert [ln.strip() for ln in launch_lines(own_command(row))] == ["trtllm-serve M"]
     row["engine"] = float("nan")  # a table without the column's value: vLLM's
     assert [ln.strip() for ln in launch_lines(own_command(row))] == ["vllm serve M"]
+
+
+def test_a_gpu_timed_by_a_measured_fit_keeps_its_engine():
+    with pytest.raises(ValueError, match="hardware.engine: Apple-M3-Max is timed by a measured"):
+        Design(gpu="Apple-M3-Max", model="Llama-3.2-1B", engine="sglang").validate()
+    Design(gpu="Apple-M3-Max", model="Llama-3.2-1B").validate()

@@ -201,6 +201,9 @@ class _Design:
                 raise FieldError(f"levers.{key}", "a pool's GPU, only with prefill_gpus and "
                                  "decode_gpus", "unset without pools", getattr(self, key))
         gpu, model = self.gpu_spec, self.model_spec
+        if gpu.timing == "linear" and self.engine != "vllm":
+            raise FieldError("hardware.engine", f"{gpu.name} is timed by a measured fit of its "
+                             "passes, whose engine it holds", '"vllm"', self.engine)
         self._validate_precision(gpu)
         # The budget is each data-parallel rank's, as each rank schedules its own passes.
         decode_tokens = self.rank_seats * (self.draft_tokens + 1)
