@@ -410,7 +410,7 @@ FIELDS: tuple[Field, ...] = (
     _hw("engine", "str", "vllm", choices=tuple(ENGINES),
         help="the serving engine: `vllm` (0.15), `sglang` (0.5: a prefill runs as a pass of its "
              "own) or `trtllm` (TensorRT-LLM 1.2); each brings its fitted host terms and its "
-             "stated error ([model.md](model.md))",
+             "stated error ([model.md](model.md)); a GPU timed by a measured fit keeps `vllm`",
         short="serving engine"),
 )
 
