@@ -17,6 +17,13 @@ def parser(doc: str) -> argparse.ArgumentParser:
     return ap
 
 
+def files(rows: list[dict], groups: dict[str, str], name, text, out: Path) -> dict[Path, str]:
+    """Each row's case file (``out / group / NAME.toml``, NAME ``name(row)``, its group in
+    ``groups``) -> its text, ``text(row, group, out)``."""
+    return {out / groups[name(r)] / f"{name(r)}.toml": text(r, groups[name(r)], out)
+            for r in rows}
+
+
 def generated(out: Path, groups, header: str) -> list[Path]:
     """The case files under ``out``'s ``groups`` folders that begin with ``header``."""
     return sorted(p for g in groups for p in (out / g).glob("*.toml")

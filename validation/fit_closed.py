@@ -56,19 +56,26 @@ METRICS = ("mean_tpot_ms", "mean_ttft_s")
 NAMES = [COMPUTE] + [(g, k) for g in GPUS for k in OWN] + [("*", SHARED)]
 
 
-def cases_of(share: float):
-    """The fitted gpt-oss cases, their measured requests cut to ``share``."""
+def shortened(folder: Path, share: float, keep) -> list:
+    """The cases of ``folder`` that ``keep(case)``, one seed each, their measured requests cut
+    to ``share`` (the warm-up in full)."""
     out = []
-    for case in load_cases([HERE / "closed-loop" / "fit"], seeds=1):
-        (point,) = case.study.points
-        if point.design.gpu_spec.name not in GPUS or "llama" in case.name:
+    for case in load_cases([folder], seeds=1):
+        if not keep(case):
             continue
+        (point,) = case.study.points
         wl = point.workload
         wl = dataclasses.replace(wl, num_requests=max(wl.concurrency,
                                                       int(wl.num_requests * share)))
         out.append(dataclasses.replace(case, study=dataclasses.replace(
             case.study, points=[dataclasses.replace(point, workload=wl)])))
     return out
+
+
+def cases_of(share: float):
+    """The fitted gpt-oss cases, their measured requests cut to ``share``."""
+    return shortened(HERE / "closed-loop" / "fit", share, lambda case: (
+        case.study.points[0].design.gpu_spec.name in GPUS and "llama" not in case.name))
 
 
 def levers(setting: dict) -> dict:
@@ -124,31 +131,40 @@ def residuals(cases, x: np.ndarray, steps: np.ndarray):
     return np.concatenate(rows), np.concatenate(jac)
 
 
-def fit(share: float, iterations: int) -> dict:
-    """Gauss-Newton from the shipped values; a step that raises the error is halved back
-    toward the best point (the all-reduce's latency and growth trade along a flat valley)."""
-    cases = cases_of(share)
-    x = shipped()
-    lo, hi = (np.array([BOUNDS[k][b] for _, k in NAMES]) for b in (0, 1))
+def search(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, floor: np.ndarray, evaluate,
+           iterations: int, label: str = "") -> np.ndarray:
+    """Levenberg-Marquardt from ``x`` within [``lo``, ``hi``]: ``evaluate(x, steps)`` gives the
+    log errors at ``x`` and their Jacobian by finite steps of ``STEP`` of each value (at least
+    of its ``floor``); a step that raises the error is halved back toward the best point (the
+    all-reduce's latency and growth trade along a flat valley). The best point found."""
     best = (math.inf, x)
     for it in range(iterations):
-        steps = np.array([STEP * max(v, BOUNDS[k][2]) for v, (_, k) in zip(x, NAMES)])
+        steps = STEP * np.maximum(x, floor)
         steps = np.where(x + steps > hi, -steps, steps)  # a step stays within the bounds
-        r0, jac = residuals(cases, x, steps)
+        r0, jac = evaluate(x, steps)
         rms = math.sqrt(np.mean(r0**2))
-        print(f"it {it}: x = {np.round(x, 4)}, rms log error {rms:.4f}", flush=True)
+        print(f"{label}it {it}: x = {np.round(x, 4)}, rms log error {rms:.4f}", flush=True)
         if rms > best[0]:
             x = (best[1] + x) / 2
             continue
         best = (rms, x)
-        # Levenberg-Marquardt: damped where a factor barely moves the errors.
+        # Damped where a factor barely moves the errors.
         jtj = jac.T @ jac
         step = np.linalg.solve(jtj + DAMPING * np.diag(np.diag(jtj) + 1e-12), -jac.T @ r0)
         new = np.clip(x + step, lo, hi)
         if np.max(np.abs(new - x) / np.maximum(np.abs(x), np.abs(steps) / STEP)) < 0.01:
             break
         x = new
-    found = {f"{g}.{k}": float(v) for (g, k), v in zip(NAMES, best[1])}
+    return best[1]
+
+
+def fit(share: float, iterations: int) -> dict:
+    """The search from the shipped values."""
+    cases = cases_of(share)
+    lo, hi, floor = (np.array([BOUNDS[k][b] for _, k in NAMES]) for b in (0, 1, 2))
+    best = search(shipped(), lo, hi, floor, lambda x, steps: residuals(cases, x, steps),
+                  iterations)
+    found = {f"{g}.{k}": float(v) for (g, k), v in zip(NAMES, best)}
     for g in GPUS:
         found[f"{g}.dequant_compute_efficiency"] = (found[f"{g}.expert_compute_efficiency"]
                                                     / found["H200.compute_efficiency"])

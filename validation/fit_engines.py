@@ -26,15 +26,13 @@ mean TPOTs of it).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 from pathlib import Path
 
 import numpy as np
 
-from fit_closed import DAMPING, STEP, simulate
+from fit_closed import search, shortened, simulate
 from sweep.physics.engines import VLLM, latent_attention
-from sweep.workflows.validate import load_cases
 
 HERE = Path(__file__).parent
 TERMS = ("overhead_ms", "seq_overhead_us", "prompt_overhead_us", "request_lag_passes")
@@ -46,18 +44,10 @@ BOUNDS = {"overhead_ms": (0.0, 50.0, 0.5), "seq_overhead_us": (0.0, 500.0, 10.0)
 def cases_of(engine: str, latent: bool, share: float):
     """The engine's fit cases of models of latent attention (``latent``) or of the others,
     their measured requests cut to ``share``."""
-    out = []
-    for case in load_cases([HERE / "engines" / "fit"], seeds=1):
-        (point,) = case.study.points
-        if (point.design.engine != engine
-                or latent_attention(point.design.model_spec) != latent):
-            continue
-        wl = point.workload
-        wl = dataclasses.replace(wl, num_requests=max(wl.concurrency,
-                                                      int(wl.num_requests * share)))
-        out.append(dataclasses.replace(case, study=dataclasses.replace(
-            case.study, points=[dataclasses.replace(point, workload=wl)])))
-    return out
+    def keep(case) -> bool:
+        design = case.study.points[0].design
+        return design.engine == engine and latent_attention(design.model_spec) == latent
+    return shortened(HERE / "engines" / "fit", share, keep)
 
 
 def residuals(cases, x: np.ndarray, steps: np.ndarray):
@@ -73,32 +63,15 @@ def residuals(cases, x: np.ndarray, steps: np.ndarray):
 
 
 def fit(engine: str, latent: bool, share: float, iterations: int) -> dict | None:
-    """Gauss-Newton from vLLM's terms; a step that raises the error is halved back toward the
-    best point. None: no such cases."""
+    """``fit_closed.search`` from vLLM's terms. None: no such cases."""
     cases = cases_of(engine, latent, share)
     if not cases:
         return None
-    x = np.array([getattr(VLLM, k) for k in TERMS])
-    lo, hi = (np.array([BOUNDS[k][b] for k in TERMS]) for b in (0, 1))
-    best = (math.inf, x)
-    for it in range(iterations):
-        steps = np.array([STEP * max(v, BOUNDS[k][2]) for v, k in zip(x, TERMS)])
-        steps = np.where(x + steps > hi, -steps, steps)
-        r0, jac = residuals(cases, x, steps)
-        rms = math.sqrt(np.mean(r0**2))
-        print(f"{engine} {'latent' if latent else 'other'} it {it}: x = {np.round(x, 4)}, "
-              f"rms log error {rms:.4f}", flush=True)
-        if rms > best[0]:
-            x = (best[1] + x) / 2
-            continue
-        best = (rms, x)
-        jtj = jac.T @ jac
-        step = np.linalg.solve(jtj + DAMPING * np.diag(np.diag(jtj) + 1e-12), -jac.T @ r0)
-        new = np.clip(x + step, lo, hi)
-        if np.max(np.abs(new - x) / np.maximum(np.abs(x), np.abs(steps) / STEP)) < 0.01:
-            break
-        x = new
-    return dict(zip(TERMS, map(float, best[1])))
+    lo, hi, floor = (np.array([BOUNDS[k][b] for k in TERMS]) for b in (0, 1, 2))
+    best = search(np.array([getattr(VLLM, k) for k in TERMS]), lo, hi, floor,
+                  lambda x, steps: residuals(cases, x, steps), iterations,
+                  f"{engine} {'latent' if latent else 'other'} ")
+    return dict(zip(TERMS, map(float, best)))
 
 
 def errors(table: Path) -> dict:

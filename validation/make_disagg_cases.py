@@ -35,9 +35,9 @@ import sys
 from pathlib import Path
 
 import case_files
-from make_closed_cases import client_lines, num, relative, source_fields
+from make_closed_cases import client_lines, relative, source_fields
 from make_engine_cases import (ENGINES, GPUS, MODELS, SERVERS, TRT_MEMORY, ModelCase,
-                               model_lines)
+                               measured_lines, model_lines)
 
 HERE = Path(__file__).resolve().parent
 CSV = HERE / "data" / "aic-engines" / "silicon_engines_disagg_fit.csv"
@@ -157,19 +157,14 @@ def case_text(r: dict, group: str, out: Path = OUT) -> str:
         f'engine = "{r["backend"]}"', *hardware, "", "[model]",
         *model_lines(model_of(r), out / group), "",
         *client_lines(int(r["concurrency"]), int(r["isl"]), int(r["osl"])), "", *levers, "",
-        "[run]", "seeds = 2", "", "[measured]",
-        f"mean_ttft_s = {num(float(r['silicon_ttft_ms']) / 1000)}",
-        f"mean_tpot_ms = {num(float(r['silicon_tpot_ms']))}",
+        *measured_lines(r),
     ]
     return "\n".join(lines) + "\n"
 
 
 def cases(path: Path = CSV, out: Path = OUT) -> tuple[dict[Path, str], dict, list[dict]]:
     rows, skipped = read_rows(path)
-    groups = split(rows)
-    found = {out / groups[case_name(r)] / f"{case_name(r)}.toml":
-             case_text(r, groups[case_name(r)], out) for r in rows}
-    return found, skipped, rows
+    return case_files.files(rows, split(rows), case_name, case_text, out), skipped, rows
 
 
 def summary(found: dict[Path, str], skipped: dict, rows: list[dict]) -> list[str]:

@@ -395,6 +395,14 @@ def case_text(r: dict, group: str, out: Path = OUT) -> str:
         "",
         *lever_lines(r),
         "",
+        *measured_lines(r),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def measured_lines(r: dict) -> list[str]:
+    """[run] and [measured]: the row's mean TTFT and TPOT."""
+    return [
         "[run]",
         f"seeds = {SEEDS}",
         "",
@@ -404,16 +412,12 @@ def case_text(r: dict, group: str, out: Path = OUT) -> str:
         f"mean_ttft_s = {num(float(r['silicon_ttft_ms']) / 1000)}",
         f"mean_tpot_ms = {num(float(r['silicon_tpot_ms']))}",
     ]
-    return "\n".join(lines) + "\n"
 
 
 def cases(path: Path = CSV, out: Path = OUT) -> tuple[dict[Path, str], dict, list[dict]]:
     """Every case file's path -> its text; the skipped rows by reason; the kept rows."""
     rows, skipped = read_rows(path)
-    groups = split(rows)
-    found = {out / groups[case_name(r)] / f"{case_name(r)}.toml":
-             case_text(r, groups[case_name(r)], out) for r in rows}
-    return found, skipped, rows
+    return case_files.files(rows, split(rows), case_name, case_text, out), skipped, rows
 
 
 def summary(found: dict[Path, str], skipped: dict, rows: list[dict]) -> list[str]:

@@ -373,46 +373,43 @@ def _line(program: str, flags: list[str], notes: list[str]) -> str:
     return " ".join([program] + flags) + (f"  # {'; '.join(notes)}" if notes else "")
 
 
+def _command(row, engine: str, program: str, flags) -> str:
+    """One engine's command of the design in ``row``: a line per server (of disaggregated pools,
+    prefill then decode), each ``program`` with ``flags(row, server)``'s flags, then its notes."""
+    lines = []
+    for i, s in enumerate(_servers(row)):
+        own, notes = flags(row, s)
+        lines.append(_line(program, own, _server_note(row, s) + (
+            _engine_note(row, engine) + _common_notes(row) if i == 0 else []) + notes))
+    return "\n".join(lines)
+
+
+def _maps(row) -> bool:
+    """Whether SGLang and TensorRT-LLM have the design's batching and cache (neither has static
+    batching or a contiguous KV cache, which ``launch_vllm``'s note says)."""
+    return _value(row, "batching") != "static" and _value(row, "kv_cache") != "contiguous"
+
+
 def launch_vllm(row) -> str:
     """The ``vllm serve`` command of the design in ``row`` (a mapping of a table's columns):
     one line, or of disaggregated pools two (prefill, then decode)."""
-    program = f"vllm serve {shlex.quote(model_id(str(_value(row, 'model'))))}"
-    lines = []
-    for i, s in enumerate(_servers(row)):
-        flags, notes = _vllm_flags(row, s)
-        lines.append(_line(program, flags, _server_note(row, s) + (
-            _engine_note(row, "vllm") + _common_notes(row) if i == 0 else []) + notes))
-    return "\n".join(lines)
+    model = shlex.quote(model_id(str(_value(row, "model"))))
+    return _command(row, "vllm", f"vllm serve {model}", _vllm_flags)
 
 
 def launch_sglang(row) -> str | None:
     """The ``python -m sglang.launch_server`` command of the design in ``row``, as
-    ``launch_vllm``; None where a lever has no SGLang equivalent (static batching, a contiguous
-    KV cache), which ``launch_vllm``'s note says."""
-    if _value(row, "batching") == "static" or _value(row, "kv_cache") == "contiguous":
-        return None
+    ``launch_vllm``; None where a lever has no SGLang equivalent (``_maps``)."""
     model = shlex.quote(model_id(str(_value(row, "model"))))
-    program = f"python -m sglang.launch_server --model-path {model}"
-    lines = []
-    for i, s in enumerate(_servers(row)):
-        flags, notes = _sglang_flags(row, s)
-        lines.append(_line(program, flags, _server_note(row, s) + (
-            _engine_note(row, "sglang") + _common_notes(row) if i == 0 else []) + notes))
-    return "\n".join(lines)
+    return _command(row, "sglang", f"python -m sglang.launch_server --model-path {model}",
+                    _sglang_flags) if _maps(row) else None
 
 
 def launch_trtllm(row) -> str | None:
-    """The ``trtllm-serve`` command of the design in ``row``, as ``launch_sglang`` (None where a
-    lever has no TensorRT-LLM equivalent: static batching, a contiguous KV cache)."""
-    if _value(row, "batching") == "static" or _value(row, "kv_cache") == "contiguous":
-        return None
-    program = f"trtllm-serve {shlex.quote(model_id(str(_value(row, 'model'))))}"
-    lines = []
-    for i, s in enumerate(_servers(row)):
-        flags, notes = _trtllm_flags(row, s)
-        lines.append(_line(program, flags, _server_note(row, s) + (
-            _engine_note(row, "trtllm") + _common_notes(row) if i == 0 else []) + notes))
-    return "\n".join(lines)
+    """The ``trtllm-serve`` command of the design in ``row``, as ``launch_sglang``."""
+    model = shlex.quote(model_id(str(_value(row, "model"))))
+    return _command(row, "trtllm", f"trtllm-serve {model}", _trtllm_flags) if _maps(row) \
+        else None
 
 
 def launch_columns(rows: Iterable) -> dict[str, list]:
