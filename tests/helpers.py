@@ -35,23 +35,39 @@ def in_two_processes(fn, calls: list) -> list:
     """``[fn(*args) for args in calls]``, every other call made in a second (spawned) process
     while this one makes the rest: the twin is Python, a core's work, and the suite's machines
     have two. ``fn`` (a module's function) and the arguments must pickle; they and the
-    results cross as float64 (a JAX array unpickled outside ``float64()`` turns float32)."""
-    import multiprocessing
+    results cross as float64 (a JAX array unpickled outside ``float64()`` turns float32).
+    The second process is started once and serves every call of the test run (a fresh one
+    per call spent ~2 s importing the package each time)."""
     import os
     import pickle
-    from concurrent.futures import ProcessPoolExecutor
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     if len(calls) < 4 or (cores or 1) < 2:
         return [fn(*args) for args in calls]
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        theirs = pool.submit(_each, fn, pickle.dumps(calls[1::2]))
-        mine = [fn(*args) for args in calls[0::2]]
-        with float64():
-            theirs = pickle.loads(theirs.result())
+    theirs = _second_process().submit(_each, fn, pickle.dumps(calls[1::2]))
+    mine = [fn(*args) for args in calls[0::2]]
+    with float64():
+        theirs = pickle.loads(theirs.result())
     out = [None] * len(calls)
     out[0::2], out[1::2] = mine, theirs
     return out
+
+
+_pool = None
+
+
+def _second_process():
+    """The spawned process of ``in_two_processes``, started on first use (a new one if the
+    last one died) and shut down when the test run's process exits."""
+    global _pool
+    import atexit
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    if _pool is None or getattr(_pool, "_broken", False):
+        _pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        atexit.register(_pool.shutdown)
+    return _pool
 
 
 def _each(fn, calls: bytes) -> bytes:
