@@ -17,6 +17,23 @@ def parser(doc: str) -> argparse.ArgumentParser:
     return ap
 
 
+#: Of each group's rows in order, those at FIT_AT, FIT_AT + FIT_EVERY, ... are fitted.
+FIT_EVERY, FIT_AT = 3, 1
+
+
+def split(rows: list[dict], group, order, name, held=lambda key: False) -> dict[str, str]:
+    """Case name (``name(row)``) -> "fit" or "holdout": rows grouped by ``group(row)``, each
+    group sorted by ``order(row)``, the second of every three fitted, unless ``held(group)``."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(group(r), []).append(r)
+    out = {}
+    for key, members in sorted(groups.items()):
+        for i, r in enumerate(sorted(members, key=order)):
+            out[name(r)] = "fit" if not held(key) and i % FIT_EVERY == FIT_AT else "holdout"
+    return out
+
+
 def files(rows: list[dict], groups: dict[str, str], name, text, out: Path) -> dict[Path, str]:
     """Each row's case file (``out / group / NAME.toml``, NAME ``name(row)``, its group in
     ``groups``) -> its text, ``text(row, group, out)``."""

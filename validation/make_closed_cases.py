@@ -57,8 +57,6 @@ HEADER = "# Written by validation/make_closed_cases.py"
 GPUS = {"h100_sxm": "H100-SXM", "h200_sxm": "H200", "b200_sxm": "B200"}
 #: GPUs whose rows are all held out: their factors are fitted on other runs (docs/validation.md).
 HOLDOUT_GPUS = ("H100-SXM",)
-#: Of each group's rows in order, those at FIT_AT, FIT_AT + FIT_EVERY, ... are fitted.
-FIT_EVERY, FIT_AT = 3, 1
 #: The client (InferenceX benchmark_lib.sh): --num-warmups 2 x N, --num-prompts 10 x N, and the
 #: launch scripts' RANDOM_RANGE_RATIO 0.8 (data/aic-silicon/README.md).
 WARMUPS_PER_CLIENT, PROMPTS_PER_CLIENT, RANGE_RATIO = 2, 10, 0.8
@@ -208,18 +206,11 @@ def measured_on(r: dict) -> str:
 
 def split(rows: list[dict]) -> dict[str, str]:
     """Case name -> "fit" or "holdout" (the module's docstring gives the rule)."""
-    groups: dict[tuple, list[dict]] = {}
-    for r in rows:
-        key = (gpu_of(r), r["model_path"], r["backend_version"], int(float(r["tp_size"])))
-        groups.setdefault(key, []).append(r)
-    out = {}
-    for (gpu, *_), members in sorted(groups.items()):
-        members.sort(key=lambda r: (int(r["isl"]), int(r["osl"]), int(float(r["batch_size"])),
-                                    measured_on(r)))
-        for i, r in enumerate(members):
-            fitted = gpu not in HOLDOUT_GPUS and i % FIT_EVERY == FIT_AT
-            out[case_name(r)] = "fit" if fitted else "holdout"
-    return out
+    return case_files.split(
+        rows, lambda r: (gpu_of(r), r["model_path"], r["backend_version"],
+                         int(float(r["tp_size"]))),
+        lambda r: (int(r["isl"]), int(r["osl"]), int(float(r["batch_size"])), measured_on(r)),
+        case_name, held=lambda key: key[0] in HOLDOUT_GPUS)
 
 
 def lengths(nominal: int) -> tuple[int, int]:

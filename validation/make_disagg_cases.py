@@ -45,7 +45,6 @@ OUT = HERE / "disagg"
 GROUPS = ("fit", "holdout")
 HEADER = "# Written by validation/make_disagg_cases.py"
 MAX_CLIENTS = 256
-FIT_EVERY, FIT_AT = 3, 1
 
 
 def pool(r: dict, side: str) -> tuple[int, int, bool]:
@@ -115,10 +114,10 @@ def read_rows(path: Path = CSV) -> tuple[list[dict], dict[str, int]]:
 
 
 def split(rows: list[dict]) -> dict[str, str]:
-    order = sorted(rows, key=lambda r: (r["backend"], gpu_of(r), model_of(r).slug,
-                                        layout_name(r), int(r["isl"]), int(r["concurrency"])))
-    return {case_name(r): "fit" if i % FIT_EVERY == FIT_AT else "holdout"
-            for i, r in enumerate(order)}
+    """One group, in order of (engine, GPU, model, layout, prompt length, clients)."""
+    return case_files.split(rows, lambda r: (), lambda r: (
+        r["backend"], gpu_of(r), model_of(r).slug, layout_name(r), int(r["isl"]),
+        int(r["concurrency"])), case_name)
 
 
 def server_lines(r: dict) -> tuple[list[str], list[str]]:

@@ -59,8 +59,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import case_files
-from make_closed_cases import (PROMPTS_PER_CLIENT, WARMUPS_PER_CLIENT, client_lines, lengths, num,
-                               relative, source_fields)
+from make_closed_cases import (PROMPTS_PER_CLIENT, WARMUPS_PER_CLIENT, client_lines, lengths,
+                               measured_on, num, relative, source_fields)
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "aic-engines"
@@ -73,7 +73,6 @@ GPUS = {"h100_sxm": "H100-SXM", "h200_sxm": "H200", "b200_sxm": "B200"}
 GPU_COUNTED = "2026-03-25.csv"
 #: The subset simulated (the docstring's last skip): nominal outputs and client counts kept.
 OUTPUTS, CLIENTS = (1024,), (4, 16, 64)
-FIT_EVERY, FIT_AT = 3, 1
 SEEDS = 2
 LAYOUT_KEYS = ("tp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
 ENGINES = {"sglang": "SGLang", "trtllm": "TensorRT-LLM"}
@@ -286,22 +285,12 @@ def case_name(r: dict) -> str:
             f"-{layout_name(r)}-{r['isl']}x{r['osl']}-c{clients(r)}")
 
 
-def measured_on(r: dict) -> str:
-    return source_fields(r["silicon_data_source"]).get("measured", "")[:10]
-
-
 def split(rows: list[dict]) -> dict[str, str]:
     """Case name -> "fit" or "holdout" (the module's docstring gives the rule)."""
-    groups: dict[tuple, list[dict]] = {}
-    for r in rows:
-        key = (r["backend"], gpu_of(r), model_of(r).slug, r["backend_version"], layout_name(r))
-        groups.setdefault(key, []).append(r)
-    out = {}
-    for _, members in sorted(groups.items()):
-        members.sort(key=lambda r: (int(r["isl"]), int(r["osl"]), clients(r), measured_on(r)))
-        for i, r in enumerate(members):
-            out[case_name(r)] = "fit" if i % FIT_EVERY == FIT_AT else "holdout"
-    return out
+    return case_files.split(
+        rows, lambda r: (r["backend"], gpu_of(r), model_of(r).slug, r["backend_version"],
+                         layout_name(r)),
+        lambda r: (int(r["isl"]), int(r["osl"]), clients(r), measured_on(r)), case_name)
 
 
 def at_gpus(value, r: dict):
