@@ -85,8 +85,8 @@ def tokens(c: Step, g: Growth, ra: Readmission, ad: Admission, ps: Pass, drafts)
     late = ps.decode & c.p.prefill_alone & (s.seat_last < s.t)
     todo, done, gaps, counts = c.f.completes(c, g, ra, ad, ps,
                                              (ps.decode & ~late).sum(dtype=jnp.int32))
-    hist = s.itl_hist.at[gaps].add(counts).at[itl_bin(ps.t_end - s.seat_last)].add(
-        late.astype(jnp.int32))
+    hist = s.itl_hist.at[jnp.concatenate([gaps, itl_bin(ps.t_end - s.seat_last)])].add(
+        jnp.concatenate([counts, late.astype(jnp.int32)]))  # one scatter for both
     return Tokens(decoded, done, decoded + done, hist, todo)
 
 
