@@ -18,7 +18,7 @@ from sweep.commands.importing import cmd_import
 from sweep.commands.plan import cmd_plan
 from sweep.commands.report import cmd_export, cmd_frontier, cmd_report
 from sweep.commands.run import cmd_merge, cmd_run
-from sweep.errors import Truncated, UsageError
+from sweep.errors import Truncated, UsageError, fit_line, one_line
 
 
 def _positive_int(text: str) -> int:
@@ -230,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return command(args)
     except UsageError as exc:
-        print(f"sweep {args.command}: error: " + " ".join(str(exc).splitlines()), file=sys.stderr)
+        print(fit_line(f"sweep {args.command}: error: " + " ".join(str(exc).splitlines())),
+              file=sys.stderr)
         return EXIT_USAGE
     except Truncated as exc:
         print(f"sweep {args.command}: error: {exc}", file=sys.stderr)
@@ -243,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except OSError as exc:  # the disk failed a read or write that no check foresaw
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"sweep {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(fit_line(f"sweep {args.command}: error: {where}{one_line(exc.strerror or exc)}"),
+              file=sys.stderr)
         return EXIT_USAGE
 
 

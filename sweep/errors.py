@@ -46,6 +46,22 @@ def one_line(s) -> str:
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(s))
 
 
+#: The longest refusal line a command prints, in characters.
+LINE_MAX = 300
+
+# A path with at least one folder: its folders (group 1) and its name (group 2).
+_PATH = re.compile(r"((?<![^\s'\"(=])[^\s/:;,'\"()]*(?:/[^\s/:;,'\"()]+)*/)([^\s/:;,'\"()]+)")
+
+
+def fit_line(line: str, n: int = LINE_MAX) -> str:
+    """A refusal within ``n`` characters: first the long folders of each path it names go (the
+    file's own name stays, so the key and the file are still named), then the line is clipped."""
+    if len(line) <= n:
+        return line
+    line = _PATH.sub(lambda m: m.group(0) if len(m.group(1)) <= 12 else ".../" + m.group(2), line)
+    return clip(line, n)
+
+
 def clip(s: str, n: int = 60) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 

@@ -464,7 +464,7 @@ def test_a_special_file_is_refused_in_one_line(role, kind, tmp_path, capsys):
     if role == "validate case" and kind == "folder":  # a folder of cases: none in it
         _one_refusal(capsys, rc, "no *.toml case files")
     else:
-        _one_refusal(capsys, rc, str(special), "model.config_json: ")
+        _one_refusal(capsys, rc, special.name, "model.config_json: ")
     assert not out.exists()
 
 
