@@ -59,12 +59,13 @@ def test_columns_are_pinned():
                                              "pipeline_parallel", "internode_gbps",
                                              *(f"think_time_s_{x}"
                                                for x in ("dist", "low", "high", "sigma")),
-                                             "engine"]
+                                             "engine", "engine_version", "scheduler_steps"]
     assert len(set(COLUMNS)) == len(COLUMNS)
     assert set(TEXT_COLUMNS) == {"gpu", "model", "arrival", "prompt_tokens_dist",
                                  "output_tokens_dist", "batching", "kv_cache", "trace", "router",
                                  "calibration", "prefill_gpu", "decode_gpu", "turns_dist",
-                                 "turn_tokens_dist", "draft", "think_time_s_dist", "engine"}
+                                 "turn_tokens_dist", "draft", "think_time_s_dist", "engine",
+                                 "engine_version"}
 
 
 @pytest.mark.parametrize("cls,declared", [(Design, DESIGN_FIELDS), (Workload, WORKLOAD_FIELDS)])

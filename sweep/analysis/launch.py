@@ -14,6 +14,7 @@ from typing import Iterable, NamedTuple
 import pandas as pd
 
 from sweep.physics.catalog import CATALOG as MODEL_CATALOG, PUBLISHED
+from sweep.physics.engines import v0
 from sweep.physics.hardware import CATALOG as GPU_CATALOG
 from sweep.physics.models import NATIVE_FLOAT_GENERATIONS
 from sweep.study.fields import DESIGN_FIELDS
@@ -203,14 +204,20 @@ def _vllm_flags(row, s: _Server) -> tuple[list[str], list[str]]:
     if _value(row, "expert_parallel"):
         flags.append("--enable-expert-parallel")
     budget, chunk = _tokens(row)
-    if budget or chunk:
-        flags.append(f"--max-num-batched-tokens {budget or chunk}")
+    old = v0("vllm", str(_value(row, "engine_version") or ""))
+    if budget or chunk:  # V0 chunks prefills only when asked to
+        flags += ["--enable-chunked-prefill"] * old + [
+            f"--max-num-batched-tokens {budget or chunk}"]
     if chunk:
         notes.append(f"prefill_chunk_tokens={chunk}: " + (
             "no vLLM flag beside the token budget" if budget
             else "vLLM's budget also counts the pass's decodes"))
-    flags.append("--enable-prefix-caching" if _value(row, "prefix_cache")
-                 else "--no-enable-prefix-caching")
+    if _value(row, "prefix_cache") or not old:  # V0 caches no prefix unless asked to
+        flags.append("--enable-prefix-caching" if _value(row, "prefix_cache")
+                     else "--no-enable-prefix-caching")
+    steps = _int(row, "scheduler_steps") or 1
+    if old and steps > 1:
+        flags.append(f"--num-scheduler-steps {steps}")
     tier = _tier_gib(row)
     if tier:  # GiB over the engine's tensor-parallel ranks; each data-parallel rank its own
         flags.append(f"--kv-offloading-backend native --kv-offloading-size {tier / dp:g}")

@@ -54,7 +54,9 @@ def _run_length(p: EngineParams, r: Requests, aux: Aux, s: EngineState, f: type,
     loop sends the next request)."""
     j = jnp.arange(n_run.shape[0], dtype=jnp.int32)
     seqs = n_run.astype(jnp.float64)
-    dt = f.staged(f.pass_time, p.timing, 0.0, 0.0, seqs, context, seqs, 0.0, 0.0, xp=jnp)
+    sched = f.run_schedules(p, s, j)
+    dt = f.unscheduled(p, f.staged(f.pass_time, p.timing, 0.0, 0.0, seqs, context, seqs, 0.0,
+                                   0.0, xp=jnp), sched)
     # The clock and the busy time add pass after pass, as pass-by-pass stepping does, so a
     # result does not depend on where runs are cut.
     ends = running_sum(dt, s.t, unroll=True)
@@ -65,7 +67,7 @@ def _run_length(p: EngineParams, r: Requests, aux: Aux, s: EngineState, f: type,
     # A unit after the first is a step of its own, within the step bound.
     units_left = aux.max_steps - s.steps + (~skipped).astype(jnp.int32)
     allowed = (fits & (n_run > 0) & (starts < r.end_time) & (j // unit < units_left)
-               & ~(can_admit & ((s.tail > s.head) | (starts >= next_arrival))))
+               & ~(can_admit & sched & ((s.tail > s.head) | (starts >= next_arrival))))
     # The first pass not allowed (a minimum, not a cumulative product of int64s).
     m = jnp.where(ok, jnp.where(allowed, j.shape[0], j).min(), 0)
     return _Run(n_run, dt, ends, starts, m, j < m, jnp.maximum(m - 1, 0))
@@ -83,7 +85,7 @@ def _run_end(p: EngineParams, r: Requests, aux: Aux, s: EngineState, f: type, sk
     emitted = gen_new - s.seat_gen
     passes_run = jnp.where(took, run.n_run, 0)
     hist = s.itl_hist.at[itl_bin(run.dt)].add(passes_run)
-    features = f.spawned_run(p, r, s, done_seat, seat_passes - 1, ends)
+    features = f.ran(p, f.spawned_run(p, r, s, done_seat, seat_passes - 1, ends), m)
     tail_last = f.arrived(r, aux, features, run.starts[last])
     return s._replace(
         t=t_end, tail=f.arrived(r, aux, features, t_end), features=features,

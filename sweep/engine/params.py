@@ -14,7 +14,7 @@ import numpy as np
 from sweep.engine.arith import ceil_div
 from sweep.errors import FieldError
 from sweep.physics.drafts import accepted_at_least
-from sweep.physics.engines import ENGINES
+from sweep.physics.engines import prefills_alone
 from sweep.physics.rng import acceptance_thresholds, table_thresholds
 from sweep.physics.timing import TimingParams
 from sweep.study.batching import POLICIES
@@ -106,7 +106,9 @@ def engine_params(design: Design) -> EngineParams:
         accept_thresholds=_thresholds(design),
         transferred=np.bool_(False),
         host_blocks=np.int32(host_blocks), load_s_per_token=np.float64(load_s),
-        prefill_alone=np.bool_(ENGINES[design.engine].prefill_alone),
+        prefill_alone=np.bool_(prefills_alone(
+            design.engine, design.engine_version,
+            budget=design.max_num_batched_tokens > 0 or design.prefill_chunk_tokens > 0)),
         **{**{f.key: np.dtype(f.engine).type(getattr(design, f.key)) for f in ENGINE_LEVERS},
            **_ranks_budget(design)},
         summary=SummaryParams(

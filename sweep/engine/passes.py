@@ -56,6 +56,7 @@ def the_pass(c: Step, t, g: Growth, ra: Readmission, ad: Admission, b) -> Pass:
                         dtype=f64),
                     (decode | load | (prefill > 0)).sum(dtype=f64), prefill.max().astype(f64),
                     pairs.max().astype(f64), xp=jnp)
+    dt = c.f.unscheduled(c.p, dt, c.sched)
     loads = c.f.load_time(c, ra, ad)
     if loads is not None:
         dt = jnp.maximum(dt, loads)
@@ -127,6 +128,7 @@ def advance(st: Step, r: Requests, live, halt, tail, g: Growth, ad: Admission, p
     s = st.s
     features = st.f.spawned(st.p, r, s._replace(features=c.features, seat_req=c.seat_req,
                                                 head=s.head + ad.count), c.done, ps.t_end)
+    features = st.f.scheduled(st.p, features, st.sched, g.work)
     return s._replace(
         t=jnp.where(live, ps.t_end, s.t),
         head=s.head + ad.count,
@@ -166,7 +168,7 @@ def general_pass(p: EngineParams, r: Requests, aux: Aux, features: tuple[str, ..
     f = compose(features)
     seats = seats_of(s)
     sent = f.requests(r, s.features)  # by the index the engine gives them
-    c = Step(p, sent, aux, s, seats, f, f.view(p, sent, s, seats))
+    c = Step(p, sent, aux, s, seats, f, f.view(p, sent, s, seats), f.schedules(p, s, seats))
     t, tail = idle_jump(c, live)
     halt = stop(c, t)
     g = growth(c, live & ~halt)

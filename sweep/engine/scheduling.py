@@ -26,6 +26,7 @@ class Step(NamedTuple):
     seats: Seats  # its seats
     f: type  # the compiled features' hooks (``features.compose``)
     x: object  # their view of the pass (``f.view``; None in the plain form)
+    sched: object  # whether the pass may admit and readmit (``f.schedules``; True in the plain)
 
 
 def _next_arrival(c: Step):
@@ -108,7 +109,7 @@ def readmission(c: Step, g: Growth, b) -> Readmission:
     index = jnp.argmin(jnp.where(seats.pre, s.seat_req, jnp.iinfo(jnp.int32).max))
     length = seats.ctx[index]
     look = c.f.readmission_lookup(c, index, length, context_blocks(c.p, length + 1))
-    ok = c.f.within_budget(b, g.work & seats.pre.any() & (look.need <= g.free))
+    ok = c.f.within_budget(b, g.work & c.sched & seats.pre.any() & (look.need <= g.free))
     chunk, left = c.f.take(b, ok, look.todo)
     return Readmission(ok, ok & (seats.index == index), index, length, look.own,
                        g.free - jnp.where(ok, look.need, 0), look.hit, look.todo, chunk, left,
@@ -139,7 +140,7 @@ def admission(c: Step, tail, g: Growth, ra: Readmission) -> Admission:
     p, s, seats = c.p, c.s, c.seats
     nseat = seats.index.shape[0]
     n_occ = seats.occupied.sum()
-    gate = g.work & ~seats.pre.any() & (~p.static | (n_occ == 0))
+    gate = g.work & c.sched & ~seats.pre.any() & (~p.static | (n_occ == 0))
     free_seat = ~seats.occupied & (seats.index < p.max_batch)
     w_prompt, w_output = lax.dynamic_slice_in_dim(c.f.window(c.aux, s.features), s.head, nseat,
                                                   axis=1)

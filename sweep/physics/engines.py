@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 
 
@@ -107,6 +108,44 @@ TRTLLM = dataclasses.replace(
 
 #: ``[hardware] engine`` -> its terms.
 ENGINES = {"vllm": VLLM, "sglang": SGLANG, "trtllm": TRTLLM}
+#: ``[hardware] engine_version``: the releases whose rules servesweep has, per engine, as
+#: (oldest, newest) (major, minor); the host terms are those fitted whatever the version.
+VERSIONS = {"vllm": ((0, 5), (0, 15)), "sglang": ((0, 4), (0, 5)), "trtllm": ((1, 0), (1, 2))}
+#: vLLM before 0.8 ran its V0 engine: without a token budget its scheduler runs the waiting
+#: prefills as a pass of their own (the running requests decode in the next), and it may run
+#: ``--num-scheduler-steps`` passes per scheduling (vLLM 0.6 docs, "Multi-step scheduling";
+#: V1 became the default in 0.8).
+V1_FROM = (0, 8)
+_VERSION = re.compile(r"(\d{1,4})\.(\d{1,4})(?:\.\d{1,4})?(?:[.+-]?[A-Za-z0-9]{1,16})?")
+
+
+def version_of(engine: str, version: str) -> tuple[int, int] | None:
+    """``version`` (``"0.6"``, ``"0.6.3"``, ``"1.2.0rc6"``; "": the fitted one) of ``engine``
+    as (major, minor), or None where servesweep has not its rules."""
+    oldest, newest = VERSIONS[engine]
+    if version == "":
+        return newest
+    m = _VERSION.fullmatch(version)
+    if m is None:
+        return None
+    v = (int(m[1]), int(m[2]))
+    return v if oldest <= v <= newest else None
+
+
+def allowed_versions(engine: str) -> str:
+    (a, b), (c, d) = VERSIONS[engine]
+    return f'"{a}.{b}" to "{c}.{d}" (or a patch release of one), or "" for {ENGINES[engine].name}'
+
+
+def v0(engine: str, version: str) -> bool:
+    """Whether ``engine`` at ``version`` is vLLM's V0 engine (``V1_FROM``)."""
+    return engine == "vllm" and (version_of(engine, version) or V1_FROM) < V1_FROM
+
+
+def prefills_alone(engine: str, version: str, budget: bool) -> bool:
+    """Whether a pass that prefills decodes nothing: SGLang's rule, and vLLM V0's without a
+    token budget (``budget``: one is set)."""
+    return ENGINES[engine].prefill_alone or (v0(engine, version) and not budget)
 #: The host terms an engine sets on a GPU (the GPU's fields of the same names).
 HOST_TERMS = ("overhead_ms", "seq_overhead_us", "request_overhead_ms", "request_lag_passes",
               "prompt_overhead_us")

@@ -8,7 +8,7 @@ import math
 from sweep.errors import DoesNotFit, FieldError, got, listed, show
 from sweep.physics.catalog import get_model
 from sweep.physics.drafts import served_model
-from sweep.physics.engines import served_by
+from sweep.physics.engines import allowed_versions, served_by, v0, version_of
 from sweep.physics.hardware import GPU, HOST_LINK_EFFICIENCY, get_gpu
 from sweep.physics.memory import DEFAULT_PROFILE_TOKENS, memory_budget
 from sweep.physics.models import Model
@@ -204,6 +204,14 @@ class _Design:
         if gpu.timing == "linear" and self.engine != "vllm":
             raise FieldError("hardware.engine", f"{gpu.name} is timed by a measured fit of its "
                              "passes, whose engine it holds", '"vllm"', self.engine)
+        if version_of(self.engine, self.engine_version) is None:
+            raise FieldError("hardware.engine_version", f"{show(self.engine_version)}: not a "
+                             f"release of {self.engine} whose rules servesweep has",
+                             allowed_versions(self.engine), self.engine_version)
+        if self.scheduler_steps > 1 and not v0(self.engine, self.engine_version):
+            raise FieldError("levers.scheduler_steps", "passes per scheduling are vLLM V0's "
+                             f"(engine_version before 0.8), not {self.engine} "
+                             f"{self.engine_version or 'as fitted'}", "1", self.scheduler_steps)
         self._validate_precision(gpu)
         # The budget is each data-parallel rank's, as each rank schedules its own passes.
         decode_tokens = self.rank_seats * (self.draft_tokens + 1)

@@ -20,7 +20,7 @@ from sweep.physics.hardware import CATALOG as GPU_CATALOG
 from sweep.physics.memory import DEFAULT_OVERHEAD_FRACTION
 from sweep.physics.catalog import CATALOG as MODEL_CATALOG
 from sweep.physics.drafts import DRAFTS
-from sweep.physics.engines import ENGINES
+from sweep.physics.engines import ENGINES, v0
 from sweep.study.batching import POLICIES
 from sweep.study.lengths import LENGTH_KEYS, PAUSE_KEYS, Lengths
 from sweep.study.ranges import Range
@@ -41,6 +41,7 @@ MAX_REPLICAS = 64
 DOMAIN_GPUS = 8
 MAX_DATA_PARALLEL = 64
 MAX_PIPELINE_STAGES = 16
+MAX_SCHEDULER_STEPS = 64  # vLLM V0's --num-scheduler-steps; its docs suggest 8-16
 MAX_ARRIVAL_CV = 10
 MAX_TOKENS_PER_PASS = 2**30  # chunk and pass budgets, tokens: far above any real server's
 MAX_KV_BLOCKS = 2**31 - 1  # the engine counts blocks in int32
@@ -412,6 +413,20 @@ FIELDS: tuple[Field, ...] = (
              "own) or `trtllm` (TensorRT-LLM 1.2); each brings its fitted host terms and its "
              "stated error ([model.md](model.md)); a GPU timed by a measured fit keeps `vllm`",
         short="serving engine"),
+    _hw("engine_version", "str", "",
+        values='`"X.Y"`, `"X.Y.Z"`', shown='`""` (fitted)',
+        help="the engine's release (vLLM 0.5-0.15, SGLang 0.4-0.5, TensorRT-LLM 1.0-1.2), "
+             "where its rules changed: vLLM before 0.8 is its V0 "
+             "engine (without a token budget a prefill runs as a pass of its own; "
+             "`scheduler_steps`); the host terms stay the fitted ones ([model.md](model.md))",
+        short="engine's release"),
+    _lever("scheduler_steps", default=1, engine="int32", range=Range(1, MAX_SCHEDULER_STEPS),
+           unit="passes", when=Applies(lambda d, w: v0(d["engine"], d["engine_version"]),
+                                       'with engine = "vllm" and engine_version before "0.8"'),
+           help="vLLM V0's `--num-scheduler-steps`: passes per scheduling; requests join (or "
+                "rejoin) only on a block's first pass, which alone spends the pass's fixed host "
+                "time (`overhead_ms`) ([model.md](model.md))",
+           short="vLLM V0's passes per schedule"),
 )
 
 #: section -> key -> Field, in declaration order.

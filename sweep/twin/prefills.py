@@ -21,6 +21,7 @@ class Pass:
     prefills: list[tuple[Seat, int, int]] = field(default_factory=list)
     loads: list[Seat] = field(default_factory=list)  # transferred: one decode over the context
     loaded: int = 0  # tokens its prefills load from host memory (a CPU KV tier)
+    schedules: bool = True  # it may admit and readmit (multi-step: a block's first pass)
 
 
 # KV blocks and prefix caching.

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from sweep.physics import rng, timing
-from sweep.twin import kv_offload
+from sweep.twin import kv_offload, multi_step
 from sweep.twin.closed_loop import send
 from sweep.twin.prefills import Pass, cost, free, own_blocks, start_prefill
 from sweep.twin.state import Seat, Twin
@@ -135,10 +135,10 @@ def the_pass(tw: Twin, ps: Pass) -> float:
     longest = max(chunks, default=0)
     longest_pairs = max((c * L + c * (c + 1) // 2 for _, c, L in ps.prefills), default=0)
     f64 = np.float64
-    duration = kv_offload.pass_time(tw, timing.staged(
+    duration = kv_offload.pass_time(tw, multi_step.pass_time(tw, timing.staged(
         timing.pass_time, tw.design.timing, f64(p_tokens), f64(p_pairs), f64(d_seqs),
         f64(d_context), f64(d_seqs + len(chunks)), f64(longest), f64(longest_pairs), xp=np),
-        ps.loaded)
+        ps.schedules), ps.loaded)
     return float(np.float64(tw.t) + np.float64(duration))
 
 

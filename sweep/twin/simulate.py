@@ -20,7 +20,7 @@ import numpy as np
 from sweep.engine.params import EngineParams
 from sweep.engine.routers import PREFIX_LOAD_CAP, PREFIX_MATCH_SHARE
 from sweep.study.workload import Requests
-from sweep.twin import sessions
+from sweep.twin import multi_step, sessions
 from sweep.twin.closed_loop import closed_loop
 from sweep.twin.metrics import summarize_reference
 from sweep.twin.prefills import Pass, budget, continue_prefills, evict, used
@@ -47,14 +47,18 @@ def simulate_reference(params: EngineParams, req: Requests,
             continue
         ps = Pass(decoding, budget(tw, decoding))
         continue_prefills(tw, ps)
-        # Admission waits while a seat is preempted, so never in a step that readmits.
+        # Admission waits while a seat is preempted, so never in a step that readmits; under
+        # multi-step scheduling both wait for a block's first pass.
         barred = any(s.preempted for s in tw.occupied.values())
-        readmission(tw, ps)  # 4
-        if not barred:
-            admission(tw, ps)  # 5
+        ps.schedules = multi_step.schedules(tw)
+        if ps.schedules:
+            readmission(tw, ps)  # 4
+            if not barred:
+                admission(tw, ps)  # 5
         tw.max_queue = max(tw.max_queue, tw.tail - tw.head)
         tw.peak_blocks = max(tw.peak_blocks, used(tw))
         t_end = the_pass(tw, ps)  # 6
+        multi_step.passed(tw, ps.schedules)
         tokens(tw, ps, t_end)  # 7
         completion(tw, t_end)  # 8
         evict(tw)

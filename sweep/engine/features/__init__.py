@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from functools import cache
 
-from sweep.engine.features import (closed_loop, expert_parallel, kv_offload, pauses,
-                                   pipeline, prefills, sessions)
+from sweep.engine.features import (closed_loop, expert_parallel, kv_offload, multi_step,
+                                   pauses, pipeline, prefills, sessions)
 from sweep.engine.features.plain import Plain
 
 #: Every feature of the engine: adding one is a module and a line here.
-FEATURES = (prefills, kv_offload, closed_loop, sessions, pauses, expert_parallel, pipeline)
+FEATURES = (prefills, kv_offload, closed_loop, sessions, pauses, expert_parallel, pipeline,
+            multi_step)
 _BY_NAME = {f.NAME: f for f in FEATURES}
 
 

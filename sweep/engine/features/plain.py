@@ -213,6 +213,34 @@ class Plain:
         first)."""
         return done
 
+    # -- scheduling once per several passes ---------------------------------------------------
+
+    @staticmethod
+    def schedules(p, s: EngineState, seats):
+        """Whether the pass may admit and readmit requests: every pass does."""
+        return True
+
+    @staticmethod
+    def unscheduled(p, dt, sched):
+        """The time of a pass of ``dt`` that schedules (``sched``) or not: the same."""
+        return dt
+
+    @staticmethod
+    def scheduled(p, features: dict, sched, work) -> dict:
+        """The features' slots after a step that scheduled (``sched``) and ran a pass
+        (``work``)."""
+        return features
+
+    @staticmethod
+    def run_schedules(p, s: EngineState, j):
+        """Whether pass ``j`` of a decode run would schedule: every one."""
+        return True
+
+    @staticmethod
+    def ran(p, features: dict, m) -> dict:
+        """The features' slots after a decode run of ``m`` passes."""
+        return features
+
     # -- decode runs --------------------------------------------------------------------------
 
     @staticmethod
