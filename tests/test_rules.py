@@ -179,7 +179,7 @@ def test_features_compose_by_a_list(monkeypatch):
     assert "closed_loop" in replaced and issubclass(hooks, features.closed_loop.Hooks)
     with pytest.raises(TypeError, match="replaced by both"):
         compose(("closed_loop", "sessions"))
-    assert set(slots(every, 3, SEATS, 4)) == {"prefills", "kv_offload"}
+    assert set(slots(every, 3, SEATS, 4)) == {"prefills", "kv_offload", "multi_step"}
     assert slots(("expert_parallel",), 3, SEATS, 4) == {}
 
     class Clash(Plain):
@@ -204,3 +204,5 @@ def test_a_batch_compiles_only_the_features_it_uses():
     # A CPU tier comes with the prefix cache it serves.
     assert features.active(params(8, prefix_cache=True, kv_offload_gib=8.0), r) == (
         "prefills", "kv_offload")
+    assert features.active(params(8, engine_version="0.6", scheduler_steps=4), r) == (
+        "multi_step",)

@@ -26,7 +26,7 @@ class Step(NamedTuple):
     seats: Seats  # its seats
     f: type  # the compiled features' hooks (``features.compose``)
     x: object  # their view of the pass (``f.view``; None in the plain form)
-    sched: object  # whether the pass may admit and readmit (``f.schedules``; True in the plain)
+    sched: object = True  # whether the pass may admit and readmit (``f.schedules``)
 
 
 def _next_arrival(c: Step):
