@@ -159,6 +159,8 @@ def test_multi_step_scheduling_admits_once_per_block():
     (dict(engine_version="0.16"), "hardware.engine_version"),
     (dict(engine="trtllm", engine_version="0.6"), "hardware.engine_version"),
     (dict(engine_version="latest"), "hardware.engine_version"),
+    (dict(engine_version="0.6x"), "hardware.engine_version"),
+    (dict(engine_version="\u0660.\u0666"), "hardware.engine_version"),  # Arabic-Indic 0.6
 ])
 def test_an_engine_version_without_its_rules_is_refused(keys, key):
     with pytest.raises(ValueError, match=key) as err:

@@ -116,7 +116,9 @@ VERSIONS = {"vllm": ((0, 5), (0, 15)), "sglang": ((0, 4), (0, 5)), "trtllm": ((1
 #: ``--num-scheduler-steps`` passes per scheduling (vLLM 0.6 docs, "Multi-step scheduling";
 #: V1 became the default in 0.8).
 V1_FROM = (0, 8)
-_VERSION = re.compile(r"(\d{1,4})\.(\d{1,4})(?:\.\d{1,4})?(?:[.+-]?[A-Za-z0-9]{1,16})?")
+# MAJOR.MINOR[.PATCH], then a pre-, post- or dev-release tag or a local label (PEP 440's forms).
+_VERSION = re.compile(r"([0-9]{1,4})\.([0-9]{1,4})(?:\.[0-9]{1,4})?"
+                      r"(?:[.-]?(?:rc|post|dev|a|b)[0-9]{0,4})?(?:\+[A-Za-z0-9.]{1,24})?")
 
 
 def version_of(engine: str, version: str) -> tuple[int, int] | None:
