@@ -1,7 +1,8 @@
 """The twin's multi-step scheduling (docs/model.md, "Multi-step scheduling"; the engine's:
 ``sweep.engine.features.multi_step``): vLLM V0 schedules once per block of ``scheduler_steps``
 passes. Only a block's first pass admits or readmits, and only it spends the pass's fixed host
-time; a server with nothing occupied schedules at once."""
+time; a server with no seat running (none occupied, or every one preempted) schedules at
+once."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,7 +12,7 @@ from sweep.twin.state import Twin
 
 def schedules(tw: Twin) -> bool:
     """Whether this step's pass may admit and readmit requests."""
-    return tw.block == 0 or not tw.occupied
+    return tw.block == 0 or all(s.preempted for s in tw.occupied.values())
 
 
 def pass_time(tw: Twin, duration: np.float64, sched: bool) -> np.float64:

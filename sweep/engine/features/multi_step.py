@@ -2,7 +2,8 @@
 ``--num-scheduler-steps k`` (``scheduler_steps``) schedules once per block of ``k`` passes. Only
 a block's first pass admits or readmits a request, and only it spends the pass's fixed host time
 (``overhead_ms``: the scheduler and the inputs' preparation run once per block; vLLM's RFC
-#6854). A server with nothing occupied schedules at once, starting a block. The slot holds the
+#6854). A server with no seat running (none occupied, or every one preempted) schedules at
+once, starting a block. The slot holds the
 next pass's place in its block. The twin's rule is ``sweep.twin.multi_step``."""
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ class Hooks(Plain):
 
     @staticmethod
     def schedules(p, s, seats):
-        return (s.features[NAME].place == 0) | (seats.occupied.sum() == 0)
+        return (s.features[NAME].place == 0) | ~seats.running.any()
 
     @staticmethod
     def unscheduled(p, dt, sched):
