@@ -74,7 +74,7 @@ def test_an_unknown_engine_is_refused_in_one_line(tmp_path, capsys):
 def _case(i: int):
     """SGLang and vLLM on the same requests: with and without a token budget and drafts, at a
     light and a heavy load; then vLLM V0 scheduling once per 4 or 8 passes."""
-    old = dict(engine_version="0.6", scheduler_steps=[4, 8][i % 2]) if i >= 8 else {}
+    old = dict(engine_version="0.6", num_scheduler_steps=[4, 8][i % 2]) if i >= 8 else {}
     d = Design(gpu="H100-SXM", model="Llama-3-8B", engine="sglang" if i % 4 and not old
                else "vllm", max_batch=8, max_seq_len=512, kv_cache="paged",
                max_num_batched_tokens=[0, 0, 64, 256][i % 4], draft_tokens=[0, 2][i // 4 % 2],
@@ -95,7 +95,7 @@ def test_prefill_alone_agrees_with_the_twin(prefill_alone_runs):
     for b in range(len(designs)):
         ref = simulate_reference(params[b], reqs[b])
         msg = (f"case {b}: {designs[b].engine} {designs[b].engine_version}, "
-               f"{designs[b].max_num_batched_tokens}, {designs[b].scheduler_steps}")
+               f"{designs[b].max_num_batched_tokens}, {designs[b].num_scheduler_steps}")
         for eng, twin in ((out.first[b], ref.first_token), (out.finish[b], ref.finish)):
             eng = np.asarray(eng)
             assert np.array_equal(np.isnan(eng), np.isnan(twin)), msg
@@ -139,9 +139,9 @@ def test_multi_step_scheduling_admits_once_per_block():
                   output_tokens=Lengths("uniform", 0, 20, 80))
     for k in (4, 8):
         d = Design(gpu="H100-SXM", model="Llama-3-8B", engine_version="0.6", max_batch=16,
-                   scheduler_steps=k)
+                   num_scheduler_steps=k)
         req = sample_n(wl, k, 256, 48)
-        blocks, every = engine_params(d), engine_params(d)._replace(scheduler_steps=np.int32(1))
+        blocks, every = engine_params(d), engine_params(d)._replace(num_scheduler_steps=np.int32(1))
         a, b = (summarize_reference(simulate_reference(p, req), req, p) for p in (blocks, every))
         assert a["mean_ttft_s"] > b["mean_ttft_s"], k
         assert a["mean_tpot_ms"] < b["mean_tpot_ms"], k
@@ -152,9 +152,9 @@ def test_multi_step_scheduling_admits_once_per_block():
 
 
 @pytest.mark.parametrize("keys, key", [
-    (dict(scheduler_steps=8), "levers.scheduler_steps"),
-    (dict(engine_version="0.15", scheduler_steps=2), "levers.scheduler_steps"),
-    (dict(engine="sglang", engine_version="0.4", scheduler_steps=2), "levers.scheduler_steps"),
+    (dict(num_scheduler_steps=8), "levers.num_scheduler_steps"),
+    (dict(engine_version="0.15", num_scheduler_steps=2), "levers.num_scheduler_steps"),
+    (dict(engine="sglang", engine_version="0.4", num_scheduler_steps=2), "levers.num_scheduler_steps"),
     (dict(engine_version="0.3"), "hardware.engine_version"),
     (dict(engine_version="0.16"), "hardware.engine_version"),
     (dict(engine="trtllm", engine_version="0.6"), "hardware.engine_version"),
@@ -173,7 +173,7 @@ def test_versions_are_accepted_as_releases_name_them():
                             ("trtllm", "1.2.0rc6"), ("trtllm", ""), ("vllm", "0.15")):
         Design(engine=engine, engine_version=version).validate()
     row = dict(model="Llama-3-8B", gpu="H100-SXM", gpus=1, engine_version="0.6.3",
-               scheduler_steps=8, batching="continuous", kv_cache="paged", max_batch=16,
+               num_scheduler_steps=8, batching="continuous", kv_cache="paged", max_batch=16,
                block_size=16, prefix_cache=False, max_num_batched_tokens=512)
     line = launch_vllm(row)
     assert "--num-scheduler-steps 8" in line and "--enable-chunked-prefill" in line
@@ -187,10 +187,10 @@ def test_scheduler_steps_on_a_v1_engine_is_refused_in_one_line(tmp_path, capsys)
     cfg = tmp_path / "c.toml"
     cfg.write_text('name = "e"\n[hardware]\nengine_version = "0.8"\n[model]\nname = '
                    '"Llama-3-8B"\n[workload]\narrival_rate = 1.0\nduration_s = 10.0\n'
-                   '[levers]\nscheduler_steps = 4\n')
+                   '[levers]\nnum_scheduler_steps = 4\n')
     assert main(["run", str(cfg), "--out", str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "levers.scheduler_steps" in err and "\n" not in err and len(err) <= 300, err
+    assert "levers.num_scheduler_steps" in err and "\n" not in err and len(err) <= 300, err
     assert not (tmp_path / "out").exists()
 
 

@@ -204,5 +204,5 @@ def test_a_batch_compiles_only_the_features_it_uses():
     # A CPU tier comes with the prefix cache it serves.
     assert features.active(params(8, prefix_cache=True, kv_offload_gib=8.0), r) == (
         "prefills", "kv_offload")
-    assert features.active(params(8, engine_version="0.6", scheduler_steps=4), r) == (
+    assert features.active(params(8, engine_version="0.6", num_scheduler_steps=4), r) == (
         "multi_step",)

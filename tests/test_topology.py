@@ -120,7 +120,7 @@ def _cases(kind: str, seed: int, features: bool = False):
                 except ValueError:
                     pass
         if features and i % 5 == 3:  # vLLM V0 scheduling once per several passes
-            d = d.replace(engine_version="0.6", scheduler_steps=[4, 8][i % 2])
+            d = d.replace(engine_version="0.6", num_scheduler_steps=[4, 8][i % 2])
         p = topology.plan(d)
         if small:
             servers = p.first + ([] if p.decode is None else [p.decode])

@@ -215,7 +215,7 @@ def _vllm_flags(row, s: _Server) -> tuple[list[str], list[str]]:
     if _value(row, "prefix_cache") or not old:  # V0 caches no prefix unless asked to
         flags.append("--enable-prefix-caching" if _value(row, "prefix_cache")
                      else "--no-enable-prefix-caching")
-    steps = _int(row, "scheduler_steps") or 1
+    steps = _int(row, "num_scheduler_steps") or 1
     if old and steps > 1:
         flags.append(f"--num-scheduler-steps {steps}")
     tier = _tier_gib(row)

@@ -208,10 +208,10 @@ class _Design:
             raise FieldError("hardware.engine_version", f"{show(self.engine_version)}: not a "
                              f"release of {self.engine} whose rules servesweep has",
                              allowed_versions(self.engine), self.engine_version)
-        if self.scheduler_steps > 1 and not v0(self.engine, self.engine_version):
-            raise FieldError("levers.scheduler_steps", "passes per scheduling are vLLM V0's "
+        if self.num_scheduler_steps > 1 and not v0(self.engine, self.engine_version):
+            raise FieldError("levers.num_scheduler_steps", "passes per scheduling are vLLM V0's "
                              f"(engine_version before 0.8), not {self.engine} "
-                             f"{self.engine_version or 'as fitted'}", "1", self.scheduler_steps)
+                             f"{self.engine_version or 'as fitted'}", "1", self.num_scheduler_steps)
         self._validate_precision(gpu)
         # The budget is each data-parallel rank's, as each rank schedules its own passes.
         decode_tokens = self.rank_seats * (self.draft_tokens + 1)

@@ -418,9 +418,9 @@ FIELDS: tuple[Field, ...] = (
         help="the engine's release (vLLM 0.5-0.15, SGLang 0.4-0.5, TensorRT-LLM 1.0-1.2), "
              "where its rules changed: vLLM before 0.8 is its V0 "
              "engine (without a token budget a prefill runs as a pass of its own; "
-             "`scheduler_steps`); the host terms stay the fitted ones ([model.md](model.md))",
+             "`num_scheduler_steps`); the host terms stay the fitted ones ([model.md](model.md))",
         short="engine's release"),
-    _lever("scheduler_steps", default=1, engine="int32", range=Range(1, MAX_SCHEDULER_STEPS),
+    _lever("num_scheduler_steps", default=1, engine="int32", range=Range(1, MAX_SCHEDULER_STEPS),
            unit="passes", when=Applies(lambda d, w: v0(d["engine"], d["engine_version"]),
                                        'with engine = "vllm" and engine_version before "0.8"'),
            help="vLLM V0's `--num-scheduler-steps`: passes per scheduling; requests join (or "

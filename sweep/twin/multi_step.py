@@ -1,5 +1,5 @@
 """The twin's multi-step scheduling (docs/model.md, "Multi-step scheduling"; the engine's:
-``sweep.engine.features.multi_step``): vLLM V0 schedules once per block of ``scheduler_steps``
+``sweep.engine.features.multi_step``): vLLM V0 schedules once per block of ``num_scheduler_steps``
 passes. Only a block's first pass admits or readmits, and only it spends the pass's fixed host
 time; a server with no seat running (none occupied, or every one preempted) schedules at
 once."""
@@ -17,11 +17,11 @@ def schedules(tw: Twin) -> bool:
 
 def pass_time(tw: Twin, duration: np.float64, sched: bool) -> np.float64:
     """A pass that does not schedule spends no fixed host time."""
-    if tw.design.scheduler_steps <= 1:
+    if tw.design.num_scheduler_steps <= 1:
         return duration
     return duration - (np.float64(0.0) if sched else tw.design.timing.overhead_s)
 
 
 def passed(tw: Twin, sched: bool) -> None:
     """After a pass: the next one's place in its block."""
-    tw.block = ((0 if sched else tw.block) + 1) % tw.design.scheduler_steps
+    tw.block = ((0 if sched else tw.block) + 1) % tw.design.num_scheduler_steps

@@ -85,7 +85,7 @@ class Twin:
     cached: set[int] = field(default_factory=set)  # nodes whose KV is cached
     stamps: dict[int, int] = field(default_factory=dict)  # node -> pass of its last lookup
     host: set[int] = field(default_factory=set)  # nodes whose KV is in host memory (CPU tier)
-    block: int = 0  # the next pass's place in its block of scheduler_steps (multi-step)
+    block: int = 0  # the next pass's place in its block of num_scheduler_steps (multi-step)
     # The outputs.
     first_token: np.ndarray = field(init=False)
     finish: np.ndarray = field(init=False)

@@ -1,5 +1,5 @@
 """Multi-step scheduling (docs/model.md, "Multi-step scheduling"): vLLM V0's
-``--num-scheduler-steps k`` (``scheduler_steps``) schedules once per block of ``k`` passes. Only
+``--num-scheduler-steps k`` (``num_scheduler_steps``) schedules once per block of ``k`` passes. Only
 a block's first pass admits or readmits a request, and only it spends the pass's fixed host time
 (``overhead_ms``: the scheduler and the inputs' preparation run once per block; vLLM's RFC
 #6854). A server with no seat running (none occupied, or every one preempted) schedules at
@@ -24,7 +24,7 @@ class Block(NamedTuple):
 
 def uses(p, r) -> bool:
     """Whether any design of a (concrete) batch schedules once per several passes."""
-    return bool(np.any(np.asarray(p.scheduler_steps) > 1))
+    return bool(np.any(np.asarray(p.num_scheduler_steps) > 1))
 
 
 def init(n: int, seats: int, nodes: int) -> Block:
@@ -45,13 +45,13 @@ class Hooks(Plain):
     @staticmethod
     def scheduled(p, features: dict, sched, work) -> dict:
         place = jnp.where(sched, 0, features[NAME].place)
-        nxt = jnp.where(work, (place + 1) % p.scheduler_steps, features[NAME].place)
+        nxt = jnp.where(work, (place + 1) % p.num_scheduler_steps, features[NAME].place)
         return {**features, NAME: Block(nxt)}
 
     @staticmethod
     def run_schedules(p, s, j):
-        return (s.features[NAME].place + j) % p.scheduler_steps == 0
+        return (s.features[NAME].place + j) % p.num_scheduler_steps == 0
 
     @staticmethod
     def ran(p, features: dict, m) -> dict:
-        return {**features, NAME: Block((features[NAME].place + m) % p.scheduler_steps)}
+        return {**features, NAME: Block((features[NAME].place + m) % p.num_scheduler_steps)}
