@@ -85,8 +85,7 @@ def test_token_budget_and_prefill_chunk(budget, chunk):
                               for f in (vllm, sglang))
     assert v.get("--max-num-batched-tokens") == (str(budget or chunk) if budget or chunk
                                                  else None)
-    assert s.get("--chunked-prefill-size") == (str(chunk or budget) if budget or chunk
-                                               else None)
+    assert s.get("--chunked-prefill-size") == str(chunk or budget or -1)  # -1: no chunks
     assert ("prefill_chunk_tokens" in vnote) == bool(chunk)  # vLLM's budget counts decodes
     assert ("max_num_batched_tokens" in snote) == bool(budget)  # SGLang's chunk does not
 

@@ -273,8 +273,9 @@ def _sglang_flags(row, s: _Server) -> tuple[list[str], list[str]]:
     if _value(row, "expert_parallel"):
         flags.append(f"--ep-size {s.tp * dp}")
     budget, chunk = _tokens(row)
-    if chunk or budget:
-        flags.append(f"--chunked-prefill-size {chunk or budget}")
+    # Neither: prompts are prefilled whole, as SGLang does only with chunking off (its own
+    # default chunks at 8192 tokens or more).
+    flags.append(f"--chunked-prefill-size {chunk or budget or -1}")
     if budget:
         notes.append(f"max_num_batched_tokens={budget}: " + (
             "no SGLang flag beside the prefill chunk" if chunk
