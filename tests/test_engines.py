@@ -74,7 +74,7 @@ def test_an_unknown_engine_is_refused_in_one_line(tmp_path, capsys):
 def _case(i: int):
     """SGLang and vLLM on the same requests: with and without a token budget and drafts, at a
     light and a heavy load; then vLLM V0 scheduling once per 4 or 8 passes."""
-    old = dict(engine_version="0.6", num_scheduler_steps=[4, 8][i % 2]) if i >= 8 else {}
+    old = dict(engine_version="0.6", num_scheduler_steps=[4, 8][i % 2]) if 8 <= i < 12 else {}
     d = Design(gpu="H100-SXM", model="Llama-3-8B", engine="sglang" if i % 4 and not old
                else "vllm", max_batch=8, max_seq_len=512, kv_cache="paged",
                max_num_batched_tokens=[0, 0, 64, 256][i % 4], draft_tokens=[0, 2][i // 4 % 2],
@@ -82,12 +82,16 @@ def _case(i: int):
     wl = Workload(arrival_rate=[50.0, 500.0][i % 2], duration_s=None, num_requests=60,
                   prompt_tokens=Lengths("uniform", 0, 10, 300),
                   output_tokens=Lengths("uniform", 0, 5, 60))
-    return d, engine_params(d), sample_n(wl, i % 4, 512, N_REQ)
+    p = engine_params(d)
+    if i >= 12:  # SGLang on a cache of a few sequences: its admission keeps room, and preempts
+        d = d.replace(engine="sglang")
+        p = engine_params(d)._replace(total_blocks=np.int32([24, 40, 64, 96][i % 4]))
+    return d, p, sample_n(wl, i % 4, 512, N_REQ)
 
 
 @pytest.fixture(scope="module")
 def prefill_alone_runs():
-    return run_cases([_case(i) for i in range(12)], SEATS, K_MAX)
+    return run_cases([_case(i) for i in range(16)], SEATS, K_MAX)
 
 
 def test_prefill_alone_agrees_with_the_twin(prefill_alone_runs):
@@ -116,7 +120,7 @@ def test_decodes_wait_for_a_prefill_pass(prefill_alone_runs):
     gap spans two passes (the ITL's tail grows) and prefills take passes of their own."""
     designs, params, reqs, _, _ = prefill_alone_runs
     checked = 0
-    for b in range(len(designs)):
+    for b in range(8):
         if designs[b].engine != "sglang" or designs[b].max_num_batched_tokens:
             continue
         alone = simulate_reference(params[b], reqs[b])
@@ -128,6 +132,18 @@ def test_decodes_wait_for_a_prefill_pass(prefill_alone_runs):
         assert alone.passes > mixed.passes, b  # prefills no longer ride along with decodes
         checked += 1
     assert checked == 2
+
+
+def test_sglang_admission_keeps_room_for_the_outputs(prefill_alone_runs):
+    """On a cache of a few sequences SGLang's admission, which keeps room for the outputs to
+    come, preempts less than admitting by the prompts' blocks alone; it is SGLang's only."""
+    designs, params, reqs, out, _ = prefill_alone_runs
+    for b in range(12, 16):
+        assert designs[b].engine == "sglang" and params[b].reserves
+        alone = simulate_reference(params[b]._replace(reserves=np.bool_(False)), reqs[b])
+        assert int(out.preemptions[b]) < alone.preemptions, b
+    assert not engine_params(Design()).reserves
+    assert not engine_params(Design(engine="trtllm")).reserves
 
 
 def test_multi_step_scheduling_admits_once_per_block():

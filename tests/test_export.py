@@ -84,7 +84,7 @@ def test_export_csv_round_trips(small_run, tmp_path):
         if pd.api.types.is_numeric_dtype(designs[col]) and designs[col].dtype != bool:
             np.testing.assert_allclose(back[col].astype(float), designs[col].astype(float))
         else:
-            assert [str(v) for v in back[col].fillna("")] == \
+            assert [str(v) for v in back[col].astype(object).fillna("")] == \
                 [str(v) for v in designs[col].astype(object).fillna("")]
 
 

@@ -179,7 +179,8 @@ def test_features_compose_by_a_list(monkeypatch):
     assert "closed_loop" in replaced and issubclass(hooks, features.closed_loop.Hooks)
     with pytest.raises(TypeError, match="replaced by both"):
         compose(("closed_loop", "sessions"))
-    assert set(slots(every, 3, SEATS, 4)) == {"prefills", "kv_offload", "multi_step"}
+    assert set(slots(every, 3, SEATS, 4)) == {"prefills", "kv_offload", "multi_step",
+                                               "reservation"}
     assert slots(("expert_parallel",), 3, SEATS, 4) == {}
 
     class Clash(Plain):

@@ -14,7 +14,7 @@ import numpy as np
 from sweep.engine.arith import ceil_div
 from sweep.errors import FieldError
 from sweep.physics.drafts import accepted_at_least
-from sweep.physics.engines import prefills_alone
+from sweep.physics.engines import ENGINES, prefills_alone
 from sweep.physics.rng import acceptance_thresholds, table_thresholds
 from sweep.physics.timing import TimingParams
 from sweep.study.batching import POLICIES
@@ -51,6 +51,7 @@ _DERIVED = [
     ("host_blocks", np.ndarray),  # int32: a CPU KV tier's blocks (0: none; Design.host_tier)
     ("load_s_per_token", np.ndarray),  # float64: seconds to load a token's KV from it
     ("prefill_alone", np.ndarray),  # bool: a pass that prefills decodes nothing (the engine's)
+    ("reserves", np.ndarray),  # bool: admission keeps room for the running outputs (SGLang's)
 ]
 EngineParams = NamedTuple("EngineParams", [*_DERIVED, *((f.key, np.ndarray) for f in ENGINE_LEVERS),
                                            ("summary", SummaryParams)])
@@ -109,6 +110,7 @@ def engine_params(design: Design) -> EngineParams:
         prefill_alone=np.bool_(prefills_alone(
             design.engine, design.engine_version,
             budget=design.max_num_batched_tokens > 0 or design.prefill_chunk_tokens > 0)),
+        reserves=np.bool_(ENGINES[design.engine].reserves),
         **{**{f.key: np.dtype(f.engine).type(getattr(design, f.key)) for f in ENGINE_LEVERS},
            **_ranks_budget(design)},
         summary=SummaryParams(

@@ -128,7 +128,8 @@ def advance(st: Step, r: Requests, live, halt, tail, g: Growth, ad: Admission, p
     s = st.s
     features = st.f.spawned(st.p, r, s._replace(features=c.features, seat_req=c.seat_req,
                                                 head=s.head + ad.count), c.done, ps.t_end)
-    features = st.f.scheduled(st.p, features, st.sched, g.work)
+    features = st.f.preempted(st.p, st.f.scheduled(st.p, features, st.sched, g.work), s,
+                              g.preempt)
     return s._replace(
         t=jnp.where(live, ps.t_end, s.t),
         head=s.head + ad.count,

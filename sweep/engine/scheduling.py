@@ -147,7 +147,11 @@ def admission(c: Step, tail, g: Growth, ra: Readmission) -> Admission:
     ok = (s.head + seats.index < tail) & (seats.index < free_seat.sum())
     look, ok, ahead = c.f.window_lookup(c, ra, context_blocks(p, w_prompt + 1),
                                         w_prompt, ok)
-    admit = gate & ok & (jnp.cumsum(jnp.where(ok, look.need, 0)) <= ra.free)
+    need, free = look.need, ra.free
+    kept = c.f.reserved(c, w_prompt, w_output)
+    if kept is not None:  # room kept for outputs to come (SGLang's admission)
+        need, free = need + kept[0], free - kept[1]
+    admit = gate & ok & (jnp.cumsum(jnp.where(ok, need, 0)) <= free)
     m = admit.sum(dtype=jnp.int32)
     # A seat array narrower than max_batch (a cheaper first try) is exact until it is what stops
     # an admission.

@@ -14,6 +14,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class EngineError:
@@ -45,6 +47,7 @@ class ServingEngine:
     # held out of the fit (stalls and hiccups of the real engine that no rule here produces).
     tail_sd: tuple[tuple[str, float], ...] = ()
     prefill_alone: bool = False
+    reserves: bool = False  # admits only where the running requests' estimated outputs fit
     error: EngineError | None = None  # beyond the GPU's (None: vLLM's, the GPU's own)
     # Its terms and error on models of latent attention (MLA: DeepSeek-V3's family), fitted on
     # its runs of them apart (their prefills and kernels differ most from the others'); None:
@@ -80,13 +83,18 @@ VLLM = ServingEngine("vLLM 0.15", overhead_ms=1.01, seq_overhead_us=0.0,
 #: and B200, 0.5.9 and unversioned images): they fit its terms on models of latent attention
 #: (validation/fit_engines.py on validation/engines/fit/, the error on .../holdout/); on every
 #: other model it has vLLM's host terms, with that error, which no run of such a model checks.
+#: It admits a waiting request only where its prompt and its whole output (up to
+#: ``CLIP_NEW_TOKENS``) fit in the KV cache beside a reservation for the running requests' outputs
+#: still to come, their sum times a ratio that falls from ``INIT_NEW_TOKEN_RATIO`` to
+#: ``MIN_NEW_TOKEN_RATIO`` over ``NEW_TOKEN_RATIO_DECAY_PASSES`` passes and returns to the start
+#: on a preemption (``reserves``; docs/model.md, "SGLang's admission").
 SGLANG_LATENT = dataclasses.replace(
     VLLM, name="SGLang 0.5, latent attention", overhead_ms=4.17, seq_overhead_us=132.0,
     request_overhead_ms=4.27, request_lag_passes=12.0, prompt_overhead_us=164.0,
-    prefill_alone=True, error=EngineError(0.185, 4.66),
+    prefill_alone=True, reserves=True, error=EngineError(0.185, 4.66),
     source="validation/fit_engines.py on validation/engines/fit/ (SGLang, DeepSeek-R1)")
 SGLANG = dataclasses.replace(
-    VLLM, name="SGLang 0.5", prefill_alone=True, error=SGLANG_LATENT.error,
+    VLLM, name="SGLang 0.5", prefill_alone=True, reserves=True, error=SGLANG_LATENT.error,
     latent=SGLANG_LATENT, source="vLLM 0.15's host terms (no SGLang run of such a model)")
 
 #: TensorRT-LLM 1.2: in-flight batching mixes context (prefill) chunks and generation in one
@@ -105,6 +113,23 @@ TRTLLM = dataclasses.replace(
         source="validation/fit_engines.py on validation/engines/fit/ (TensorRT-LLM, "
                "DeepSeek-R1)"),
     source="validation/fit_engines.py on validation/engines/fit/ (TensorRT-LLM, gpt-oss-120b)")
+
+#: SGLang's admission estimate (``sglang.srt.environ``'s defaults, SGLang 0.5):
+#: SGLANG_INIT_NEW_TOKEN_RATIO, 0.7 x SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR (0.14),
+#: SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS (its decode batches; here passes) and
+#: SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION (tokens).
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO = 0.7 * 0.14
+NEW_TOKEN_RATIO_DECAY_PASSES = 600
+CLIP_NEW_TOKENS = 4096
+
+
+def new_token_ratio(passes, xp=np):
+    """SGLang's estimate of the share of the running requests' outputs still to come that their
+    KV will need, ``passes`` passes after the start or the last preemption."""
+    decay = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / NEW_TOKEN_RATIO_DECAY_PASSES
+    return xp.maximum(INIT_NEW_TOKEN_RATIO - decay * passes, MIN_NEW_TOKEN_RATIO)
+
 
 #: ``[hardware] engine`` -> its terms.
 ENGINES = {"vllm": VLLM, "sglang": SGLANG, "trtllm": TRTLLM}

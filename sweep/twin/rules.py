@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from sweep.physics import rng, timing
-from sweep.twin import kv_offload, multi_step
+from sweep.twin import kv_offload, multi_step, reservation
 from sweep.twin.closed_loop import send
 from sweep.twin.prefills import Pass, cost, free, own_blocks, start_prefill
 from sweep.twin.state import Seat, Twin
@@ -74,6 +74,7 @@ def preempt(tw: Twin, s: Seat) -> None:
     s.todo = 0
     s.preempted = True
     tw.preemptions += 1
+    tw.reserve_since = tw.passes  # SGLang's estimate starts again
 
 
 def readmission(tw: Twin, ps: Pass) -> None:
@@ -96,11 +97,15 @@ def admission(tw: Twin, ps: Pass) -> None:
     empty server. A transferred admission was prefilled in another pool and just decodes."""
     if tw.design.static and tw.occupied:
         return
+    held = reservation.kept(tw)  # room for the running outputs to come, SGLang's
+    reserving, wanted = reservation.reserving(tw), 0  # and for the admitted requests' outputs
     while tw.head < tw.tail and tw.free_seats and ps.left > 0:
         i = tw.head
         own, need = cost(tw, tw.paths[i], tw.prompt[i] + 1)
-        if need > free(tw):
+        more = reservation.extra(tw, tw.prompt[i], tw.output[i]) if reserving else 0
+        if need + more + wanted > free(tw) - held:
             break  # admission stops at the first request that does not fit
+        wanted += more
         s = Seat(req=i, p=tw.prompt[i], o=tw.output[i], b=own, path=tw.paths[i])
         tw.occupied[heapq.heappop(tw.free_seats)] = s
         tw.head += 1

@@ -86,6 +86,7 @@ class Twin:
     stamps: dict[int, int] = field(default_factory=dict)  # node -> pass of its last lookup
     host: set[int] = field(default_factory=set)  # nodes whose KV is in host memory (CPU tier)
     block: int = 0  # the next pass's place in its block of num_scheduler_steps (multi-step)
+    reserve_since: int = 0  # the pass count at the last preemption (SGLang's admission)
     # The outputs.
     first_token: np.ndarray = field(init=False)
     finish: np.ndarray = field(init=False)

@@ -19,12 +19,12 @@ from __future__ import annotations
 from functools import cache
 
 from sweep.engine.features import (closed_loop, expert_parallel, kv_offload, multi_step,
-                                   pauses, pipeline, prefills, sessions)
+                                   pauses, pipeline, prefills, reservation, sessions)
 from sweep.engine.features.plain import Plain
 
 #: Every feature of the engine: adding one is a module and a line here.
 FEATURES = (prefills, kv_offload, closed_loop, sessions, pauses, expert_parallel, pipeline,
-            multi_step)
+            multi_step, reservation)
 _BY_NAME = {f.NAME: f for f in FEATURES}
 
 

@@ -213,6 +213,19 @@ class Plain:
         first)."""
         return done
 
+    # -- room kept for the running outputs ----------------------------------------------------
+
+    @staticmethod
+    def reserved(c, prompt, output):
+        """Blocks each waiting request of the window must find free beyond its own, and blocks
+        kept back for the running requests' outputs (None: none)."""
+        return None
+
+    @staticmethod
+    def preempted(p, features: dict, s: EngineState, preempt) -> dict:
+        """The features' slots after a step that preempted (``preempt``) or not."""
+        return features
+
     # -- scheduling once per several passes ---------------------------------------------------
 
     @staticmethod
