@@ -121,6 +121,8 @@ def _cases(kind: str, seed: int, features: bool = False):
                     pass
         if features and i % 5 == 3:  # vLLM V0 scheduling once per several passes
             d = d.replace(engine_version="0.6", num_scheduler_steps=[4, 8][i % 2])
+        if features and i % 5 == 1 and d.gpu_spec.timing == "roofline":  # SGLang's rules
+            d = d.replace(engine="sglang")
         p = topology.plan(d)
         if small:
             servers = p.first + ([] if p.decode is None else [p.decode])
