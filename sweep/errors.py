@@ -37,7 +37,7 @@ class ConfigError(ValueError):
 
     def __init__(self, message: str, *, path: str | None = None, line: int | None = None,
                  key: str | None = None, reason: str | None = None):
-        super().__init__(one_line(message))
+        super().__init__(fit_line(one_line(message)))
         self.path, self.line, self.key, self.reason = path, line, key, reason
 
 

@@ -179,3 +179,18 @@ def test_any_design_keywords_construct_or_are_refused_in_one_line(kw):
 @given(st.dictionaries(st.sampled_from(sorted(WORKLOAD_FIELDS)), _VALUES, max_size=4))
 def test_any_workload_keywords_construct_or_are_refused_in_one_line(kw):
     _constructs_or_refuses_in_one_line(sweep.Workload, kw)
+
+
+def test_a_refusal_at_a_long_path_stays_within_a_line(tmp_path):
+    """A config refused from a deep folder: the line names the file and the key, within 300
+    characters (the folders give way first)."""
+    deep = tmp_path.joinpath(*(["a-rather-long-folder-name"] * 12))
+    deep.mkdir(parents=True)
+    cfg = deep / "study.toml"
+    cfg.write_text(CONFIG.replace("max_batch = 4", 'batching = "continous"'))
+    with pytest.raises(ValueError) as err:
+        sweep.run(cfg, out=tmp_path / "out")
+    line = str(err.value)
+    assert len(str(cfg)) > 300 and len(line) <= 300 and "\n" not in line, line
+    assert "study.toml" in line and "levers.batching" in line, line
+    assert not (tmp_path / "out").exists()
