@@ -1,10 +1,10 @@
 """Multi-step scheduling (docs/model.md, "Multi-step scheduling"): vLLM V0's
-``--num-scheduler-steps k`` (``num_scheduler_steps``) schedules once per block of ``k`` passes. Only
-a block's first pass admits or readmits a request, and only it spends the pass's fixed host time
-(``overhead_ms``: the scheduler and the inputs' preparation run once per block; vLLM's RFC
+``--num-scheduler-steps k`` (``num_scheduler_steps``) schedules once per block of ``k`` passes.
+Only a block's first pass admits or readmits a request, and only it spends the pass's fixed host
+time (``overhead_ms``: the scheduler and the inputs' preparation run once per block; vLLM's RFC
 #6854). A server with no seat running (none occupied, or every one preempted) schedules at
-once, starting a block. The slot holds the
-next pass's place in its block. The twin's rule is ``sweep.twin.multi_step``."""
+once, starting a block. The slot holds the next pass's place in its block. The twin's rule is
+``sweep.twin.multi_step``."""
 from __future__ import annotations
 
 from typing import NamedTuple
