@@ -210,6 +210,26 @@ def test_scheduler_steps_on_a_v1_engine_is_refused_in_one_line(tmp_path, capsys)
     assert not (tmp_path / "out").exists()
 
 
+def test_an_exclusion_drops_steps_where_they_do_not_apply(tmp_path):
+    """vLLM V0 with and without multi-step beside V1 in one grid: the exclusion matches the
+    steps given, though the V1 point's column is empty (the key does not apply there)."""
+    from sweep.study.config import load_study
+
+    text = ('name = "ex"\nexclude = [{ engine_version = "0.15", num_scheduler_steps = 8 }]\n'
+            '[hardware]\nengine_version = ["0.6", "0.15"]\n[model]\nname = "Llama-3-8B"\n'
+            '[workload]\narrival_rate = 4.0\nnum_requests = 10\n'
+            '[levers]\nnum_scheduler_steps = [1, 8]\n')
+    cfg = tmp_path / "ex.toml"
+    cfg.write_text(text)
+    points = load_study(cfg).points
+    assert [(q.design.engine_version, q.design.num_scheduler_steps) for q in points] == [
+        ("0.6", 1), ("0.6", 8), ("0.15", 1)]
+    cfg.write_text(text.split("\n", 2)[0] + "\n" + text.split("\n", 2)[2])  # no exclusion
+    with pytest.raises(ValueError, match="levers.num_scheduler_steps") as err:
+        load_study(cfg)
+    assert "NoneType" not in str(err.value) and "engine_version='0.15'" in str(err.value)
+
+
 ROW = dict(model="DeepSeek-V3", gpu="B200", gpus=8, expert_parallel=True, data_parallel=1,
            max_num_batched_tokens=8192, kv_bits=8, draft_tokens=3, draft="mtp", max_batch=64,
            gpu_memory_utilization=0.9, batching="continuous", kv_cache="paged",

@@ -130,10 +130,14 @@ def build(r: Reader, keys, excludes, max_requests: int):
         for option in combo:
             _apply(point, option)
         idle = {f for f in idle if not f.when(dkw, wkw)}
+        stated = dict(cols)
         _fill(cols, dkw, wkw, _served(dkw))
+        # An exclusion matches the values given, where a key that does not apply at this point
+        # has an empty column, and the filled-in ones (a GPU's defaults) elsewhere.
+        match = {c: cols[c] if stated[c] is None else stated[c] for c in seen}
         for col, s in seen.items():
-            s.add(_hashable(cols[col]))
-        if any(all(cols[col] in vals for col, vals in ex.items()) for ex in excludes):
+            s.add(_hashable(match[col]))
+        if any(all(match[col] in vals for col, vals in ex.items()) for ex in excludes):
             n_excluded += 1
             continue
         dkey = tuple(dkw.values())
@@ -349,9 +353,9 @@ def _refusal(r: Reader, exc: FieldError, cols, axes) -> ConfigError:
 
 
 def _at(cols, axes) -> str:
-    if not axes:
-        return ""
-    return " (at " + ", ".join(f"{a}={show(cols[a])}" for a in axes) + ")"
+    """Where on the grid: each axis's value (an axis key that does not apply there is empty)."""
+    at = [f"{a}={show(cols[a])}" for a in axes if cols[a] is not None]
+    return " (at " + ", ".join(at) + ")" if at else ""
 
 
 def _trace_columns(wl: Workload) -> dict:
