@@ -130,7 +130,7 @@ def build(r: Reader, keys, excludes, max_requests: int):
         for option in combo:
             _apply(point, option)
         idle = {f for f in idle if not f.when(dkw, wkw)}
-        stated = dict(cols)
+        stated = {c: cols[c] for c in seen}  # before _fill empties the keys that do not apply
         _fill(cols, dkw, wkw, _served(dkw))
         # An exclusion matches the values given, where a key that does not apply at this point
         # has an empty column, and the filled-in ones (a GPU's defaults) elsewhere.
