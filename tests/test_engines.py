@@ -195,6 +195,8 @@ def test_versions_are_accepted_as_releases_name_them():
     assert "--num-scheduler-steps 8" in line and "--enable-chunked-prefill" in line
     assert "prefix-caching" not in line  # V0's default: none
     assert "--num-scheduler-steps" not in launch_vllm({**row, "engine_version": "0.15"})
+    sglang = launch_vllm({**row, "engine": "sglang", "engine_version": "0.5"})
+    assert "--no-enable-prefix-caching" in sglang and "--enable-chunked-prefill" not in sglang
 
 
 def test_scheduler_steps_on_a_v1_engine_is_refused_in_one_line(tmp_path, capsys):

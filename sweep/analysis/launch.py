@@ -204,7 +204,8 @@ def _vllm_flags(row, s: _Server) -> tuple[list[str], list[str]]:
     if _value(row, "expert_parallel"):
         flags.append("--enable-expert-parallel")
     budget, chunk = _tokens(row)
-    old = v0("vllm", str(_value(row, "engine_version") or ""))
+    # V0's flags for a design of vLLM before 0.8 (another engine's release is that engine's)
+    old = v0(str(_value(row, "engine") or "vllm"), str(_value(row, "engine_version") or ""))
     if budget or chunk:  # V0 chunks prefills only when asked to
         flags += ["--enable-chunked-prefill"] * old + [
             f"--max-num-batched-tokens {budget or chunk}"]
