@@ -4,6 +4,12 @@ import pytest
 from hypothesis import settings
 
 from sweep.cli import main
+from sweep.commands.common import use_executable_cache
+
+# Engines called from Python go through the executables cache the CLI uses ($SERVESWEEP_CACHE),
+# as the CLI's do: a program one test file (in any of the suite's processes) compiled is loaded
+# by the next file that needs it, not compiled again.
+use_executable_cache()
 
 # Property-based tests draw the same examples on every run (a suite that passes passes again)
 # and keep no example database on disk.
