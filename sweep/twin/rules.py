@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from functools import partial
 
 import numpy as np
 
@@ -139,11 +140,10 @@ def the_pass(tw: Twin, ps: Pass) -> float:
     chunks = [c for _, c, _ in ps.prefills if c > 0]
     longest = max(chunks, default=0)
     longest_pairs = max((c * L + c * (c + 1) // 2 for _, c, L in ps.prefills), default=0)
-    f64 = np.float64
-    duration = kv_offload.pass_time(tw, multi_step.pass_time(tw, timing.staged(
-        timing.pass_time, tw.design.timing, f64(p_tokens), f64(p_pairs), f64(d_seqs),
-        f64(d_context), f64(d_seqs + len(chunks)), f64(longest), f64(longest_pairs), xp=np),
-        ps.schedules), ps.loaded)
+    staged = partial(timing.staged, timing.pass_time)
+    duration = kv_offload.pass_time(tw, multi_step.pass_time(tw, timing.scalar_time(
+        staged, tw.design.timing, p_tokens, p_pairs, d_seqs, d_context, d_seqs + len(chunks),
+        longest, longest_pairs), ps.schedules), ps.loaded)
     return float(np.float64(tw.t) + np.float64(duration))
 
 

@@ -4,7 +4,7 @@ mixed fleets, disaggregated pools) as the engine's ``topology`` composes them.
 It is written for clarity, not speed, and follows docs/model.md's "One step" literally, one
 numbered rule at a time (``rules``, one function per rule), so that it can be compared
 request by request against the vectorised ``lax.scan`` engine (``sweep/engine/``). Both call the
-same ``timing.pass_time`` (here with ``xp=np`` on float64 scalars) and the same
+same ``timing.pass_time`` (here on Python floats: ``timing.scalar_time``) and the same
 ``rng.uniform_bits`` draws.
 
 Work per step is proportional to the occupied seats (plus one ``pass_time`` call and, under

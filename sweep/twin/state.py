@@ -136,11 +136,12 @@ def _checked(req: Requests):
 
 def scalars(params: EngineParams) -> EngineParams:
     """One design's engine params as the twin reads them: Python ints and bools, the timing
-    constants as float64, and the thresholds of the ``draft_tokens`` drafts only."""
+    constants as Python floats (``timing.scalar_time``), and the thresholds of the
+    ``draft_tokens`` drafts only."""
     plain = {k: np.asarray(v).item() for k, v in params._asdict().items()
              if k not in ("timing", "accept_thresholds", "summary")}
     return params._replace(
-        timing=timing.TimingParams(*(np.float64(v) for v in params.timing)),
+        timing=timing.TimingParams(*(float(v) for v in params.timing)),
         accept_thresholds=np.asarray(params.accept_thresholds)[:int(params.draft_tokens)],
         **plain)
 
