@@ -227,11 +227,10 @@ def groups(study: Study, mine: list[Sim], skip, slots: list[int],
 def call_shape(sims: int, chunk: int, rounds: int, n_dev: int, n_req: int, workers: int
                ) -> Shape:
     """The call shape for up to ``sims`` simulations: equal calls, equal shares per device, as
-    many calls as ``workers`` run at once (or a multiple). A call's lanes and its simulations
-    per lane are powers of two where ``chunk`` and ``rounds`` allow, so that studies of other
-    sizes (and a search's rounds) share compiled programs: a padding simulation is never
-    loaded, and a small study's idle lanes cost less than compiling another shape."""
-    lanes = min(chunk, _power_of_two(-(-sims // n_dev)))
+    many calls as ``workers`` run at once (or a multiple). A call's simulations per lane are a
+    power of two where ``rounds`` allows, so that studies of other sizes (and a search's
+    rounds) share compiled programs: a padding simulation is never loaded into a lane."""
+    lanes = min(chunk, -(-sims // n_dev))
     calls = workers * -(-sims // (workers * n_dev * lanes * rounds))
     per_lane = min(rounds, _power_of_two(-(-sims // (calls * n_dev * lanes))))
     return Shape(per_lane * lanes * n_dev, lanes, n_req)
