@@ -4,12 +4,6 @@ import pytest
 from hypothesis import settings
 
 from sweep.cli import main
-from sweep.commands.common import use_executable_cache
-
-# Engines called from Python go through the executables cache the CLI uses ($SERVESWEEP_CACHE),
-# as the CLI's do: a program one test file (in any of the suite's processes) compiled is loaded
-# by the next file that needs it, not compiled again.
-use_executable_cache()
 
 # Property-based tests draw the same examples on every run (a suite that passes passes again)
 # and keep no example database on disk.
@@ -42,20 +36,6 @@ p95_ttft_s = { max = 0.5 }
 p95_itl_ms = { max = 15 }
 cost_per_mtok = { max = 1.0 }
 """
-
-
-#: The files of most compile and twin time (``--durations`` on 2 cores), longest first: the
-#: suite's processes take whole files in collection order, so these go first and the short
-#: files even out the end, instead of one process finishing a long file alone.
-LONGEST_FIRST = ("test_topology.py", "test_sessions.py", "test_twin_agreement.py",
-                 "test_closed_loop.py", "test_sharding.py", "test_plan.py", "test_capacity.py",
-                 "test_block_cache.py", "test_resume.py", "test_shipped_configs.py",
-                 "test_calibrate.py", "test_lesson_and_brief.py", "test_distributed.py")
-
-
-def pytest_collection_modifyitems(items):
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
 @pytest.fixture(scope="session")

@@ -195,7 +195,7 @@ def request_slots(study: Study, planned: Planned | None = None) -> list[int]:
     do not depend on how many there are, and a workload's requests outnumber its capacity with
     p < 1e-9 (``Workload.capacity``), so the slots change no result."""
     capacity = [p.workload.capacity for p in study.points]
-    bucket = [max(MIN_SLOTS, _power_of_two(c)) for c in capacity]
+    bucket = [max(MIN_SLOTS, 1 << (c - 1).bit_length()) for c in capacity]
     if planned:
         return [max(max(bucket), planned.min_slots)] * len(bucket)
     most: dict[int, int] = {}
@@ -227,18 +227,10 @@ def groups(study: Study, mine: list[Sim], skip, slots: list[int],
 def call_shape(sims: int, chunk: int, rounds: int, n_dev: int, n_req: int, workers: int
                ) -> Shape:
     """The call shape for up to ``sims`` simulations: equal calls, equal shares per device, as
-    many calls as ``workers`` run at once (or a multiple). A call's simulations per lane are a
-    power of two where ``rounds`` allows, so that studies of other sizes (and a search's
-    rounds) share compiled programs: a padding simulation is never loaded into a lane."""
+    many calls as ``workers`` run at once (or a multiple)."""
     lanes = min(chunk, -(-sims // n_dev))
     calls = workers * -(-sims // (workers * n_dev * lanes * rounds))
-    per_lane = min(rounds, _power_of_two(-(-sims // (calls * n_dev * lanes))))
-    return Shape(per_lane * lanes * n_dev, lanes, n_req)
-
-
-def _power_of_two(n: int) -> int:
-    """The least power of two at least ``n`` (>= 1)."""
-    return 1 << max(n - 1, 0).bit_length()
+    return Shape(-(-sims // (calls * n_dev * lanes)) * lanes * n_dev, lanes, n_req)
 
 
 def split(sims: list, size: int, lanes: int, workers: int) -> list[list]:

@@ -113,32 +113,26 @@ def pause_columns(key: str, x: float | Pauses | None) -> dict:
     return cols
 
 
-def variates(key, n: int):
-    """The ``n`` exponential, uniform and normal draws of ``key`` that every distribution's
-    draws are made from (``draws``)."""
-    return (jax.random.exponential(key, (n,), jnp.float64),
-            jax.random.uniform(key, (n,), jnp.float64),
-            jax.random.normal(key, (n,), jnp.float64))
-
-
-def draws(par, v, uniform):
-    """Draws of the distribution ``par`` (its array form: kind, mean, low, high, sigma) made from
-    ``v`` (``variates``), ``uniform(u, low, high)`` turning a uniform draw into a ``uniform``
-    one. Every distribution is drawn and one is selected, so the kind is data, not a
-    compile-time constant (a draw costs far less than a recompilation)."""
+def draws(key, par, n: int, uniform):
+    """``n`` draws of the distribution ``par`` (its array form: kind, mean, low, high, sigma),
+    ``uniform(u, low, high)`` turning a uniform draw into a ``uniform`` one. Every distribution
+    is drawn and one is selected, so the kind is data, not a compile-time constant (a draw
+    costs far less than a recompilation)."""
     kind, mean, low, high, sigma = par
-    e, u, z = v
+    e = jax.random.exponential(key, (n,), jnp.float64)
+    u = jax.random.uniform(key, (n,), jnp.float64)
+    z = jax.random.normal(key, (n,), jnp.float64)
     return jnp.select([kind == 0, kind == 1, kind == 2],
-                      [jnp.full(e.shape, mean), e * mean, uniform(u, low, high)],
+                      [jnp.full((n,), mean), e * mean, uniform(u, low, high)],
                       jnp.exp(jnp.log(mean) - 0.5 * sigma**2 + sigma * z))
 
 
-def lengths(par, v, limit):
+def lengths(key, par, n: int, limit):
     """Token lengths: integers, ``uniform`` on low..high inclusive, in [1, ``limit``]."""
-    x = draws(par, v, lambda u, low, high: low + jnp.floor(u * (high - low + 1)))
+    x = draws(key, par, n, lambda u, low, high: low + jnp.floor(u * (high - low + 1)))
     return jnp.clip(jnp.round(x), 1, limit).astype(jnp.int32)
 
 
-def pauses(par, v):
+def pauses(key, par, n: int):
     """Pauses in seconds (``Pauses``): real numbers >= 0 as drawn."""
-    return draws(par, v, lambda u, low, high: low + u * (high - low))
+    return draws(key, par, n, lambda u, low, high: low + u * (high - low))

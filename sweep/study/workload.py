@@ -22,7 +22,7 @@ from sweep.runtime import executables
 from sweep.study.design import KINDS, check_kind
 from sweep.study.fields import ARRIVALS, WORKLOAD_FIELDS, check, declared, declared_class
 from sweep.study import sessions
-from sweep.study.lengths import DISTS, Lengths, Pauses, lengths, pauses, variates
+from sweep.study.lengths import DISTS, Lengths, Pauses, lengths, pauses
 from sweep.study.trace import MAX_TOKENS, Trace
 
 _KINDS = ARRIVALS + ("trace",)
@@ -270,18 +270,18 @@ def _sample(n: int, gamma: bool, a: WorkloadParams) -> Requests:
     u_use, u_id = jax.random.uniform(jax.random.fold_in(jax.random.PRNGKey(a.seed), 3), (2, n),
                                      jnp.float64)
     uses = u_use < p_share
-    v_in, v_out, v_turns, v_new, v_think = _variates(a.seed, k_in, k_out, n)
-    sampled = lengths(a.prompt, v_in, limit)
+    sampled = lengths(k_in, a.prompt, n, limit)
     prompt = jnp.where(is_trace, jnp.clip(t_prompt, 1, limit),
                        jnp.where(uses, jnp.minimum(sampled + p_tokens, limit), sampled))
     prefix = jnp.where(uses & (prompt > p_tokens),
                        jnp.minimum(jnp.floor(u_id * p_count), p_count - 1), -1).astype(jnp.int32)
-    drawn = lengths(a.output, v_out, limit)
+    drawn = lengths(k_out, a.output, n, limit)
     output = jnp.minimum(jnp.where(is_trace, jnp.clip(t_out, 1, limit), drawn),
                          a.max_context - prompt)
     last = jnp.max(jnp.where(jnp.isfinite(arrival), arrival, 0.0))
     clients, think, warmup = a.loop
-    think = pauses(think, v_think)
+    # Pauses from their own key (folded in), so the other draws keep their bits.
+    think = pauses(jax.random.fold_in(jax.random.PRNGKey(a.seed), 7), think, n)
     # A shared prefix is a path of one node, prefix c's; a trace's paths come as they are.
     shared = jnp.full(t_path.shape, -1, jnp.int32).at[:, 0].set(prefix)
     r = Requests(arrival, prompt, output, last + a.drain, jnp.asarray(a.seed, jnp.uint32),
@@ -289,28 +289,17 @@ def _sample(n: int, gamma: bool, a: WorkloadParams) -> Requests:
                  jnp.where(is_trace, t_start, 0),
                  jnp.where(is_trace, t_end, jnp.asarray(p_tokens, jnp.int32)),
                  clients, think, warmup, jnp.zeros((n,), jnp.int32))
-    return _sessions(r, a, n, sampled, drawn, limit, v_turns, v_new)
+    return _sessions(r, a, n, sampled, drawn, limit)
 
 
-def _variates(seed, k_in, k_out, n: int) -> list:
-    """The variates (``lengths.variates``) of the prompts, the outputs, the sessions' turns and
-    new tokens (keys of their own, ``sessions.draw_keys``) and the pauses (folded in, so the
-    other draws keep their bits), drawn in one vmapped call: the bits of one call per key, and
-    one copy of the normal's inverse error function to compile rather than five."""
-    keys = jnp.stack([k_in, k_out, *sessions.draw_keys(seed),
-                      jax.random.fold_in(jax.random.PRNGKey(seed), 7)])
-    e, u, z = jax.vmap(partial(variates, n=n))(keys)
-    return [(e[i], u[i], z[i]) for i in range(keys.shape[0])]
-
-
-def _sessions(r: Requests, a: WorkloadParams, n: int, first_prompt, output, limit, v_turns,
-              v_new) -> Requests:
+def _sessions(r: Requests, a: WorkloadParams, n: int, first_prompt, output, limit) -> Requests:
     """The requests as a workload of sessions' turns where it is one (``sessions.table``): the
     first turn's prompt is the prompt draw, each turn's answer the output draw."""
     turns_par, new_par, t_max, count = a.session
+    k_turns, k_new = sessions.draw_keys(a.seed)
     rows = sessions.table(n, r.path.shape[1], r.node_end.shape[0], r.arrival,
-                          lengths(turns_par, v_turns, 2**30), first_prompt,
-                          lengths(new_par, v_new, limit), output, count, t_max, limit)
+                          lengths(k_turns, turns_par, n, 2**30), first_prompt,
+                          lengths(k_new, new_par, n, limit), output, count, t_max, limit)
     real, prompt, out, turn, path, start, end, arrival = rows
     on = t_max > 0
     # Each turn's arrival is its session's: a bound (the engine sends the later turns).
