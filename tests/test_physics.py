@@ -369,3 +369,29 @@ def test_allreduce_takes_vllms_algorithm_by_message_size(tp, limit):
                                  + factor * tokens * per_token / link)
         assert float(timing.allreduce_time(p, tokens)) == pytest.approx(expect, rel=1e-12)
     assert timing.allreduce_time(timing.timing_params(m, g, gpus=1), 64) == 0.0
+
+
+@pytest.mark.parametrize("model, gpu, kw", [
+    ("Llama-3-8B", "H100-SXM", {}), ("Llama-3-8B", "H100-SXM", {"draft_tokens": 3}),
+    ("DeepSeek-V3", "H200", {"gpus": 8, "weight_bits": None}),
+    ("Llama-3-8B", "A100-80GB", {"gpus": 2})])
+def test_the_twins_scalar_pass_time_has_numpys_bits(model, gpu, kw):
+    """``scalar_time`` on Python floats gives numpy's float64 bits on any pass, and numpy's
+    own answer where a step divides by zero (numpy: inf, Python: an error)."""
+    p = timing.timing_params(get_model(model), get_gpu(gpu), **kw)
+    floats = timing.TimingParams(*(float(v) for v in p))
+    numpy = timing.TimingParams(*(np.float64(v) for v in p))
+    staged = lambda *a, xp: timing.staged(timing.pass_time, *a, xp=xp)  # noqa: E731
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        tokens, seqs = int(rng.integers(0, 9000)), int(rng.integers(0, 256))
+        sums = (tokens, tokens * (tokens + 1) // 2, seqs, seqs * int(rng.integers(1, 8000)),
+                seqs + 1, tokens, tokens * (tokens + 1) // 2)
+        want = staged(numpy, *(np.float64(x) for x in sums), xp=np)
+        got = timing.scalar_time(staged, floats, *sums)
+        assert type(got) is np.float64 and got == want
+    broken = floats._replace(flops_per_s=0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = staged(numpy._replace(flops_per_s=np.float64(0.0)),
+                      *(np.float64(x) for x in sums), xp=np)
+        assert np.array_equal(timing.scalar_time(staged, broken, *sums), want, equal_nan=True)

@@ -475,7 +475,9 @@ def scalar_time(time, p: TimingParams, *sums) -> np.float64:
             return np.float64(t)
     except (ArithmeticError, ValueError):
         pass
-    return np.float64(time(p, *(np.float64(x) for x in sums), xp=np))
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):  # as the engine's
+        return np.float64(time(TimingParams(*(np.float64(v) for v in p)),
+                               *(np.float64(x) for x in sums), xp=np))
 
 
 def unstaged(time, p: TimingParams, prefill_tokens, prefill_pairs, decode_seqs, decode_context,
