@@ -475,7 +475,8 @@ def scalar_time(time, p: TimingParams, *sums) -> np.float64:
             return np.float64(t)
     except (ArithmeticError, ValueError):
         pass
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):  # as the engine's
+    # numpy's inf and nan, as the engine's XLA gives them, without a warning
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         return np.float64(time(TimingParams(*(np.float64(v) for v in p)),
                                *(np.float64(x) for x in sums), xp=np))
 

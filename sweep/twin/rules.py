@@ -117,6 +117,10 @@ def admission(tw: Twin, ps: Pass) -> None:
             tw.cached_tokens[i] = start_prefill(tw, ps, s)
 
 
+#: A pass through the design's pipeline stages (``timing.staged`` of ``timing.pass_time``).
+_STAGED = partial(timing.staged, timing.pass_time)
+
+
 def the_pass(tw: Twin, ps: Pass) -> float:
     """6. The pass: its prefills and decodes, timed by ``timing.pass_time`` through the design's
     pipeline stages (``timing.staged``; or its loads from a CPU KV tier, if longer:
@@ -140,9 +144,8 @@ def the_pass(tw: Twin, ps: Pass) -> float:
     chunks = [c for _, c, _ in ps.prefills if c > 0]
     longest = max(chunks, default=0)
     longest_pairs = max((c * L + c * (c + 1) // 2 for _, c, L in ps.prefills), default=0)
-    staged = partial(timing.staged, timing.pass_time)
     duration = kv_offload.pass_time(tw, multi_step.pass_time(tw, timing.scalar_time(
-        staged, tw.design.timing, p_tokens, p_pairs, d_seqs, d_context, d_seqs + len(chunks),
+        _STAGED, tw.design.timing, p_tokens, p_pairs, d_seqs, d_context, d_seqs + len(chunks),
         longest, longest_pairs), ps.schedules), ps.loaded)
     return float(np.float64(tw.t) + np.float64(duration))
 
