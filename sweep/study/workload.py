@@ -18,7 +18,7 @@ import numpy as np
 
 from sweep.errors import FieldError
 from sweep.physics.numerics import float64, running_sum
-from sweep.runtime import executables
+from sweep.runtime import chunks, executables
 from sweep.study.design import KINDS, check_kind
 from sweep.study.fields import ARRIVALS, WORKLOAD_FIELDS, check, declared, declared_class
 from sweep.study import sessions
@@ -447,10 +447,13 @@ def _has_gamma(kind) -> bool:
 
 @float64()
 def sample_batch(n: int, args: WorkloadParams) -> Requests:
-    """Requests of many (workload, seed) pairs at once: ``args`` stacks ``workload_params``."""
-    exe = executables.get("sampler", _sample_batch, (args,), {},
-                          dict(n=n, gamma=_has_gamma(args.kind)))
-    return exe(args)
+    """Requests of many (workload, seed) pairs at once: ``args`` stacks ``workload_params``.
+    They are sampled ``chunks.SIZE`` at a time, so that one program serves every batch size
+    (a simulation's draws depend on its own arguments alone)."""
+    parts = [executables.get("sampler", _sample_batch, (part,), {},
+                             dict(n=n, gamma=_has_gamma(part.kind)))(part)
+             for part in chunks.split(args)]
+    return chunks.join(parts, args.kind.shape[0])
 
 
 @float64()
