@@ -16,10 +16,12 @@ _UNIT_GPU = GPU("unit", 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0)
 
 
 @float64()
-def run_batch(params, reqs, seats: int, k_max: int, max_steps=None, lanes: int | None = None):
-    """Engine + metrics for a stacked batch; returns (EngineOutput, dict of metric arrays)."""
+def run_batch(params, reqs, seats: int, k_max: int, max_steps=None, lanes: int | None = None,
+              features: tuple[str, ...] | None = None):
+    """Engine + metrics for a stacked batch (compiled with ``features``, default those it
+    uses); returns (EngineOutput, dict of metric arrays)."""
     out = simulate_batch(params, reqs, seats=seats, k_max=k_max, lanes=lanes,
-                         max_steps=max_steps)
+                         max_steps=max_steps, features=features)
     return out, {k: np.asarray(v) for k, v in summarize_batch(out, reqs, params).items()}
 
 

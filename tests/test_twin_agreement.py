@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sweep.engine import ITL_LOG_WIDTH, simulate_batch
+from sweep.engine import ITL_LOG_WIDTH, active_features, simulate_batch
 from sweep.engine.params import engine_params
 from sweep.twin import summarize_reference
 from sweep.execution.batch import stack
@@ -21,6 +21,11 @@ N_DESIGNS = 64
 SEATS = 12
 K_MAX = 4
 N_REQ = 72
+#: The features compiled into every call of the agreement tests (``simulate_batch``'s
+#: ``features``): one program for them all, and a feature no case uses changes no bit
+#: (``test_a_feature_compiled_in_but_unused_changes_no_bit``).
+COMPILED = ("prefills", "kv_offload", "closed_loop", "expert_parallel", "pipeline",
+            "multi_step", "reservation")
 CONTEXT = 512  # requests are clipped to this, so small caches still hold one full sequence
 
 GPUS = ["H100-SXM", "H200", "A100-80GB", "L40S", "B200", "MI300X", "Apple-M3-Max"]
@@ -91,11 +96,22 @@ def _random_design(rng: np.random.Generator, i: int, experts: bool = True):
         return d, p, small
 
 
+def call(params, reqs, **kwargs):
+    """The engine on the cases ``params`` and ``reqs`` (lists), padded to N_DESIGNS
+    unsimulated ones (``count``) and compiled with COMPILED: the shape of every call here."""
+    m = len(params)
+    pad = N_DESIGNS - m
+    out = simulate_batch(stack(list(params) + [params[0]] * pad),
+                         stack(list(reqs) + [reqs[0]] * pad), seats=SEATS, k_max=K_MAX,
+                         count=m, features=COMPILED, **kwargs)
+    return jax.tree_util.tree_map(lambda x: np.asarray(x)[:m], out)
+
+
 def _run_cases(make_case, seed: int):
     """N_DESIGNS random cases through one engine call (one compiled shape for every test)."""
     rng = np.random.default_rng(seed)
     designs, params, reqs = zip(*(make_case(rng, i) for i in range(N_DESIGNS)))
-    out, mets = run_batch(stack(params), stack(reqs), SEATS, K_MAX)
+    out, mets = run_batch(stack(params), stack(reqs), SEATS, K_MAX, features=COMPILED)
     return designs, params, reqs, out, mets
 
 
@@ -293,9 +309,8 @@ def test_results_do_not_depend_on_where_decode_runs_are_cut(cases):
     the bit."""
     _, params, reqs, _, _ = cases
     static = [b for b in range(N_DESIGNS) if params[b].static]
-    p, r = stack([params[b] for b in static]), stack([reqs[b] for b in static])
-    runs = [simulate_batch(p, r, seats=SEATS, k_max=K_MAX, max_steps=jnp.int32(40),
-                           static_lookahead=look) for look in (16, 64)]
+    p, r = [params[b] for b in static], [reqs[b] for b in static]
+    runs = [call(p, r, max_steps=jnp.int32(40), static_lookahead=look) for look in (16, 64)]
     truncated = np.asarray(runs[0].truncated)
     assert 0 < truncated.sum() < len(static)
     # Runs are long (about 10 passes per 16-pass step), so 64-pass runs span several steps.
@@ -306,9 +321,7 @@ def test_results_do_not_depend_on_where_decode_runs_are_cut(cases):
     # Without the speculating ones, the call takes the plain decode run (engine.decode.plain_run):
     # the same bits again, truncation included.
     plain = [i for i, b in enumerate(static) if params[b].draft_tokens == 0]
-    alone = simulate_batch(stack([params[static[i]] for i in plain]),
-                           stack([reqs[static[i]] for i in plain]), seats=SEATS, k_max=K_MAX,
-                           max_steps=jnp.int32(40))
+    alone = call([p[i] for i in plain], [r[i] for i in plain], max_steps=jnp.int32(40))
     assert 0 < np.asarray(alone.truncated).sum() < len(plain)
     _assert_outputs_equal(alone, runs[0], plain)
 
@@ -329,8 +342,7 @@ def test_calls_without_speculation_take_the_plain_decode_run_to_the_same_bits(ca
     designs, params, reqs, out, _ = cases
     plain = [b for b in range(N_DESIGNS) if params[b].draft_tokens == 0]
     assert {designs[b].batching for b in plain} == {"one_at_a_time", "static", "continuous"}
-    alone = simulate_batch(stack([params[b] for b in plain]), stack([reqs[b] for b in plain]),
-                           seats=SEATS, k_max=K_MAX)
+    alone = call([params[b] for b in plain], [reqs[b] for b in plain])
     _assert_outputs_equal(alone, out, plain)
 
 
@@ -340,10 +352,26 @@ def test_simulations_after_count_are_padding_left_unsimulated(cases):
     _, params, reqs, out, _ = cases
     plain = [b for b in range(N_DESIGNS) if params[b].draft_tokens == 0]
     half = len(plain) // 2
-    part = simulate_batch(stack([params[b] for b in plain]), stack([reqs[b] for b in plain]),
-                          seats=SEATS, k_max=K_MAX, count=half)
+    rows = plain + [plain[0]] * (N_DESIGNS - len(plain))
+    part = simulate_batch(stack([params[b] for b in rows]), stack([reqs[b] for b in rows]),
+                          seats=SEATS, k_max=K_MAX, count=half, features=COMPILED)
     _assert_outputs_equal(jax.tree_util.tree_map(lambda x: np.asarray(x)[:half], part), out,
                           plain[:half])
     for name in part._fields:
         assert not np.asarray(getattr(part, name))[half:].any(), name
     assert np.asarray(out.steps)[plain[half:]].all()  # the same rows, simulated, took steps
+
+
+def test_a_feature_compiled_in_but_unused_changes_no_bit(cases):
+    """The random cases' engine compiled with the features they use, and no other (as a sweep
+    compiles it), gives the bits of the one compiled with COMPILED; a feature the batch uses
+    may not be left out."""
+    _, params, reqs, out, _ = cases
+    p, r = stack(params), stack(reqs)
+    used = active_features(p, r)
+    assert used and set(used) < set(COMPILED)
+    _assert_outputs_equal(simulate_batch(p, r, seats=SEATS, k_max=K_MAX), out, range(N_DESIGNS))
+    with pytest.raises(ValueError, match="features: '[a-z_]+' is used by the batch"):
+        simulate_batch(p, r, seats=SEATS, k_max=K_MAX, features=("prefills",))
+    with pytest.raises(ValueError, match="features: 'paging' unknown"):
+        simulate_batch(p, r, seats=SEATS, k_max=K_MAX, features=("paging",))

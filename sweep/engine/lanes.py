@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from sweep.engine.decode import decode_run, plain_run
-from sweep.engine.features import active, compose, slots
+from sweep.engine.features import active, compose, covering, slots
 from sweep.engine.params import EngineParams
 from sweep.engine.passes import accepted, general_pass
 from sweep.engine.state import (Aux, EngineOutput, EngineState, initial_state, make_aux, needs_pass,
@@ -103,9 +103,11 @@ def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
                    lanes: int | None = None, lookahead: int = DEFAULT_LOOKAHEAD,
                    static_lookahead: int = DEFAULT_STATIC_LOOKAHEAD,
                    block_steps: int = DEFAULT_BLOCK_STEPS, max_steps=None, count=None,
-                   compile_only: bool = False) -> EngineOutput:
+                   compile_only: bool = False,
+                   features: tuple[str, ...] | None = None) -> EngineOutput:
     """``_simulate_batch``, compiled with the features the batch uses (``features.active``)
-    and no other. Only the first ``count`` simulations (default all) are simulated: the
+    and no other, or with ``features`` (``features.covering``: a program shared by batches
+    that use different ones). Only the first ``count`` simulations (default all) are simulated: the
     rest are padding, whose results are left zero. ``compile_only`` compiles it for these
     arguments (into the cache a call uses) and returns the compiled executable without
     simulating."""
@@ -114,7 +116,7 @@ def simulate_batch(p: EngineParams, r: Requests, *, seats: int, k_max: int,
                          f"lookahead ({lookahead})")
     static = dict(seats=seats, k_max=k_max, lanes=lanes, lookahead=lookahead,
                   static_lookahead=static_lookahead, block_steps=block_steps,
-                  features=active(p, r))
+                  features=active(p, r) if features is None else covering(features, p, r))
     cpu = jax.default_backend() == "cpu"
     with float64():
         count = jnp.int32(p.max_batch.shape[0] if count is None else count)

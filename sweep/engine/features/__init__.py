@@ -37,6 +37,22 @@ def active(p, r) -> tuple[str, ...]:
     return tuple(f.NAME for f in used if f.NAME not in replaced)
 
 
+def covering(names, p, r) -> tuple[str, ...]:
+    """The features to compile a batch with when the caller names them (one program for
+    batches that use different ones): ``names`` in the order of ``FEATURES``, less those that
+    another of them replaces. They must cover every feature the batch uses; one that no
+    simulation uses changes no result, only the program's size."""
+    unknown = sorted(set(names) - set(_BY_NAME))
+    if unknown:
+        raise ValueError(f"features: {unknown[0]!r} unknown; allowed: {sorted(_BY_NAME)}")
+    replaced = {n for f in FEATURES if f.NAME in names for n in getattr(f, "REPLACES", ())}
+    chosen = tuple(f.NAME for f in FEATURES if f.NAME in names and f.NAME not in replaced)
+    missing = [n for n in active(p, r) if n not in chosen + tuple(replaced)]
+    if missing:
+        raise ValueError(f"features: {missing[0]!r} is used by the batch; named: {chosen}")
+    return chosen
+
+
 @cache
 def compose(names: tuple[str, ...]) -> type:
     """The hooks of an engine compiled with the features ``names``: each hook from the one
