@@ -19,7 +19,7 @@ from sweep.study.config import ConfigError, parse_study
 from sweep.study.design import Design
 from sweep.study.fleet import MixedFleet
 from sweep.study.workload import Lengths, Workload, sample_n
-from tests.helpers import in_two_processes
+from tests.helpers import LANES, in_two_processes
 from tests.test_twin_agreement import (COMPILED, CONTEXT, EXPERT_MODELS, K_MAX, N_DESIGNS, N_REQ,
                                        SEATS, _random_design)
 
@@ -30,14 +30,16 @@ POOL_GPUS = ["H100-SXM", "H200", "A100-80GB", "B200", "MI300X", "L40S"]
 
 
 def _call(params, reqs):
-    """One engine call in the twin-agreement tests' compiled program (N_DESIGNS lanes, COMPILED)."""
+    """One engine call in the twin-agreement tests' compiled program (N_DESIGNS simulations,
+    LANES lanes, COMPILED)."""
     m = len(params)
     assert m <= N_DESIGNS
     pad = N_DESIGNS - m
     params = list(params) + [params[0]] * pad
     reqs = topology._stack([topology._pick(reqs, k) for k in range(m)]
                            + [topology.nothing(topology._pick(reqs, 0))] * pad)
-    out = simulate_batch(stack(params), reqs, seats=SEATS, k_max=K_MAX, features=COMPILED)
+    out = simulate_batch(stack(params), reqs, seats=SEATS, k_max=K_MAX, lanes=LANES,
+                         features=COMPILED)
     return type(out)(*(np.asarray(x)[:m] for x in out))
 
 

@@ -15,7 +15,7 @@ from sweep.physics.timing import TimingParams
 from sweep.study.design import Design
 from sweep.study.trace import Trace
 from sweep.study.workload import Lengths, Workload, sample_n
-from tests.helpers import run_batch, twins
+from tests.helpers import LANES, run_batch, twins
 
 N_DESIGNS = 64
 SEATS = 12
@@ -103,7 +103,7 @@ def call(params, reqs, **kwargs):
     pad = N_DESIGNS - m
     out = simulate_batch(stack(list(params) + [params[0]] * pad),
                          stack(list(reqs) + [reqs[0]] * pad), seats=SEATS, k_max=K_MAX,
-                         count=m, features=COMPILED, **kwargs)
+                         lanes=LANES, count=m, features=COMPILED, **kwargs)
     return jax.tree_util.tree_map(lambda x: np.asarray(x)[:m], out)
 
 
@@ -354,7 +354,7 @@ def test_simulations_after_count_are_padding_left_unsimulated(cases):
     half = len(plain) // 2
     rows = plain + [plain[0]] * (N_DESIGNS - len(plain))
     part = simulate_batch(stack([params[b] for b in rows]), stack([reqs[b] for b in rows]),
-                          seats=SEATS, k_max=K_MAX, count=half, features=COMPILED)
+                          seats=SEATS, k_max=K_MAX, lanes=LANES, count=half, features=COMPILED)
     _assert_outputs_equal(jax.tree_util.tree_map(lambda x: np.asarray(x)[:half], part), out,
                           plain[:half])
     for name in part._fields:
@@ -370,7 +370,8 @@ def test_a_feature_compiled_in_but_unused_changes_no_bit(cases):
     p, r = stack(params), stack(reqs)
     used = active_features(p, r)
     assert used and set(used) < set(COMPILED)
-    _assert_outputs_equal(simulate_batch(p, r, seats=SEATS, k_max=K_MAX), out, range(N_DESIGNS))
+    _assert_outputs_equal(simulate_batch(p, r, seats=SEATS, k_max=K_MAX, lanes=LANES), out,
+                          range(N_DESIGNS))
     with pytest.raises(ValueError, match="features: '[a-z_]+' is used by the batch"):
         simulate_batch(p, r, seats=SEATS, k_max=K_MAX, features=("prefills",))
     with pytest.raises(ValueError, match="features: 'paging' unknown"):
