@@ -4,6 +4,11 @@ import pytest
 from hypothesis import settings
 
 from sweep.cli import main
+from sweep.commands.common import use_executable_cache
+
+# The engines tests call from Python keep their executables where the commands do: the
+# processes running the suite load what another compiled (the agreement tests share one).
+use_executable_cache()
 
 # Property-based tests draw the same examples on every run (a suite that passes passes again)
 # and keep no example database on disk.

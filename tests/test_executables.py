@@ -37,9 +37,10 @@ class _Double:
 def store(tmp_path, monkeypatch):
     """A fresh directory and an empty memory: every ``get`` looks at the disk first."""
     monkeypatch.setattr(executables, "_loaded", {})
+    before = executables.directory()
     executables.use(tmp_path)
     yield tmp_path
-    executables.use(None)
+    executables.use(before)
 
 
 def _get(x):

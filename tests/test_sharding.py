@@ -82,13 +82,14 @@ def test_worker_processes_give_the_same_rows(tmp_path):
     study = parse_study(STUDY)
     one = run_study(study, chunk_size=2, per_request=True)
     seen = []
+    before = executables.directory()
     executables.use(tmp_path)
     try:
         two = run_study(study, chunk_size=2, per_request=True, processes=2,
                         progress=lambda done, total, designs, of, t: seen.append(
                             (done, total, designs, of)))
     finally:
-        executables.use(None)
+        executables.use(before)
     pd.testing.assert_frame_equal(one.runs, two.runs)
     pd.testing.assert_frame_equal(one.requests, two.requests)
     assert seen[-1] == (18, 18, 6, 6) and len(seen) >= 2

@@ -3,6 +3,7 @@ composition (sweep/engine/topology.py) and the event-driven twin's agree request
 switching either off changes nothing."""
 import math
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -21,7 +22,7 @@ from sweep.study.fleet import MixedFleet
 from sweep.study.workload import Lengths, Workload, sample_n
 from tests.helpers import LANES, in_two_processes
 from tests.test_twin_agreement import (COMPILED, CONTEXT, EXPERT_MODELS, K_MAX, N_DESIGNS, N_REQ,
-                                       SEATS, _random_design)
+                                       SEATS, UNBOUNDED, _random_design)
 
 N_CASES = 12
 
@@ -39,7 +40,7 @@ def _call(params, reqs):
     reqs = topology._stack([topology._pick(reqs, k) for k in range(m)]
                            + [topology.nothing(topology._pick(reqs, 0))] * pad)
     out = simulate_batch(stack(params), reqs, seats=SEATS, k_max=K_MAX, lanes=LANES,
-                         features=COMPILED)
+                         features=COMPILED, max_steps=jnp.int32(UNBOUNDED))
     return type(out)(*(np.asarray(x)[:m] for x in out))
 
 

@@ -26,6 +26,9 @@ N_REQ = 72
 #: (``test_a_feature_compiled_in_but_unused_changes_no_bit``).
 COMPILED = ("prefills", "kv_offload", "closed_loop", "expert_parallel", "pipeline",
             "multi_step", "reservation")
+#: A step bound above every simulation's own (the same results as none), passed where no
+#: bound is meant, so that bounded and unbounded calls share one program.
+UNBOUNDED = 2**31 - 1
 CONTEXT = 512  # requests are clipped to this, so small caches still hold one full sequence
 
 GPUS = ["H100-SXM", "H200", "A100-80GB", "L40S", "B200", "MI300X", "Apple-M3-Max"]
@@ -96,14 +99,15 @@ def _random_design(rng: np.random.Generator, i: int, experts: bool = True):
         return d, p, small
 
 
-def call(params, reqs, **kwargs):
+def call(params, reqs, max_steps=UNBOUNDED, **kwargs):
     """The engine on the cases ``params`` and ``reqs`` (lists), padded to N_DESIGNS
     unsimulated ones (``count``) and compiled with COMPILED: the shape of every call here."""
     m = len(params)
     pad = N_DESIGNS - m
     out = simulate_batch(stack(list(params) + [params[0]] * pad),
                          stack(list(reqs) + [reqs[0]] * pad), seats=SEATS, k_max=K_MAX,
-                         lanes=LANES, count=m, features=COMPILED, **kwargs)
+                         lanes=LANES, count=m, features=COMPILED,
+                         max_steps=jnp.int32(max_steps), **kwargs)
     return jax.tree_util.tree_map(lambda x: np.asarray(x)[:m], out)
 
 
@@ -111,7 +115,8 @@ def _run_cases(make_case, seed: int):
     """N_DESIGNS random cases through one engine call (one compiled shape for every test)."""
     rng = np.random.default_rng(seed)
     designs, params, reqs = zip(*(make_case(rng, i) for i in range(N_DESIGNS)))
-    out, mets = run_batch(stack(params), stack(reqs), SEATS, K_MAX, features=COMPILED)
+    out, mets = run_batch(stack(params), stack(reqs), SEATS, K_MAX, jnp.int32(UNBOUNDED),
+                          features=COMPILED)
     return designs, params, reqs, out, mets
 
 
@@ -310,7 +315,7 @@ def test_results_do_not_depend_on_where_decode_runs_are_cut(cases):
     _, params, reqs, _, _ = cases
     static = [b for b in range(N_DESIGNS) if params[b].static]
     p, r = [params[b] for b in static], [reqs[b] for b in static]
-    runs = [call(p, r, max_steps=jnp.int32(40), static_lookahead=look) for look in (16, 64)]
+    runs = [call(p, r, max_steps=40, static_lookahead=look) for look in (16, 64)]
     truncated = np.asarray(runs[0].truncated)
     assert 0 < truncated.sum() < len(static)
     # Runs are long (about 10 passes per 16-pass step), so 64-pass runs span several steps.
@@ -321,7 +326,7 @@ def test_results_do_not_depend_on_where_decode_runs_are_cut(cases):
     # Without the speculating ones, the call takes the plain decode run (engine.decode.plain_run):
     # the same bits again, truncation included.
     plain = [i for i, b in enumerate(static) if params[b].draft_tokens == 0]
-    alone = call([p[i] for i in plain], [r[i] for i in plain], max_steps=jnp.int32(40))
+    alone = call([p[i] for i in plain], [r[i] for i in plain], max_steps=40)
     assert 0 < np.asarray(alone.truncated).sum() < len(plain)
     _assert_outputs_equal(alone, runs[0], plain)
 
@@ -354,7 +359,8 @@ def test_simulations_after_count_are_padding_left_unsimulated(cases):
     half = len(plain) // 2
     rows = plain + [plain[0]] * (N_DESIGNS - len(plain))
     part = simulate_batch(stack([params[b] for b in rows]), stack([reqs[b] for b in rows]),
-                          seats=SEATS, k_max=K_MAX, lanes=LANES, count=half, features=COMPILED)
+                          seats=SEATS, k_max=K_MAX, lanes=LANES, count=half, features=COMPILED,
+                          max_steps=jnp.int32(UNBOUNDED))
     _assert_outputs_equal(jax.tree_util.tree_map(lambda x: np.asarray(x)[:half], part), out,
                           plain[:half])
     for name in part._fields:
