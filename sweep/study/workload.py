@@ -433,9 +433,6 @@ def _clients(wl: Workload) -> int:
     return min(wl.concurrency, wl.num_requests) if wl.turns is not None else wl.concurrency
 
 
-_sample_one = jax.jit(_sample, static_argnums=(0, 1))
-
-
 @partial(jax.jit, static_argnames=("n", "gamma"))
 def _sample_batch(args: WorkloadParams, *, n: int, gamma: bool) -> Requests:
     return jax.vmap(partial(_sample, n, gamma))(args)
@@ -468,4 +465,9 @@ def sample_n(wl: Workload, seed, max_context, n: int,
     """``sample`` into exactly ``n >= wl.capacity`` slots (the rest never arrive), its paths of
     shape ``paths`` (default: its own, ``path_shape``)."""
     args = workload_params(wl, seed, max_context, n, paths)
-    return _sample_one(n, _has_gamma(args.kind), args)
+    return _first(sample_batch(n, jax.tree_util.tree_map(lambda x: np.asarray(x)[None], args)))
+
+
+#: The first simulation's requests of a batch: one sampler program (``sample_batch``'s, kept
+#: with the compiled executables) serves a workload alone and in batches, with the same bits.
+_first = jax.jit(lambda batch: jax.tree_util.tree_map(lambda x: x[0], batch))
