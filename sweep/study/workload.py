@@ -247,9 +247,10 @@ class WorkloadParams(NamedTuple):
     session: tuple  # sessions' turn counts and new tokens (length tables), most turns (0: none)
 
 
-def _sample(n: int, gamma: bool, a: WorkloadParams) -> Requests:
-    """Only the slot count ``n`` and whether Gamma gaps are drawn at all (a rejection sampler,
-    costlier than the others) are static: one compilation serves every workload of that size.
+def _sample(n: int, gamma: bool, turns: bool, a: WorkloadParams) -> Requests:
+    """Only the slot count ``n``, whether Gamma gaps are drawn at all (a rejection sampler,
+    costlier than the others) and whether any workload has sessions (their table is a third of
+    the program) are static: one compilation serves every workload of that size.
     A trace's rows (``a.trace``: arrival, prompt, output, padded to ``n``) replace the draws and
     are clipped to the context limit like them."""
     limit = a.max_context - 1
@@ -289,7 +290,7 @@ def _sample(n: int, gamma: bool, a: WorkloadParams) -> Requests:
                  jnp.where(is_trace, t_start, 0),
                  jnp.where(is_trace, t_end, jnp.asarray(p_tokens, jnp.int32)),
                  clients, think, warmup, jnp.zeros((n,), jnp.int32))
-    return _sessions(r, a, n, sampled, drawn, limit)
+    return _sessions(r, a, n, sampled, drawn, limit) if turns else r
 
 
 def _sessions(r: Requests, a: WorkloadParams, n: int, first_prompt, output, limit) -> Requests:
@@ -433,13 +434,16 @@ def _clients(wl: Workload) -> int:
     return min(wl.concurrency, wl.num_requests) if wl.turns is not None else wl.concurrency
 
 
-@partial(jax.jit, static_argnames=("n", "gamma"))
-def _sample_batch(args: WorkloadParams, *, n: int, gamma: bool) -> Requests:
-    return jax.vmap(partial(_sample, n, gamma))(args)
+@partial(jax.jit, static_argnames=("n", "gamma", "turns"))
+def _sample_batch(args: WorkloadParams, *, n: int, gamma: bool, turns: bool) -> Requests:
+    return jax.vmap(partial(_sample, n, gamma, turns))(args)
 
 
-def _has_gamma(kind) -> bool:
-    return bool(np.any(np.asarray(kind) == GAMMA))
+def _static(args: WorkloadParams) -> dict:
+    """The sampler's static arguments besides ``n``: whether any workload of the batch has
+    Gamma gaps, or sessions (a session's most turns, ``args.session[2]``, above 0)."""
+    return dict(gamma=bool(np.any(np.asarray(args.kind) == GAMMA)),
+                turns=bool(np.any(np.asarray(args.session[2]) > 0)))
 
 
 @float64()
@@ -448,7 +452,7 @@ def sample_batch(n: int, args: WorkloadParams) -> Requests:
     They are sampled ``chunks.SIZE`` at a time, so that one program serves every batch size
     (a simulation's draws depend on its own arguments alone)."""
     parts = [executables.get("sampler", _sample_batch, (part,), {},
-                             dict(n=n, gamma=_has_gamma(part.kind)))(part)
+                             dict(n=n, **_static(part)))(part)
              for part in chunks.split(args)]
     return chunks.join(parts, args.kind.shape[0])
 
@@ -456,7 +460,7 @@ def sample_batch(n: int, args: WorkloadParams) -> Requests:
 @float64()
 def sample_batch_shape(n: int, args: WorkloadParams) -> Requests:
     """The shapes and dtypes of ``sample_batch(n, args)``, without sampling."""
-    return jax.eval_shape(partial(_sample_batch, n=n, gamma=False), args)
+    return jax.eval_shape(partial(_sample_batch, n=n, gamma=False, turns=False), args)
 
 
 @float64()
