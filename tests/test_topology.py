@@ -3,12 +3,11 @@ composition (sweep/engine/topology.py) and the event-driven twin's agree request
 switching either off changes nothing."""
 import math
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from sweep.analysis.metrics import summarize
-from sweep.engine import ITL_LOG_WIDTH, simulate_batch
+from sweep.engine import ITL_LOG_WIDTH
 from sweep.engine import routers, topology
 from sweep.engine.params import engine_params
 from sweep.twin import (simulate_disaggregated_reference, simulate_mixed_reference,
@@ -20,9 +19,9 @@ from sweep.study.config import ConfigError, parse_study
 from sweep.study.design import Design
 from sweep.study.fleet import MixedFleet
 from sweep.study.workload import Lengths, Workload, sample_n
-from tests.helpers import LANES, in_two_processes
-from tests.test_twin_agreement import (COMPILED, CONTEXT, EXPERT_MODELS, K_MAX, N_DESIGNS, N_REQ,
-                                       SEATS, UNBOUNDED, _random_design)
+from tests.helpers import in_two_processes
+from tests.test_twin_agreement import (CONTEXT, EXPERT_MODELS, N_DESIGNS, N_REQ, SEATS,
+                                       _random_design, call)
 
 N_CASES = 12
 
@@ -31,17 +30,8 @@ POOL_GPUS = ["H100-SXM", "H200", "A100-80GB", "B200", "MI300X", "L40S"]
 
 
 def _call(params, reqs):
-    """One engine call in the twin-agreement tests' compiled program (N_DESIGNS simulations,
-    LANES lanes, COMPILED)."""
-    m = len(params)
-    assert m <= N_DESIGNS
-    pad = N_DESIGNS - m
-    params = list(params) + [params[0]] * pad
-    reqs = topology._stack([topology._pick(reqs, k) for k in range(m)]
-                           + [topology.nothing(topology._pick(reqs, 0))] * pad)
-    out = simulate_batch(stack(params), reqs, seats=SEATS, k_max=K_MAX, lanes=LANES,
-                         features=COMPILED, max_steps=jnp.int32(UNBOUNDED))
-    return type(out)(*(np.asarray(x)[:m] for x in out))
+    """One engine call (``reqs`` stacked) in the agreement tests' compiled program."""
+    return call(params, [topology._pick(reqs, k) for k in range(len(params))])
 
 
 def _workload(rng, small, prefixes=False):

@@ -99,14 +99,15 @@ def _random_design(rng: np.random.Generator, i: int, experts: bool = True):
         return d, p, small
 
 
-def call(params, reqs, max_steps=UNBOUNDED, **kwargs):
-    """The engine on the cases ``params`` and ``reqs`` (lists), padded to N_DESIGNS
-    unsimulated ones (``count``) and compiled with COMPILED: the shape of every call here."""
+def call(params, reqs, max_steps=UNBOUNDED, count=None, **kwargs):
+    """The engine on the cases ``params`` and ``reqs`` (lists; the first ``count``, default
+    all, simulated), padded to N_DESIGNS unsimulated ones and compiled with COMPILED: the
+    program of every call of the agreement tests."""
     m = len(params)
     pad = N_DESIGNS - m
     out = simulate_batch(stack(list(params) + [params[0]] * pad),
                          stack(list(reqs) + [reqs[0]] * pad), seats=SEATS, k_max=K_MAX,
-                         lanes=LANES, count=m, features=COMPILED,
+                         lanes=LANES, count=m if count is None else count, features=COMPILED,
                          max_steps=jnp.int32(max_steps), **kwargs)
     return jax.tree_util.tree_map(lambda x: np.asarray(x)[:m], out)
 
@@ -357,10 +358,7 @@ def test_simulations_after_count_are_padding_left_unsimulated(cases):
     _, params, reqs, out, _ = cases
     plain = [b for b in range(N_DESIGNS) if params[b].draft_tokens == 0]
     half = len(plain) // 2
-    rows = plain + [plain[0]] * (N_DESIGNS - len(plain))
-    part = simulate_batch(stack([params[b] for b in rows]), stack([reqs[b] for b in rows]),
-                          seats=SEATS, k_max=K_MAX, lanes=LANES, count=half, features=COMPILED,
-                          max_steps=jnp.int32(UNBOUNDED))
+    part = call([params[b] for b in plain], [reqs[b] for b in plain], count=half)
     _assert_outputs_equal(jax.tree_util.tree_map(lambda x: np.asarray(x)[:half], part), out,
                           plain[:half])
     for name in part._fields:
