@@ -97,8 +97,10 @@ def test_mla_kv_is_replicated_so_data_parallel_attention_holds_more():
     # a token budget is each rank's: it must hold a pass decoding every seat of one rank
     (dict(data_parallel=2, expert_parallel=True, max_num_batched_tokens=200),
      "levers.max_num_batched_tokens"),
-    (dict(gpus=1, prefill_gpus=2, decode_gpus=2, data_parallel=2, expert_parallel=True),
-     "levers.data_parallel"),
+    # a pool's own ranks, named by its key
+    (dict(prefill_gpus=2, decode_gpus=2, decode_data_parallel=2), "levers.decode_data_parallel"),
+    (dict(prefill_gpus=2, decode_gpus=2, prefill_data_parallel=2, expert_parallel=True,
+          batching="static"), "levers.prefill_data_parallel"),
 ])
 def test_refusals_name_the_lever_in_one_line(kw, key):
     kw = {"gpu": "H200", "model": "gpt-oss-120b", **kw}

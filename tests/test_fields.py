@@ -59,7 +59,11 @@ def test_columns_are_pinned():
                                              "pipeline_parallel", "internode_gbps",
                                              *(f"think_time_s_{x}"
                                                for x in ("dist", "low", "high", "sigma")),
-                                             "engine", "engine_version", "num_scheduler_steps"]
+                                             "engine", "engine_version", "num_scheduler_steps",
+                                                 *(f"{pool}_{k}" for k in (
+                                                     "workers", "data_parallel",
+                                                     "expert_parallel")
+                                                   for pool in ("prefill", "decode"))]
     assert len(set(COLUMNS)) == len(COLUMNS)
     assert set(TEXT_COLUMNS) == {"gpu", "model", "arrival", "prompt_tokens_dist",
                                  "output_tokens_dist", "batching", "kv_cache", "trace", "router",

@@ -226,6 +226,21 @@ def test_disaggregated_pools_are_two_commands():
     assert modes == ["prefill", "decode"]
 
 
+def test_pools_of_several_servers_with_their_own_ranks():
+    """xPyD: each pool's line says its servers, and a pool's own attention ranks and experts
+    are its flags, not the design's."""
+    row = {**BASE, "gpus": float("nan"), "prefill_gpus": 8, "decode_gpus": 1,
+           "prefill_workers": 2, "decode_workers": 3, "prefill_data_parallel": float("nan"),
+           "decode_data_parallel": 8, "prefill_expert_parallel": False,
+           "decode_expert_parallel": True, "router": "least_outstanding", "kv_link_gbps": 400.0}
+    prefill, decode = launch_sglang(row).split("\n")
+    (pre, pre_note), (dec, dec_note) = parse(prefill), parse(decode)
+    assert pre["--tp"] == "8" and "--dp" not in pre and "--ep-size" not in pre
+    assert (dec["--tp"], dec["--dp"], dec["--ep-size"]) == ("8", "8", "8")
+    assert "prefill pool: 2 servers of 8 x" in pre_note and "(least_outstanding)" in pre_note
+    assert "decode pool: 3 servers of 8 x" in dec_note
+
+
 def test_model_ids_and_only_documented_flags():
     assert model_id("Llama-3-8B") == "meta-llama/Meta-Llama-3-8B"
     assert model_id("gpt-oss-120b") == "openai/gpt-oss-120b"

@@ -112,6 +112,20 @@ def _cases(kind: str, seed: int, features: bool = False):
                     d = mixed
                 except ValueError:
                     pass
+            # xPyD: several servers a pool, the prefill pool's behind any router
+            d = d.replace(prefill_workers=int(rng.choice([1, 2, 3])),
+                          decode_workers=int(rng.choice([1, 2, 3])),
+                          router=str(rng.choice(list(ROUTER.values()))))
+            if features and i % 4 == 0:  # a pool of data-parallel attention ranks
+                ranks = d.replace(model=str(rng.choice(EXPERT_MODELS)), prefill_gpu=None,
+                                  decode_gpu=None, decode_data_parallel=2,
+                                  decode_expert_parallel=True, prefill_gpus=min(g, 4),
+                                  decode_gpus=1, max_batch=max(1, min(d.max_batch, SEATS // 2)))
+                try:
+                    ranks.validate()
+                    d = ranks
+                except ValueError:
+                    pass
         if features and i % 5 == 3:  # vLLM V0 scheduling once per several passes
             d = d.replace(engine_version="0.6", num_scheduler_steps=[4, 8][i % 2])
         if features and i % 5 == 1 and d.gpu_spec.timing == "roofline":  # SGLang's rules
@@ -164,7 +178,8 @@ def _twin(d, p, r):
     if p.decode is None:
         return simulate_replicas_reference(p.first[0], r, len(p.first), p.router)
     return simulate_disaggregated_reference(p.first[0], p.decode, r, p.kv_bytes_per_token,
-                                            p.link_bytes_per_s)
+                                            p.link_bytes_per_s, len(p.first), p.decoders,
+                                            p.router)
 
 
 def _closed(cases, rng):
@@ -251,6 +266,10 @@ def test_engine_and_twin_agree_per_request(kind, features):
     else:
         assert {d.kv_link_gbps for d in designs} >= {1.0, 400.0}
         assert sum(d.prefill_gpu not in (None, d.decode_gpu) for d in designs) >= 2
+        assert {d.prefill_workers for d in designs} >= {1, 2, 3}
+        assert {d.decode_workers for d in designs} >= {1, 2, 3}
+        assert len({d.router for d in designs if d.prefill_workers > 1}) >= 3
+        assert not features or any(d.decode_data_parallel == 2 for d in designs)
 
 
 def _check_closed(cases, out) -> None:
@@ -346,8 +365,22 @@ def test_design_refuses_bad_topologies():
         Design(prefill_gpus=1, decode_gpus=1, gpus=2).validate()
     with pytest.raises(ValueError, match=r"^levers.kv_link_gbps: "):
         Design(prefill_gpus=1, decode_gpus=1, kv_link_gbps=0.0).validate()
-    with pytest.raises(ValueError, match=r"^levers.replicas: must be 1"):
+    with pytest.raises(ValueError, match=r"^levers.replicas: pools count their servers in "
+                                         r"prefill_workers and decode_workers; allowed: 1$"):
         Design(prefill_gpus=1, decode_gpus=1, replicas=2).validate()
+    with pytest.raises(ValueError, match=r"^levers.decode_workers: a disaggregated pool's, "
+                                         r"only with prefill_gpus and decode_gpus"):
+        Design(decode_workers=2).validate()
+    with pytest.raises(ValueError, match=r"^levers.decode_data_parallel: ranks share the "
+                                         r"experts only under expert_parallel"):
+        Design(prefill_gpus=1, decode_gpus=1, decode_data_parallel=2).validate()
+    two = Design(model="Mixtral-8x22B", prefill_gpus=8, decode_gpus=1, prefill_workers=3,
+                 decode_workers=2, decode_data_parallel=4, decode_expert_parallel=True,
+                 weight_bits=8)
+    two.validate()
+    assert two.total_gpus == 3 * 8 + 2 * 4 and two.servers == 3
+    assert two.decode_pool().seats == 4 * two.max_batch == two.seats
+    assert two.usd_per_hour == pytest.approx(32 * two.resolved("price_per_gpu_hour"))
     with pytest.raises(ValueError, match=r"^design: replicas"):
         engine_params(Design(replicas=2))
 
@@ -369,6 +402,9 @@ num_requests = 10
     ('router = "random"\n', "levers.router", "allowed: round_robin, least_outstanding"),
     ("replicas = 0\n", "levers.replicas", "integer in [1, 64]"),
     ("prefill_gpus = 1\ndecode_gpus = 1\nkv_link_gbps = -1.0\n", "levers.kv_link_gbps", "(0.0"),
+    ("decode_workers = 2\n", "levers.decode_workers", "only with prefill_gpus and decode_gpus"),
+    ("prefill_gpus = 1\ndecode_gpus = 1\nprefill_workers = 0\n", "levers.prefill_workers",
+     "integer in [1, 64]"),
 ])
 def test_config_refuses_in_one_line(levers, key, what):
     with pytest.raises(ConfigError) as err:
@@ -382,6 +418,10 @@ def test_config_columns_of_pools_and_replicas():
     cols = [p.columns for p in pools.points]
     assert [c["prefill_gpus"] for c in cols] == [1, 2] and cols[0]["gpus"] is None
     assert cols[0]["kv_link_gbps"] == 400.0 and pools.points[0].design.total_gpus == 5
+    assert cols[0]["prefill_data_parallel"] == 1 and cols[0]["decode_expert_parallel"] is False
+    xpyd = parse_study(MINIMAL + "prefill_gpus = 2\ndecode_gpus = 4\nprefill_workers = 3\n"
+                       "decode_workers = 2\n").points[0]
+    assert xpyd.design.total_gpus == 3 * 2 + 2 * 4 and xpyd.columns["prefill_workers"] == 3
     reps = parse_study(MINIMAL + 'replicas = 3\nrouter = "least_outstanding"\n').points[0]
     assert reps.columns["kv_link_gbps"] is None and reps.design.total_gpus == 3
     assert reps.columns["router"] == "least_outstanding"

@@ -1,22 +1,23 @@
 """Write the disaggregated closed-loop cases: one TOML config per measured run of a real SGLang or
-TensorRT-LLM deployment of one prefill and one decode worker in
+TensorRT-LLM deployment of prefill and decode workers in
 ``validation/data/aic-engines/silicon_engines_disagg_fit.csv`` (``data/aic-engines/README.md``
 gives the provenance).
 
     python validation/make_disagg_cases.py           # (re)write validation/disagg/fit|holdout/
     python validation/make_disagg_cases.py --check   # exit 1 if the committed cases differ
 
-Each case is a design with disaggregated pools (``prefill_gpus``, ``decode_gpus``) under the
-run's engine (``[hardware] engine``), on the KV link's default (one 400 Gb/s NIC a GPU).
+Each case is a design with disaggregated pools (``prefill_gpus``, ``decode_gpus``, each pool's
+servers, ``prefill_workers`` and ``decode_workers``, its attention ranks and whether its experts
+are sharded) under the run's engine (``[hardware] engine``), on the KV link's default (one
+400 Gb/s NIC a GPU).
 
 - **Rows used:** the InferenceX database's disaggregated runs (NVIDIA's Dynamo recipes) on H200
   and B200 that state their workers and layouts, of DeepSeek-R1/V3 (FP8 and NVFP4, as
   ``make_engine_cases.py`` states them).
-- **Skipped rows** (counted in the summary): several prefill or decode workers (servesweep's
-  pools are one server each); pools of different kinds (data-parallel attention in one,
-  tensor parallelism in the other; experts sharded in one only), which servesweep's pools
-  cannot differ in; pools of data-parallel attention ranks, which they do not take; H100 (its runs have several workers); more than 256 clients (minutes a
-  case); a copy of one run under another label.
+- **Skipped rows** (counted in the summary): H100 (its decode pools are 16 GPUs of tensor
+  parallelism across nodes, which servesweep does not model); attention ranks whose experts are
+  sliced over every GPU rather than sharded (servesweep's ranks share sharded experts only);
+  more than 256 clients (minutes a case); a copy of one run under another label.
 - **The server:** the Dynamo recipes' flags are not in the rows or the data's sources, so each
   case takes the flags of InferenceX's single-node launch script for the same engine, model and
   GPU (``make_engine_cases.SERVERS``: the token budget, the KV cache's precision, the memory
@@ -63,13 +64,8 @@ def skip_reason(r: dict) -> str | None:
         return f"GPU {r['system']}"
     if (r["model_path"], r["precision"]) not in MODELS:
         return f"model {r['model_path']}"
-    if float(r["prefill_num_workers"]) != 1 or float(r["decode_num_workers"]) != 1:
-        return "several prefill or decode workers"
-    (_, dp_p, ep_p), (_, dp_d, ep_d) = pool(r, "prefill"), pool(r, "decode")
-    if dp_p != dp_d or ep_p != ep_d:
-        return "pools of different kinds (attention ranks or experts sharded in one only)"
-    if dp_p > 1:
-        return "pools of data-parallel attention ranks (servesweep's pools have none)"
+    if any(dp > 1 and not ep for _, dp, ep in (pool(r, "prefill"), pool(r, "decode"))):
+        return "attention ranks with experts sliced, not sharded (not modelled)"
     if int(r["concurrency"]) > MAX_CLIENTS:
         return f"more than {MAX_CLIENTS} clients (subset)"
     return None
@@ -83,10 +79,22 @@ def gpu_of(r: dict) -> str:
     return GPUS[r["system"]]
 
 
+def workers(r: dict, side: str) -> int:
+    return int(float(r[f"{side}_num_workers"]))
+
+
 def layout_name(r: dict) -> str:
-    (tp_p, dp, ep), (tp_d, _, _) = pool(r, "prefill"), pool(r, "decode")
-    name = f"p-tp{tp_p}dp{dp}-d-tp{tp_d}dp{dp}" if dp > 1 else f"p-tp{tp_p}-d-tp{tp_d}"
-    return name + ("-ep" if ep else "")
+    """``p-tp4-d-tp8(-ep)`` for one worker a pool of one kind; else each pool's workers, ranks
+    and experts, as ``p2-tp1dp8ep-d5-tp8``."""
+    (tp_p, dp_p, ep_p), (tp_d, dp_d, ep_d) = pool(r, "prefill"), pool(r, "decode")
+    p, d = workers(r, "prefill"), workers(r, "decode")
+    if (p, d, dp_p, dp_d, ep_p) == (1, 1, 1, 1, ep_d):
+        return f"p-tp{tp_p}-d-tp{tp_d}" + ("-ep" if ep_p else "")
+
+    def side(name, n, tp, dp, ep):
+        return f"{name}{n if n > 1 else ''}-tp{tp}" + (f"dp{dp}" if dp > 1 else "") + (
+            "ep" if ep else "")
+    return f"{side('p', p, tp_p, dp_p, ep_p)}-{side('d', d, tp_d, dp_d, ep_d)}"
 
 
 def case_name(r: dict) -> str:
@@ -122,21 +130,32 @@ def split(rows: list[dict]) -> dict[str, str]:
 
 def server_lines(r: dict) -> tuple[list[str], list[str]]:
     """[hardware]'s memory line and [levers]' lines of the pools."""
-    (tp_p, dp, ep), (tp_d, _, _) = pool(r, "prefill"), pool(r, "decode")
+    (tp_p, dp_p, ep_p), (tp_d, dp_d, ep_d) = pool(r, "prefill"), pool(r, "decode")
+    p, d = workers(r, "prefill"), workers(r, "decode")
     s = SERVERS[(r["backend"], model_of(r).family, gpu_of(r))]
     tokens = s.tokens.get(8, 8192) if isinstance(s.tokens, dict) else s.tokens or 8192
     memory = s.memory.get(8) if isinstance(s.memory, dict) else s.memory
     hardware = [f"gpu_memory_utilization = {TRT_MEMORY if r['backend'] == 'trtllm' else memory}"
                 f"  # {s.script}'s (the recipe's flags are not known)"]
-    levers = [f"[levers]  # the row: prefill tp {tp_p}, decode tp {tp_d}, attention ranks {dp}, "
-              f"experts sharded: {'yes' if ep else 'no'}",
+    levers = [f"[levers]  # the row: prefill {p} x (tp {tp_p}, attention ranks {dp_p}, experts "
+              f"sharded: {'yes' if ep_p else 'no'}), decode {d} x (tp {tp_d}, attention ranks "
+              f"{dp_d}, experts sharded: {'yes' if ep_d else 'no'})",
               'batching = "continuous"', 'kv_cache = "paged"',
               f"prefill_gpus = {tp_p}", f"decode_gpus = {tp_d}"]
-    if ep:
+    levers += [f"prefill_workers = {p}"] * (p > 1) + [f"decode_workers = {d}"] * (d > 1)
+    if ep_p and ep_d:
         levers.append("expert_parallel = true")
-    if dp > 1:
-        levers.append(f"data_parallel = {dp}")
-    seats = -(-int(r["concurrency"]) // dp)
+    else:
+        levers += ["prefill_expert_parallel = true"] * ep_p + ["decode_expert_parallel = true"] * ep_d
+    if dp_p == dp_d > 1:
+        levers.append(f"data_parallel = {dp_p}")
+    elif dp_p != dp_d:
+        levers += [f"prefill_data_parallel = {dp_p}"] * (dp_p > 1) + [
+            f"decode_data_parallel = {dp_d}"] * (dp_d > 1)
+    # A rank's seats: every client where they all share one decode server's ranks, and at
+    # least 16 (a prefill pool's passes are bound by the token budget before that).
+    clients = int(r["concurrency"])
+    seats = max(-(-clients // dp_d), min(clients, 16))
     levers += [f"max_batch = {seats}", f"max_num_batched_tokens = {tokens}",
                "prefix_cache = false"]
     if s.kv_bits != 16:
@@ -151,7 +170,8 @@ def case_text(r: dict, group: str, out: Path = OUT) -> str:
         f"{HEADER} from {relative(CSV, out / group)}",
         f"# (CSV line {r['line']}, id below); do not edit.", f"# {r['id']}",
         f"# {ENGINES[r['backend']]} {r['backend_version'] or 'version not named'}, measured "
-        f"{src.get('measured', '')[:10] or 'undated'}: one prefill and one decode worker.",
+        f"{src.get('measured', '')[:10] or 'undated'}: {workers(r, 'prefill')} prefill and "
+        f"{workers(r, 'decode')} decode worker(s).",
         f'name = "{case_name(r)}"', "", "[hardware]", f'gpu = "{gpu_of(r)}"',
         f'engine = "{r["backend"]}"', *hardware, "", "[model]",
         *model_lines(model_of(r), out / group), "",

@@ -73,20 +73,33 @@ def _int(row, key: str) -> int | None:
 
 
 class _Server(NamedTuple):
-    """One engine instance of a design: its tensor-parallel GPUs, its GPU and its pool."""
+    """One engine instance of a design: its tensor-parallel GPUs, its GPU, its pool, its
+    data-parallel attention ranks, whether its experts are sharded, and how many such servers
+    its pool has."""
 
     tp: int
     gpu: str
     pool: str = ""  # "prefill" or "decode" of disaggregated pools; "" otherwise
+    dp: int = 1
+    ep: bool = False
+    count: int = 1
 
 
 def _servers(row) -> list[_Server]:
     prefill, decode = _int(row, "prefill_gpus"), _int(row, "decode_gpus")
-    gpu = str(_value(row, "gpu"))
+    gpu, dp, ep = str(_value(row, "gpu")), _int(row, "data_parallel") or 1, bool(
+        _value(row, "expert_parallel"))
     if prefill is None or decode is None:
-        return [_Server(_int(row, "gpus") or 1, gpu)]
-    return [_Server(prefill, str(_value(row, "prefill_gpu") or gpu), "prefill"),
-            _Server(decode, str(_value(row, "decode_gpu") or gpu), "decode")]
+        return [_Server(_int(row, "gpus") or 1, gpu, "", dp, ep)]
+
+    def pool(side: str, tp: int) -> _Server:
+        own_ep = _value(row, f"{side}_expert_parallel")
+        return _Server(tp, str(_value(row, f"{side}_gpu") or gpu), side,
+                       _int(row, f"{side}_data_parallel") or dp,
+                       ep if own_ep is None else bool(own_ep),
+                       _int(row, f"{side}_workers") or 1)
+
+    return [pool("prefill", prefill), pool("decode", decode)]
 
 
 def model_id(name: str) -> str:
@@ -158,13 +171,15 @@ def _draft_path(kind: str) -> str | None:
 def _server_note(row, s: _Server) -> list[str]:
     """The machine a command runs on, which no flag names (a mixed fleet's differ only there)."""
     if not s.pool:
-        return [f"on {s.tp * (_int(row, 'data_parallel') or 1) * _stages(row)} x {s.gpu}"
-                + _nodes(row, s)]
+        return [f"on {s.tp * s.dp * _stages(row)} x {s.gpu}" + _nodes(row, s)]
+    servers = f"{s.count} servers of " if s.count > 1 else ""
+    pool = f"{s.pool} pool: {servers}{s.tp * s.dp * _stages(row)} x {s.gpu}"
     if s.pool == "prefill":
-        return [f"prefill pool: {s.tp * _stages(row)} x {s.gpu}, its KV sent to the decode pool over a "
+        router = f" ({_value(row, 'router')})" if s.count > 1 else ""
+        return [f"{pool}, its KV sent to the decode pool over a "
                 f"{float(_value(row, 'kv_link_gbps')):g} Gb/s link; a proxy routes each request "
-                "through both"]
-    return [f"decode pool: {s.tp * _stages(row)} x {s.gpu}"]
+                f"through both{router}"]
+    return [pool]
 
 
 def _stages(row) -> int:
@@ -195,13 +210,13 @@ def _json(value: dict) -> str:
 
 def _vllm_flags(row, s: _Server) -> tuple[list[str], list[str]]:
     """``vllm serve``'s flags for one server, and the notes they leave."""
-    dp, notes = _int(row, "data_parallel") or 1, []
+    dp, notes = s.dp, []
     flags = [f"--tensor-parallel-size {s.tp}"]
     if _stages(row) > 1:
         flags.append(f"--pipeline-parallel-size {_stages(row)}")
     if dp > 1:
         flags.append(f"--data-parallel-size {dp}")
-    if _value(row, "expert_parallel"):
+    if s.ep:
         flags.append("--enable-expert-parallel")
     budget, chunk = _tokens(row)
     # V0's flags for a design of vLLM before 0.8 (another engine's release is that engine's)
@@ -265,13 +280,13 @@ def _sglang_flags(row, s: _Server) -> tuple[list[str], list[str]]:
     """``sglang.launch_server``'s flags for one server, and the notes they leave. With data
     parallel attention its ``--tp`` is every GPU of the server and its request limit the
     ranks' sum."""
-    dp, notes = _int(row, "data_parallel") or 1, []
+    dp, notes = s.dp, []
     flags = [f"--tp {s.tp * dp}"]
     if _stages(row) > 1:
         flags.append(f"--pp-size {_stages(row)}")
     if dp > 1:
         flags += [f"--dp {dp}", "--enable-dp-attention"]
-    if _value(row, "expert_parallel"):
+    if s.ep:
         flags.append(f"--ep-size {s.tp * dp}")
     budget, chunk = _tokens(row)
     # Neither: prompts are prefilled whole, as SGLang does only with chunking off (its own
@@ -324,11 +339,11 @@ def _trtllm_flags(row, s: _Server) -> tuple[list[str], list[str]]:
     YAML file (``--extra_llm_api_options``, written out in the note as one JSON object: YAML
     reads it as it is), and the notes they leave. With data-parallel attention its
     ``--tp_size`` is every GPU of the server, as SGLang's ``--tp``."""
-    dp, notes, extra = _int(row, "data_parallel") or 1, [], {}
+    dp, notes, extra = s.dp, [], {}
     flags = ["--backend pytorch", f"--tp_size {s.tp * dp}"]
     if _stages(row) > 1:
         flags.append(f"--pp_size {_stages(row)}")
-    if _value(row, "expert_parallel"):
+    if s.ep:
         flags.append(f"--ep_size {s.tp * dp}")
     if dp > 1:
         extra["enable_attention_dp"] = True

@@ -195,14 +195,19 @@ def _lever(designs: pd.DataFrame, key: str, default: float) -> np.ndarray:
 
 
 def total_gpus(designs: pd.DataFrame) -> np.ndarray:
-    """Every GPU each design pays for, as ``Design.total_gpus`` counts them: both pools of a
-    disaggregated design, else every replica's every data-parallel rank's GPUs; each pipeline
-    stage's."""
-    prefill = _lever(designs, "prefill_gpus", np.nan)
-    decode = _lever(designs, "decode_gpus", np.nan)
-    stages = _lever(designs, "pipeline_parallel", 1)
-    served = (_lever(designs, "replicas", 1) * _lever(designs, "gpus", 1)
-              * _lever(designs, "data_parallel", 1))
+    """Every GPU each design pays for, as ``Design.total_gpus`` counts them: every server of
+    both pools of a disaggregated design, else every replica's; each server's every
+    data-parallel rank's and pipeline stage's."""
+    stages, dp = _lever(designs, "pipeline_parallel", 1), _lever(designs, "data_parallel", 1)
+    served = _lever(designs, "replicas", 1) * _lever(designs, "gpus", 1) * dp
+
+    def pool(side: str) -> np.ndarray:
+        ranks = _lever(designs, f"{side}_data_parallel", np.nan)
+        workers = _lever(designs, f"{side}_workers", np.nan)
+        return (_lever(designs, f"{side}_gpus", np.nan) * np.where(np.isnan(ranks), dp, ranks)
+                * np.where(np.isnan(workers), 1, workers))
+
+    prefill, decode = pool("prefill"), pool("decode")
     pools = ~(np.isnan(prefill) & np.isnan(decode))
     return np.where(pools, prefill + decode, served) * stages
 

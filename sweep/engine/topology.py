@@ -23,7 +23,7 @@ from sweep.engine.features.closed_loop import closed_arrival
 from sweep.engine.fleet_sessions import (by_row, by_session, in_order, sent, session_slots,
                                          sessions_of, share, split_sessions)
 from sweep.engine.params import EngineParams, engine_params
-from sweep.engine.routers import BY_LOAD, load_cv, route
+from sweep.engine.routers import BY_LOAD, load_cv, round_robin, route, session
 from sweep.study.design import Design
 from sweep.study.fleet import MixedFleet
 from sweep.study.workload import Requests
@@ -40,6 +40,7 @@ class Plan(NamedTuple):
     link_bytes_per_s: float  # kv_link_gbps x 1e9 / 8 (bits to bytes)
     router: str = "round_robin"
     weights: tuple | None = None  # a mixed fleet's: each server's capacity (``by_capacity``)
+    decoders: int = 1  # servers of the decode pool (each ``decode``), in turn as KV arrives
 
 
 def _whole(params, design: Design):
@@ -58,13 +59,13 @@ def plan(design: Design | MixedFleet) -> Plan:
     if isinstance(design, MixedFleet):
         return _mixed(design)
     if design.disaggregated:
-        pre = engine_params(design.prefill_pool())
-        dec = engine_params(design.decode_pool())._replace(
-            transferred=np.bool_(True))
-        return Plan([pre], dec, _whole(dec, design),
-                    [design.prefill_gpus, design.decode_gpus],
+        (pre_d, p), (dec_d, d) = design.pools()
+        pre = engine_params(pre_d)
+        dec = engine_params(dec_d)._replace(transferred=np.bool_(True))
+        return Plan([pre] * p, dec, _whole(dec, design),
+                    [pre_d.server_gpus] * p + [dec_d.server_gpus] * d,
                     float(design.model_spec.kv_bytes_per_token(design.kv_bits)),
-                    design.kv_link_gbps * 1e9 / 8)
+                    design.kv_link_gbps * 1e9 / 8, design.router, decoders=d)
     one = engine_params(design.pool(design.gpus))
     return Plan([one] * design.replicas, None, _whole(one, design),
                 [design.server_gpus] * design.replicas, 0.0, math.inf, design.router)
@@ -109,7 +110,6 @@ def nothing(like: Requests) -> Requests:
 def split(r: Requests, chosen, replicas: int) -> list[Requests]:
     """Replica j's requests: those sent to it, in arrival order, padded to the length (one
     replica's: the requests as they are, a closed loop's included)."""
-    n = r.arrival.shape[0]
     pad = nothing(r)
     subs = []
     for j in range(replicas):
@@ -231,9 +231,10 @@ def merge_replicas(r: Requests, outs: list, gpus: list, chosen) -> EngineOutput:
 
 
 def merge_pools(r: Requests, pre: EngineOutput, dec: EngineOutput, order, gpus) -> EngineOutput:
-    """Prefill and decode pools' results as one: TTFT from the prefill pool, the rest from the
-    decode pool, and the gap from the first token to the second (transfer and decode queue
-    included) added to the inter-token histogram."""
+    """Prefill and decode pools' results (each its servers' merged; ``gpus``: each pool's) as
+    one: TTFT from the prefill pool, the rest from the decode pool, and the gap from the first
+    token to the second (transfer and decode queue included) added to the inter-token
+    histogram; the load spread is the prefill pool's, whose router chooses."""
     n = r.arrival.shape[0]
     back = np.empty(n, np.int64)
     back[order] = np.arange(n)
@@ -244,7 +245,7 @@ def merge_pools(r: Requests, pre: EngineOutput, dec: EngineOutput, order, gpus) 
     got = np.isfinite(second)
     np.add.at(hist, itl_bins(second[got] - pre.first[got]), 1)
     return _combine(r, [pre, dec], gpus, np.asarray(pre.first), finish, generated, hist,
-                    np.asarray(pre.cached_tokens))
+                    np.asarray(pre.cached_tokens), float(pre.load_cv))
 
 
 def _pick(tree, k):
@@ -290,16 +291,18 @@ def run(plans: list, reqs: Requests, call: Callable, width: int,
 
     def again(k, got: EngineOutput) -> bool:
         """Plan k's arrivals and choices from the finishes ``got``: whether either moved."""
-        moved, finish = False, got.finish
+        # The router's servers finish a request at its end, or a prefill pool's at its first
+        # token.
+        moved, served = False, got.finish if plans[k].decode is None else got.first
         if k in sends:
             was, order = sent_so_far[k]
-            by_row = np.empty(n)
-            by_row[order] = finish
+            by_row, served_by_row = np.empty(n), np.empty(n)
+            by_row[order], served_by_row[order] = got.finish, served
             now = sent_so_far[k] = sends[k](by_row)
             moved = not (np.array_equal(now[0], was) and np.array_equal(now[1], order))
-            finish = by_row[now[1]]
+            served = served_by_row[now[1]]
         if plans[k].router in BY_LOAD and len(plans[k].first) > 1:
-            new = BY_LOAD[plans[k].router](given(k), finish, chosen[k], len(plans[k].first))
+            new = BY_LOAD[plans[k].router](given(k), served, chosen[k], len(plans[k].first))
             moved |= not np.array_equal(new, chosen[k])
             chosen[k] = new
         return moved
@@ -346,7 +349,8 @@ def _serve(plans: list, given: dict, chosen: list, call: Callable, width: int) -
                 default=0) if compact else 0
     for k, r in given.items():
         p = plans[k]
-        parts = ([prefill_requests(r)] if p.decode is not None else
+        parts = (split(prefill_requests(r), _prefill_choices(p, r, chosen[k]), len(p.first))
+                 if p.decode is not None else
                  split_sessions(r, chosen[k], len(p.first), slots) if compact else
                  split(r, chosen[k], len(p.first)))
         owner[k] = range(len(subs), len(subs) + len(parts))
@@ -359,13 +363,39 @@ def _serve(plans: list, given: dict, chosen: list, call: Callable, width: int) -
     subs += [pad] * (width - len(subs))
     out = call(params, _stack(subs))
     firsts = {k: [_pick(out, j) for j in owner[k]] for k in given}
-    dec_params, dec_reqs, orders = [plans[0].first[0]] * m, [pad] * m, {}
-    for k in (k for k in given if plans[k].decode is not None):
-        r = given[k]
-        dec_reqs[k], orders[k] = decode_requests(r, transfer_ready(r, firsts[k][0].first,
-                                                                   plans[k]))
-        dec_params[k] = plans[k].decode
-    out2 = call(dec_params, _stack(dec_reqs)) if orders else None
-    return {k: merge_pools(r, firsts[k][0], _pick(out2, k), orders[k], plans[k].gpus)
-            if k in orders else merge_replicas(r, firsts[k], plans[k].gpus, chosen[k])
-            for k, r in given.items()}
+    pooled = [k for k in given if plans[k].decode is not None]
+    if not pooled:
+        return {k: merge_replicas(r, firsts[k], plans[k].gpus, chosen[k])
+                for k, r in given.items()}
+    # The decode pools' call: plan k's servers in lanes from k x the most a plan has.
+    most = max(p.decoders for p in plans if p.decode is not None)
+    dec_params, dec_reqs, decoded = [plans[0].first[0]] * (m * most), [pad] * (m * most), {}
+    for k in pooled:
+        r, p = given[k], plans[k]
+        pre = merge_replicas(prefill_requests(r), firsts[k], p.gpus[:len(p.first)],
+                             _prefill_choices(p, r, chosen[k]))
+        dec_r, order = decode_requests(r, transfer_ready(r, pre.first, p))
+        to = round_robin(n=dec_r.arrival.shape[0], replicas=p.decoders)
+        dec_reqs[k * most:k * most + p.decoders] = split(dec_r, to, p.decoders)
+        dec_params[k * most:k * most + p.decoders] = [p.decode] * p.decoders
+        decoded[k] = pre, dec_r, order, to
+    out2 = call(dec_params, _stack(dec_reqs))
+    merged = {}
+    for k, r in given.items():
+        p = plans[k]
+        if k not in decoded:
+            merged[k] = merge_replicas(r, firsts[k], p.gpus, chosen[k])
+            continue
+        pre, dec_r, order, to = decoded[k]
+        dec = merge_replicas(dec_r, [_pick(out2, k * most + j) for j in range(p.decoders)],
+                             p.gpus[len(p.first):], to)
+        gpus = [sum(p.gpus[:len(p.first)]), sum(p.gpus[len(p.first):])]
+        merged[k] = merge_pools(r, pre, dec, order, gpus)
+    return merged
+
+
+def _prefill_choices(p: Plan, r: Requests, chosen):
+    """The prefill pool's servers of the requests ``r`` as the pool gets them: the session
+    router's from those requests (sessions' turns reach a pool open, in the order they
+    arrive), else ``chosen``."""
+    return session(r, len(p.first)) if p.router == "session" else chosen

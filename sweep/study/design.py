@@ -14,8 +14,9 @@ from sweep.physics.memory import DEFAULT_PROFILE_TOKENS, memory_budget
 from sweep.physics.models import Model
 from sweep.physics.timing import TimingParams, allreduce_setting, stage_hops, timing_params
 from sweep.study.batching import POLICIES
+from sweep.study.declarations import check
 from sweep.study.fields import (ACTIVATION_BITS, DEFAULT_KV_LINK_GBPS, DESIGN_FIELDS,
-                                ENGINE_FITTED, GPU_FITTED, Range, check, declared_class)
+                                ENGINE_FITTED, GPU_FITTED, Range, declared_class)
 
 #: The levers the timing function reads: its keyword-only parameters, each a declared key.
 TIMING_KEYS = tuple(k for k, v in inspect.signature(timing_params).parameters.items()
@@ -28,6 +29,10 @@ KINDS = {"num": ((int, float), "a number"), "int": ((int,), "an integer"),
          "bool": ((bool,), "true or false"), "str": ((str,), "a string")}
 #: Keys that also take a catalog object.
 _OBJECTS = {"gpu": GPU, "model": Model}
+#: A disaggregated design's keys for its pools; a pool's server has them unset.
+POOL_KEYS = ("prefill_gpus", "decode_gpus", "prefill_gpu", "decode_gpu", "prefill_workers",
+             "decode_workers", "prefill_data_parallel", "decode_data_parallel",
+             "prefill_expert_parallel", "decode_expert_parallel")
 #: Integers from here on are printed by their digits (``errors.show``); no key takes one.
 _BIG_INTEGER = 10**40
 
@@ -125,33 +130,47 @@ class _Design:
     def disaggregated(self) -> bool:
         return self.prefill_gpus is not None or self.decode_gpus is not None
 
-    def pool(self, gpus: int, gpu: str | None = None) -> "Design":
-        """One server of this design: ``gpus`` GPUs (of ``gpu``, or the design's), no router,
-        no disaggregation (the design itself when it is one, with what it has computed)."""
-        one = self.replace(gpus=gpus, replicas=1, router="round_robin", prefill_gpus=None,
-                           decode_gpus=None, kv_link_gbps=DEFAULT_KV_LINK_GBPS,
-                           prefill_gpu=None, decode_gpu=None, gpu=gpu or self.gpu)
+    def pool(self, gpus: int, gpu: str | None = None, data_parallel: int | None = None,
+             expert_parallel: bool | None = None) -> "Design":
+        """One server of this design: ``gpus`` GPUs (of ``gpu``, or the design's) a rank, of
+        ``data_parallel`` ranks and ``expert_parallel`` (unset: the design's), no router, no
+        disaggregation (the design itself when it is one, with what it has computed)."""
+        one = self.replace(gpus=gpus, replicas=1, router="round_robin",
+                           kv_link_gbps=DEFAULT_KV_LINK_GBPS, gpu=gpu or self.gpu,
+                           data_parallel=data_parallel or self.data_parallel,
+                           expert_parallel=(self.expert_parallel if expert_parallel is None
+                                            else expert_parallel),
+                           **{k: DESIGN_FIELDS[k].default for k in POOL_KEYS})
         return self if one == self else one
 
     def prefill_pool(self) -> "Design":
-        return self.pool(self.prefill_gpus, self.prefill_gpu)
+        """A server of the prefill pool."""
+        return self.pool(self.prefill_gpus, self.prefill_gpu, self.prefill_data_parallel,
+                         self.prefill_expert_parallel)
 
     def decode_pool(self) -> "Design":
-        return self.pool(self.decode_gpus, self.decode_gpu)
+        """A server of the decode pool."""
+        return self.pool(self.decode_gpus, self.decode_gpu, self.decode_data_parallel,
+                         self.decode_expert_parallel)
+
+    def pools(self) -> tuple[tuple["Design", int], ...]:
+        """A disaggregated design's (a server of each pool, its servers): prefill, decode."""
+        return ((self.prefill_pool(), self.prefill_workers),
+                (self.decode_pool(), self.decode_workers))
 
     @property
     def usd_per_hour(self) -> float:
         """What every GPU of the design costs an hour (each pool at its own GPU's price)."""
         if self.disaggregated:
-            return sum(p.total_gpus * p.resolved("price_per_gpu_hour")
-                       for p in (self.prefill_pool(), self.decode_pool()))
+            return sum(n * p.total_gpus * p.resolved("price_per_gpu_hour")
+                       for p, n in self.pools())
         return self.total_gpus * self.resolved("price_per_gpu_hour")
 
     @property
     def total_gpus(self) -> int:
         """Every GPU the design pays for."""
         if self.disaggregated:
-            return self.prefill_pool().server_gpus + self.decode_pool().server_gpus
+            return sum(n * p.server_gpus for p, n in self.pools())
         return self.replicas * self.server_gpus
 
     @property
@@ -166,8 +185,16 @@ class _Design:
 
     @property
     def seats(self) -> int:
-        """The server's: every rank's (its ranks share one batch, evenly)."""
+        """The server's: every rank's (its ranks share one batch, evenly); of pools, the
+        largest pool server's."""
+        if self.disaggregated:
+            return max(p.seats for p, _ in self.pools())
         return self.rank_seats * self.data_parallel
+
+    @property
+    def servers(self) -> int:
+        """Servers that take the requests first: the replicas, or the prefill pool's."""
+        return self.prefill_workers if self.disaggregated else self.replicas
 
     @property
     def context_limit(self) -> int:
@@ -196,10 +223,11 @@ class _Design:
         if self.disaggregated:
             self._validate_pools()
             return
-        for key in ("prefill_gpu", "decode_gpu"):
-            if getattr(self, key) is not None:
-                raise FieldError(f"levers.{key}", "a pool's GPU, only with prefill_gpus and "
-                                 "decode_gpus", "unset without pools", getattr(self, key))
+        for key in POOL_KEYS:
+            if getattr(self, key) != DESIGN_FIELDS[key].default:
+                raise FieldError(f"levers.{key}", "a disaggregated pool's, only with "
+                                 "prefill_gpus and decode_gpus", "unset without pools",
+                                 getattr(self, key))
         gpu, model = self.gpu_spec, self.model_spec
         if gpu.timing == "linear" and self.engine != "vllm":
             raise FieldError("hardware.engine", f"{gpu.name} is timed by a measured fit of its "
@@ -301,13 +329,18 @@ class _Design:
             raise FieldError("levers.gpus", "not used with prefill_gpus and decode_gpus",
                              "leave gpus unset", self.gpus)
         if self.replicas != 1:
-            raise FieldError("levers.replicas", "must be 1 with prefill_gpus and decode_gpus",
-                             "1", self.replicas)
-        if self.data_parallel != 1:
-            raise FieldError("levers.data_parallel", "not with prefill_gpus and decode_gpus",
-                             "1", self.data_parallel)
-        self.prefill_pool().validate()
-        self.decode_pool().validate()
+            raise FieldError("levers.replicas", "pools count their servers in prefill_workers "
+                             "and decode_workers", "1", self.replicas)
+        for side, (pool, _) in zip(("prefill", "decode"), self.pools()):
+            try:
+                pool.validate()
+            except FieldError as e:  # named by the pool's own key, where the design sets it
+                name = e.key.removeprefix("levers.")
+                own = "gpus" if name == "gpus" else name if getattr(
+                    self, f"{side}_{name}", None) is not None else None
+                if own is None:
+                    raise
+                raise type(e)(f"levers.{side}_{own}", e.reason, e.allowed, e.value) from None
 
     def _validate_precision(self, gpu: GPU) -> None:
         a, w = self.activation_precision, self.weight_precision

@@ -2,27 +2,27 @@
 
 ``FIELDS`` gives each key its type, choices or range, default, unit and help. Everything else is
 derived from it: the ``Design`` and ``Workload`` classes themselves (``declared_class``) and
-their checks of each value alone (``check``), the config parser's keys and choices, the results'
-columns (``COLUMNS``, in the order of ``FIELDS``: keep new keys at the end), the factors that may
-be uncertain (``draw``), the levers the engine reads as they are (``engine``) and the key tables
-of README.md and docs/config.md (``python -m sweep.study.keytables --write``). A new lever is a
-row here and the physics or rule that reads it (docs/internals.md, "Adding a lever").
+their checks of each value alone (``declarations.check``), the config parser's keys and
+choices, the results' columns (``COLUMNS``, in the order of ``FIELDS``: keep new keys at the
+end), the factors that may be uncertain (``draw``), the levers the engine reads as they are
+(``engine``) and the key tables of README.md and docs/config.md (``python -m
+sweep.study.keytables --write``). A new lever is a row here (a ``declarations.Field``) and the
+physics or rule that reads it (docs/internals.md, "Adding a lever").
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import typing
-from typing import NamedTuple
 
-from sweep.errors import FieldError, listed, show
 from sweep.physics.hardware import CATALOG as GPU_CATALOG
 from sweep.physics.memory import DEFAULT_OVERHEAD_FRACTION
 from sweep.physics.catalog import CATALOG as MODEL_CATALOG
 from sweep.physics.drafts import DRAFTS
 from sweep.physics.engines import ENGINES, v0
 from sweep.study.batching import POLICIES
-from sweep.study.lengths import LENGTH_KEYS, PAUSE_KEYS, Lengths
+from sweep.study.lengths import PAUSE_KEYS, Lengths
+from sweep.study.declarations import Applies, Field
 from sweep.study.ranges import Range
 
 BATCHING = tuple(POLICIES)
@@ -57,55 +57,6 @@ DEFAULT_KV_LINK_GBPS = 400.0
 SECTIONS = ("hardware", "model", "workload", "levers")
 
 
-class Field(NamedTuple):
-    """One config key. Kinds: ``num`` (a finite number, kept as float), ``int``, ``bool``,
-    ``str``, ``path`` (a file read into another key), ``lengths`` (a length table), ``pauses``
-    (a number or a length table of seconds, ``lengths.Pauses``) and ``trace`` (a trace file)."""
-
-    key: str
-    section: str  # the config table that holds it (SECTIONS)
-    kind: str
-    default: object = None  # the Design's or Workload's; None: unset
-    help: str = ""  # what it means (docs/config.md)
-    short: str = ""  # the same in a few words (README.md)
-    unit: str = ""
-    choices: tuple = ()  # every allowed value, where there are few
-    range: Range | None = None  # what a value must be, where there are many
-    unset: bool = False  # a config that omits it leaves it unset (None), whatever the default
-    gpu_default: bool = False  # unset, the GPU's own value is used and shown in its column
-    fitted: str = ""  # "gpu": fitted per GPU on its real runs; "engine": the serving engine's
-    engine: str = ""  # the dtype under which the engine's rules read the lever as it is
-    draw: int = -1  # may be uncertain (a distribution); its draws' stream, never reused
-    #: (Design keywords, Workload keywords) -> whether the key applies; where it does not, its
-    #: column is empty (and a workload key takes its default: the sampler ignores it).
-    when: Applies | None = None
-    values: str = ""  # the tables' "values" where kind, choices, range and unit do not say it
-    shown: str = ""  # the tables' "default" where the default does not say it
-
-    @property
-    def attr(self) -> str | None:
-        """The Design or Workload attribute it sets (a path is read into another key's)."""
-        if self.kind == "path":
-            return None
-        return "model" if self.section == "model" else self.key
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        """Its results columns: a length table's every key, the attribute's otherwise."""
-        if self.kind == "lengths":
-            return tuple(f"{self.key}_{k}" for k in LENGTH_KEYS)
-        return (self.attr,) if self.attr else ()
-
-    @property
-    def may_be_unset(self) -> bool:
-        return self.unset or self.default is None
-
-    @property
-    def config_default(self):
-        """What a config that omits the key gets."""
-        return None if self.unset else self.default
-
-
 def _hw(key, kind="num", default=None, **kw) -> Field:
     return Field(key, "hardware", kind, default, **kw)
 
@@ -118,19 +69,14 @@ def _lever(key, kind="int", default=None, **kw) -> Field:
     return Field(key, "levers", kind, default, **kw)
 
 
-class Applies(NamedTuple):
-    """Where a key has an effect: ``test(design keywords, workload keywords)``, and the same in
-    words, for the refusal of a key given where it has none."""
-
-    test: typing.Callable[[dict, dict], bool]
-    says: str
-
-    def __call__(self, d: dict, w: dict) -> bool:
-        return self.test(d, w)
-
-
 _pools = Applies(lambda d, w: d["prefill_gpus"] is not None or d["decode_gpus"] is not None,
                  "with disaggregated pools (prefill_gpus and decode_gpus)")
+def _pair(key, kind="int", help="", **kw) -> tuple[Field, Field]:
+    """The prefill and the decode pool's ``key`` (``help`` names the pool at ``{}``)."""
+    return tuple(_lever(f"{side}_{key}", kind, when=_pools, help=help.format(side), **kw)
+                 for side in ("prefill", "decode"))
+
+
 _closed = Applies(lambda d, w: w["arrival"] == "closed", 'with arrival = "closed"')
 _warmed = Applies(
     lambda d, w: w["arrival"] == "closed" or (w.get("trace") is None
@@ -285,7 +231,7 @@ FIELDS: tuple[Field, ...] = (
     _lever("prefill_gpus", choices=GPUS,
            help="both set (and `gpus` unset, `replicas` 1): disaggregated prefill and decode "
                 "pools, the KV moved between them over a link ([model.md](model.md))",
-           short="with `decode_gpus`: disaggregated pools"),
+           short="each pool's GPUs: disaggregated pools"),
     _lever("decode_gpus", choices=GPUS, help="the decode pool's GPUs (with `prefill_gpus`)",
            short="the decode pool's GPUs"),
     _lever("kv_link_gbps", "num", DEFAULT_KV_LINK_GBPS, range=Range(0.0, 1e6, lo_open=True),
@@ -330,7 +276,7 @@ FIELDS: tuple[Field, ...] = (
     _lever("prefill_gpu", "str", choices=tuple(GPU_CATALOG), when=_pools, shown="`gpu`",
            values="a GPU",
            help="the prefill pool's GPU, with `prefill_gpus`; unset: `gpu`",
-           short="the prefill pool's GPU"),
+           short="each pool's GPU"),
     _lever("decode_gpu", "str", choices=tuple(GPU_CATALOG), when=_pools, shown="`gpu`",
            values="a GPU",
            help="the decode pool's GPU, with `decode_gpus`; unset: `gpu`",
@@ -427,6 +373,16 @@ FIELDS: tuple[Field, ...] = (
                 "rejoin) only on a block's first pass, which alone spends the pass's fixed host "
                 "time (`overhead_ms`) ([model.md](model.md))",
            short="vLLM V0's passes per schedule"),
+    *_pair("workers", default=1, range=Range(1, MAX_REPLICAS), unit="servers",
+           help="servers of the {0} pool, each of `{0}_gpus` (xPyD): the prefill pool's behind "
+                "`router`, the decode pool's in turn as KV arrives ([model.md](model.md))",
+           short="each pool's servers"),
+    *_pair("data_parallel", range=Range(1, MAX_DATA_PARALLEL), unit="ranks",
+           shown="`data_parallel`", help="the {} pool's attention ranks, as `data_parallel` "
+                                         "(unset: that)", short="each pool's attention ranks"),
+    *_pair("expert_parallel", "bool", shown="`expert_parallel`",
+           help="the {} pool's experts sharded, as `expert_parallel` (unset: that)",
+           short="each pool's experts sharded"),
 )
 
 #: section -> key -> Field, in declaration order.
@@ -484,17 +440,3 @@ def declared_class(name: str, fields: dict[str, Field], base: type, module: str)
                for attr, f in fields.items()], bases=(base,), frozen=True)
     cls.__module__, cls.__qualname__, cls.__doc__ = module, name, base.__doc__
     return cls
-
-
-def check(f: Field, value, scope: str) -> None:
-    """Refuse ``value`` for ``f`` alone with a ``FieldError`` naming ``scope.attr``; the
-    combinations of values are the Design's and the Workload's to check."""
-    if value is None and f.may_be_unset:
-        return
-    key = f"{scope}.{f.attr}"
-    if f.choices and value not in f.choices:
-        raise FieldError(key, f"{show(value)} is not allowed", listed(f.choices), value)
-    if f.range is not None and not f.range.holds(value, f.kind):
-        raise FieldError(key, f"must be {f.range.text(f.kind)}, got {value!r}", value=value)
-    if f.kind == "bool" and not isinstance(value, bool):
-        raise FieldError(key, f"must be true or false, got {value!r}", value=value)

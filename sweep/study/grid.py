@@ -198,9 +198,11 @@ def _resolved(cols: dict, design: Design) -> None:
     for key, value in zip(("allreduce_latency_us", "allreduce_growth"), design.allreduce()):
         if getattr(design, key) is None and cols[key] is not None:
             cols[key] = float(value)
-    if design.disaggregated:  # each pool's GPU, the config's where it names none
-        cols["prefill_gpu"] = design.prefill_gpu or cols["gpu"]
-        cols["decode_gpu"] = design.decode_gpu or cols["gpu"]
+    if design.disaggregated:  # each pool's GPU and ranks, the design's where it names none
+        for side, (pool, _) in zip(("prefill", "decode"), design.pools()):
+            cols[f"{side}_gpu"] = getattr(design, f"{side}_gpu") or cols["gpu"]
+            cols[f"{side}_data_parallel"] = pool.data_parallel
+            cols[f"{side}_expert_parallel"] = pool.expert_parallel
 
 
 def sizes(design: Design) -> dict:

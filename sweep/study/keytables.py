@@ -11,7 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from sweep.study.fields import KEYS, SECTIONS, Field, Range
+from sweep.study.declarations import Field
+from sweep.study.fields import KEYS, SECTIONS, Range
 from sweep.study.uncertainty import FACTORS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,16 +80,22 @@ def default(f: Field, short: bool) -> str:
 def table(section: str, short: bool) -> list[str]:
     """One section's table, a line per key in declaration order; the short form gives the
     factors fitted per GPU or engine one line, where the first of them is declared (few
-    planners set them; docs/config.md has each)."""
+    planners set them; docs/config.md has each), and a pool's pair of keys one line."""
     first = f"`[{section}]`{_TITLES.get(section, '')}" if short else "key"
     rows = [f"| {first} | values | default | meaning |", "| --- | --- | --- | --- |"]
     fitted = [f for f in KEYS[section].values() if short and f.fitted]
     for f in KEYS[section].values():
+        pool = f.key.removeprefix("decode_")
         if f is (fitted[0] if fitted else None):
             keys = ", ".join(f"`{g.key}`" for g in fitted)
             rows.append(f"| {keys} | shares of peaks, times ([each](docs/config.md#hardware)) "
                         "| the GPU's | the fitted factors and host terms |")
-        elif f not in fitted:
+        elif short and f.key.startswith("prefill_") and f"decode_{f.key[8:]}" in KEYS[section]:
+            # The pools' pairs share a line: the prefill key's says it of both.
+            rows.append(f"| `{f.key}`, `decode_{f.key[8:]}` | {values(f, short)} | "
+                        f"{default(f, short)} | {f.short} |")
+        elif f not in fitted and not (short and pool != f.key
+                                      and f"prefill_{pool}" in KEYS[section]):
             meaning = f.short if short else f.help
             rows.append(f"| `{f.key}` | {values(f, short)} | {default(f, short)} | {meaning} |")
     return rows

@@ -20,7 +20,8 @@ from sweep.errors import FieldError
 from sweep.physics.numerics import float64, running_sum
 from sweep.runtime import chunks, executables
 from sweep.study.design import KINDS, check_kind
-from sweep.study.fields import ARRIVALS, WORKLOAD_FIELDS, check, declared, declared_class
+from sweep.study.declarations import check
+from sweep.study.fields import ARRIVALS, WORKLOAD_FIELDS, declared, declared_class
 from sweep.study import sessions
 from sweep.study.lengths import DISTS, Lengths, Pauses, lengths, pauses
 from sweep.study.trace import MAX_TOKENS, Trace

@@ -251,33 +251,39 @@ def _prefix_aware(arrival, paths: list, ends: list, tokens: list, finish, chosen
 
 def simulate_disaggregated_reference(prefill: EngineParams, decode: EngineParams,
                                      req: Requests, kv_bytes_per_token: float,
-                                     link_bytes_per_s: float) -> RefResult:
+                                     link_bytes_per_s: float, prefill_workers: int = 1,
+                                     decode_workers: int = 1,
+                                     router: str = "round_robin") -> RefResult:
     """A prefill pool and a decode pool in tandem (docs/model.md "Disaggregated prefill and
-    decode"): the prefill pool serves every request's first token; a request with more to
-    generate then moves its prompt's KV over the link and joins the decode pool's queue in
-    order of arrival there (``decode.transferred`` must be set)."""
+    decode"): the prefill pool (``prefill_workers`` servers behind ``router``, as replicas)
+    serves every request's first token; a request with more to generate then moves its
+    prompt's KV over the link and joins the decode pool in order of arrival there, the k-th to
+    arrive on decode server k mod ``decode_workers`` (``decode.transferred`` must be set)."""
+    def again(r):
+        return simulate_disaggregated_reference(prefill, decode, r, kv_bytes_per_token,
+                                                link_bytes_per_s, prefill_workers,
+                                                decode_workers, router)
+
     if (np.asarray(req.turn) == 1).any():  # sessions, sent as they arrive
-        return sessions.fleet(req, gap(req, decode), lambda r: simulate_disaggregated_reference(
-            prefill, decode, r, kv_bytes_per_token, link_bytes_per_s))
+        return sessions.fleet(req, gap(req, decode), again)
     if int(np.asarray(req.clients)) > 0:
-        return closed_loop(req, gap(req, decode), lambda r: simulate_disaggregated_reference(
-            prefill, decode, r, kv_bytes_per_token, link_bytes_per_s))
+        return closed_loop(req, gap(req, decode), again)
     arrival, prompt, output, n = columns(req)
-    pre = simulate_reference(prefill, req._replace(output=np.ones(n, np.int64), clients=0,
-                                                   think=0.0, warmup=0))
+    pre = simulate_replicas_reference(prefill, req._replace(
+        output=np.ones(n, np.int64), clients=0, think=0.0, warmup=0), prefill_workers, router)
     ready = []
     for i in range(n):
         t1 = float(pre.first_token[i])
         ready.append(t1 + int(prompt[i]) * kv_bytes_per_token / link_bytes_per_s
                      if output[i] > 1 and math.isfinite(t1) else math.inf)
     order = [i for i in sorted(range(n), key=lambda i: (ready[i], i)) if math.isfinite(ready[i])]
-    dec = simulate_reference(decode, req._replace(
+    dec = simulate_replicas_reference(decode, req._replace(
         arrival=np.array([ready[i] for i in order], dtype=np.float64),
         prompt=np.array([prompt[i] + 1 for i in order], dtype=np.int64),
         output=np.array([output[i] - 1 for i in order], dtype=np.int64),
         prefix=np.full(len(order), -1, np.int32),
         path=np.full((len(order), _rows(req.path, n).shape[1]), -1, np.int32),
-        clients=0, think=0.0, warmup=0, turn=np.zeros(len(order), np.int32)))
+        clients=0, think=0.0, warmup=0, turn=np.zeros(len(order), np.int32)), decode_workers)
     finish = pre.finish.copy()
     generated = pre.generated.copy()
     gaps = list(dec.itl_gaps)
@@ -286,8 +292,10 @@ def simulate_disaggregated_reference(prefill: EngineParams, decode: EngineParams
         generated[i] += dec.generated[k]
         if math.isfinite(dec.first_token[k]):  # the second token: transfer and queue included
             gaps.append(float(dec.first_token[k]) - float(pre.first_token[i]))
-    return _merged(arrival, [pre, dec], pre.first_token, finish, generated,
-                   np.asarray(gaps, dtype=np.float64), pre.cached_tokens)
+    merged = _merged(arrival, [pre, dec], pre.first_token, finish, generated,
+                     np.asarray(gaps, dtype=np.float64), pre.cached_tokens)
+    merged.replica, merged.servers = pre.replica, pre.servers
+    return merged
 
 
 def _merged(arrival, parts: list[RefResult], first, finish, generated, gaps,

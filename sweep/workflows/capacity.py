@@ -159,8 +159,9 @@ def roofline_rate(point: Point) -> float:
     pairs = fill * (prompt - fill) + fill * (fill + 1) / 2
     prefill = float(staged(pass_time, pre_d.timing(), fill, pairs, 0.0, 0.0, 1.0, fill, pairs))
     per_request_decode = out / per_pass * decode / seats
-    if d.disaggregated:  # the pools work at once
-        return 1.0 / max(per_request_decode, prefill) / turns
+    if d.disaggregated:  # the pools work at once, each over its servers
+        return 1.0 / max(per_request_decode / d.decode_workers,
+                         prefill / d.prefill_workers) / turns
     return d.replicas / (per_request_decode + prefill) / turns
 
 

@@ -156,9 +156,9 @@ def peak_rate(design) -> float:
     least 2 FLOPs per active parameter, at twice each GPU's best dense tensor peak (sparse
     tensor cores double it). A completed request is at least one token, so it bounds requests
     per second too."""
-    pools = (design.prefill_pool(), design.decode_pool()) if design.disaggregated else (design,)
-    flops = sum(p.total_gpus * 2e12 * max(p.gpu_spec.tflops_16bit, p.gpu_spec.tflops_8bit,
-                                          p.gpu_spec.tflops_4bit) for p in pools)
+    pools = design.pools() if design.disaggregated else ((design, 1),)
+    flops = sum(n * p.total_gpus * 2e12 * max(p.gpu_spec.tflops_16bit, p.gpu_spec.tflops_8bit,
+                                              p.gpu_spec.tflops_4bit) for p, n in pools)
     return flops / (2 * design.model_spec.active_params) if flops > 0 else math.inf
 
 
