@@ -239,6 +239,10 @@ def test_pools_of_several_servers_with_their_own_ranks():
     assert (dec["--tp"], dec["--dp"], dec["--ep-size"]) == ("8", "8", "8")
     assert "prefill pool: 2 servers of 8 x" in pre_note and "(least_outstanding)" in pre_note
     assert "decode pool: 3 servers of 8 x" in dec_note
+    # Two of that design as a fleet: twice the servers of each pool.
+    cap = pd.DataFrame([{**row, "design": 0}])
+    fleet = fleet_launch(cap, [0], [2])["launch_sglang"][0].split("\n")
+    assert "prefill pool: 4 servers" in fleet[0] and "decode pool: 6 servers" in fleet[1]
 
 
 def test_model_ids_and_only_documented_flags():

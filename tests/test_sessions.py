@@ -303,11 +303,13 @@ def test_sessions_arriving_at_a_rate_from_a_config(tmp_path):
 
 
 #: Every topology a workload of sessions runs on beside one server: replicas behind the routers
-#: that take turns one by one and behind the session router, data-parallel ranks, pools. Every
-#: server holds 8 seats (two ranks of 4): one seat tier, whose calls share their compiled shapes.
+#: that take turns one by one and behind the session router, data-parallel ranks, pools (two
+#: servers each, the prefill pool's behind the session router). Every server holds 8 seats (two
+#: ranks of 4): one seat tier, whose calls share their compiled shapes.
 FLEETS = [dict(replicas=3, router="round_robin"), dict(replicas=3, router="least_outstanding"),
           dict(replicas=3, router="prefix_aware"), dict(replicas=3, router="session"),
-          dict(prefill_gpus=1, decode_gpus=1),
+          dict(prefill_gpus=1, decode_gpus=1, prefill_workers=2, decode_workers=2,
+               router="session"),
           dict(model="Qwen3-30B-A3B", expert_parallel=True, data_parallel=2, max_batch=4)]
 SESSION = 3  # the session router's fleet
 
@@ -316,7 +318,8 @@ def _twin(d: Design, reqs):
     p = topology.plan(d)
     if d.disaggregated:
         return simulate_disaggregated_reference(p.first[0], p.decode, reqs,
-                                                p.kv_bytes_per_token, p.link_bytes_per_s)
+                                                p.kv_bytes_per_token, p.link_bytes_per_s,
+                                                d.prefill_workers, d.decode_workers, d.router)
     return simulate_replicas_reference(p.first[0], reqs, d.replicas, d.router)
 
 

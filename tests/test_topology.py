@@ -381,6 +381,10 @@ def test_design_refuses_bad_topologies():
     assert two.total_gpus == 3 * 8 + 2 * 4 and two.servers == 3
     assert two.decode_pool().seats == 4 * two.max_batch == two.seats
     assert two.usd_per_hour == pytest.approx(32 * two.resolved("price_per_gpu_hour"))
+    # A fleet of two such designs is one of twice the servers per pool.
+    assert (two.times(2).prefill_workers, two.times(2).decode_workers) == (6, 4)
+    assert two.times(2).total_gpus == 2 * two.total_gpus
+    assert Design(replicas=2).times(3).replicas == 6
     with pytest.raises(ValueError, match=r"^design: replicas"):
         engine_params(Design(replicas=2))
 

@@ -447,12 +447,14 @@ def launch_columns(rows: Iterable) -> dict[str, list]:
 
 def fleet_launch(cap: pd.DataFrame, designs, copies, router: str | None = None) -> dict:
     """The launch columns of fleets: ``copies`` of each design of ``cap`` (its own replicas
-    each), behind its router or ``router``."""
+    each, or its pools' servers, as ``Design.times``), behind its router or ``router``."""
     by_design = cap.set_index("design")
     rows = []
     for design, n in zip(designs, copies):
         row = by_design.loc[int(design)].to_dict()
-        row["replicas"] = (_int(row, "replicas") or 1) * int(n)
+        pools = _int(row, "prefill_gpus") is not None
+        for key in ("prefill_workers", "decode_workers") if pools else ("replicas",):
+            row[key] = (_int(row, key) or 1) * int(n)
         if router is not None:
             row["router"] = router
         rows.append(row)

@@ -30,8 +30,9 @@ def machine_bytes() -> float:
 
 
 def widest(study: Study) -> int:
-    """Servers of the study's widest simulation in one engine call (its replicas)."""
-    return max(p.design.replicas for p in study.points)
+    """Servers of the study's widest simulation in one engine call (its replicas, or its
+    prefill pool's)."""
+    return max(p.design.servers for p in study.points)
 
 
 def study_bytes(study: Study) -> tuple[int, int]:

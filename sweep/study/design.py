@@ -158,6 +158,13 @@ class _Design:
         return ((self.prefill_pool(), self.prefill_workers),
                 (self.decode_pool(), self.decode_workers))
 
+    def times(self, n: int) -> "Design":
+        """``n`` of this design as one fleet: ``n`` times its replicas, or its pools' servers."""
+        if self.disaggregated:
+            return self.replace(prefill_workers=self.prefill_workers * n,
+                                decode_workers=self.decode_workers * n)
+        return self.replace(replicas=self.replicas * n)
+
     @property
     def usd_per_hour(self) -> float:
         """What every GPU of the design costs an hour (each pool at its own GPU's price)."""

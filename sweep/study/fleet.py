@@ -47,6 +47,10 @@ class MixedFleet:
         return sum(m.replicas for m in self.members)
 
     @property
+    def servers(self) -> int:
+        return self.replicas
+
+    @property
     def seats(self) -> int:
         return max(m.seats for m in self.members)
 

@@ -173,7 +173,7 @@ def fleets(study: Study, cap: pd.DataFrame, found: list[Search], runner: Runner,
         jobs, meta = [], []
         for design, n in tries:
             d = found[design].point.design
-            fleet = d.replace(replicas=d.replicas * (n + extra))
+            fleet = d.times(n + extra)
             try:
                 fleet.validate()
             except ValueError as exc:
@@ -182,7 +182,9 @@ def fleets(study: Study, cap: pd.DataFrame, found: list[Search], runner: Runner,
                                      note=f"not simulated: {exc}"))
                 continue
             p = found[design].point
-            point = Point(fleet, p.workload, {**p.columns, "replicas": fleet.replicas})
+            point = Point(fleet, p.workload, {**p.columns, **{
+                k: getattr(fleet, k) for k in ("replicas", "prefill_workers", "decode_workers")
+                if p.columns.get(k) is not None}})
             jobs.append((design, n + extra, point, float(target)))
             meta.append((design, n + extra))
         runner(jobs, seeds)
