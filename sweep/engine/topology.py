@@ -340,8 +340,8 @@ def _sends(r: Requests, gap) -> Callable:
 
 def _serve(plans: list, given: dict, chosen: list, call: Callable, width: int) -> dict:
     """The merged outputs of the plans ``given`` (index -> the requests its servers get): the
-    first call (``width`` servers), then the decode pools' (a lane per plan)."""
-    m = len(plans)
+    first call (``width`` servers: the replicas, or the prefill pools), then the decode
+    pools' (``_decode``)."""
     params, subs, owner = [], [], {}
     # Replicas each holding their own sessions run in as few rows as the busiest needs.
     compact = all(by_session(plans[k], r) for k, r in given.items())
@@ -363,34 +363,35 @@ def _serve(plans: list, given: dict, chosen: list, call: Callable, width: int) -
     subs += [pad] * (width - len(subs))
     out = call(params, _stack(subs))
     firsts = {k: [_pick(out, j) for j in owner[k]] for k in given}
-    pooled = [k for k in given if plans[k].decode is not None]
-    if not pooled:
-        return {k: merge_replicas(r, firsts[k], plans[k].gpus, chosen[k])
-                for k, r in given.items()}
-    # The decode pools' call: plan k's servers in lanes from k x the most a plan has.
+    merged = {k: merge_replicas(r, firsts[k], plans[k].gpus, chosen[k])
+              for k, r in given.items() if plans[k].decode is None}
+    pooled = {k: merge_replicas(prefill_requests(r), firsts[k], plans[k].gpus[:len(firsts[k])],
+                                _prefill_choices(plans[k], r, chosen[k]))
+              for k, r in given.items() if plans[k].decode is not None}
+    return {**merged, **_decode(plans, given, pooled, call, pad)} if pooled else merged
+
+
+def _decode(plans: list, given: dict, pooled: dict, call: Callable, pad: Requests) -> dict:
+    """Of the plans ``pooled`` (index -> its prefill pool's merged output), the decode pools'
+    call (plan k's servers in lanes from k times the most servers a plan's decode pool has:
+    one compiled shape per study), and both pools' results as one."""
     most = max(p.decoders for p in plans if p.decode is not None)
-    dec_params, dec_reqs, decoded = [plans[0].first[0]] * (m * most), [pad] * (m * most), {}
-    for k in pooled:
-        r, p = given[k], plans[k]
-        pre = merge_replicas(prefill_requests(r), firsts[k], p.gpus[:len(p.first)],
-                             _prefill_choices(p, r, chosen[k]))
-        dec_r, order = decode_requests(r, transfer_ready(r, pre.first, p))
-        to = round_robin(n=dec_r.arrival.shape[0], replicas=p.decoders)
-        dec_reqs[k * most:k * most + p.decoders] = split(dec_r, to, p.decoders)
-        dec_params[k * most:k * most + p.decoders] = [p.decode] * p.decoders
-        decoded[k] = pre, dec_r, order, to
-    out2 = call(dec_params, _stack(dec_reqs))
+    params, reqs = [plans[0].first[0]] * (len(plans) * most), [pad] * (len(plans) * most)
+    queued = {}
+    for k, pre in pooled.items():
+        p, lanes = plans[k], slice(k * most, k * most + plans[k].decoders)
+        dec_r, order = decode_requests(given[k], transfer_ready(given[k], pre.first, p))
+        to = round_robin(dec_r.arrival.shape[0], p.decoders)  # in order of KV arrival
+        reqs[lanes], params[lanes] = split(dec_r, to, p.decoders), [p.decode] * p.decoders
+        queued[k] = dec_r, order, to, lanes
+    out = call(params, _stack(reqs))
     merged = {}
-    for k, r in given.items():
-        p = plans[k]
-        if k not in decoded:
-            merged[k] = merge_replicas(r, firsts[k], p.gpus, chosen[k])
-            continue
-        pre, dec_r, order, to = decoded[k]
-        dec = merge_replicas(dec_r, [_pick(out2, k * most + j) for j in range(p.decoders)],
-                             p.gpus[len(p.first):], to)
-        gpus = [sum(p.gpus[:len(p.first)]), sum(p.gpus[len(p.first):])]
-        merged[k] = merge_pools(r, pre, dec, order, gpus)
+    for k, (dec_r, order, to, lanes) in queued.items():
+        p, cut = plans[k], len(plans[k].first)
+        dec = merge_replicas(dec_r, [_pick(out, j) for j in range(len(params))[lanes]],
+                             p.gpus[cut:], to)
+        merged[k] = merge_pools(given[k], pooled[k], dec, order,
+                                [sum(p.gpus[:cut]), sum(p.gpus[cut:])])
     return merged
 
 
