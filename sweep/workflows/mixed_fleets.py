@@ -66,7 +66,7 @@ def _pools(rate: dict, found: list[Search]) -> dict:
         try:
             d.replace(replicas=d.replicas * 2).validate()
         except ValueError:
-            continue  # disaggregated pools are not replicated
+            continue  # disaggregated pools (their own routers) are not mixed
         key = (repr(found[i].point.workload), d.context_limit)
         pools.setdefault(key, []).append(i)
     return pools
