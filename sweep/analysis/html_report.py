@@ -83,8 +83,8 @@ def _note(lines: list[str]) -> str:
 # --- a study ------------------------------------------------------------------------------------
 def study_html(designs: pd.DataFrame, brief, axes, meta: dict, x: str = "cost_per_mtok",
                y: str = "p95_ttft_s") -> str:
-    """A study's verdict (as ``sweep report`` prints it), its frontier plot of ``x`` against
-    ``y`` and the launch commands of the designs that meet the brief."""
+    """A study's verdict (as ``sweep report`` prints it): the designs that meet the brief and
+    their launch commands, the plot of ``x`` against ``y``, then the failing designs."""
     brief = list(brief)
     v = verdict(designs, brief)
     agg = v.agg
@@ -100,13 +100,14 @@ def study_html(designs: pd.DataFrame, brief, axes, meta: dict, x: str = "cost_pe
                      "A design meets the brief when its mean metrics meet every limit; p_pass "
                      "is the share of seeds that met every limit."),
                 _brief_section(brief), _baseline_section(v, brief, levers, metrics),
-                _passing_section(v, levers, metrics), _family_section(v, agg, levers, metrics)]
+                _passing_section(v, levers, metrics), _study_plot(v, agg, brief, levers, x, y),
+                _family_section(v, agg, levers, metrics)]
     if len(v.truncated):
         ids = ", ".join(str(int(d)) for d in v.truncated["design"])
         sections.append(para(f"Warning: truncated simulations (step bound hit before the end) "
                              f"in {len(v.truncated)} design(s); do not trust their metrics: "
                              f"{ids}", "warn"))
-    sections += [_note(transferred_lines(agg)), _study_plot(v, agg, brief, levers, x, y)]
+    sections.append(_note(transferred_lines(agg)))
     return page(f"{meta.get('name', 'study')}: sweep report", sections)
 
 

@@ -12,6 +12,7 @@ LEFT, RIGHT, TOP, BOTTOM = 84, 24, 40, 58
 #: A point's look by its kind: (fill, stroke, radius).
 LOOKS = {"pass": ("#2ca02c", "#145214", 5.5), "fail": ("#d62728", "#6b1414", 4.0),
          "front": ("#2ca02c", "#000000", 6.5), "point": ("#1f77b4", "#0b2f4d", 5.0)}
+DRAWN = ("point", "fail", "pass", "front")  # the order points are drawn in, last on top
 LEGEND = {"pass": "meets the brief", "fail": "fails the brief",
           "front": "meets the brief, on the Pareto frontier", "point": "one comparison"}
 
@@ -153,7 +154,8 @@ def scatter_svg(points, x_label: str, y_label: str, rules=(), diagonal: bool = F
     out += _rules(rules, xs, ys)
     placed = [p for p in points if _placeable(p.x, xs) and _placeable(p.y, ys)]
     out += _legend(list(dict.fromkeys(p.kind for p in placed)))
-    for p in sorted(placed, key=lambda p: p.kind == "front"):
+    # Passing points over failing ones, the frontier's over both: a passing design is never hidden.
+    for p in sorted(placed, key=lambda p: DRAWN.index(p.kind)):
         fill, stroke, r = LOOKS[p.kind]
         out.append(f'<circle cx="{xs(p.x):.1f}" cy="{ys(p.y):.1f}" r="{r}" fill="{fill}" '
                    f'fill-opacity="0.8" stroke="{stroke}"><title>{escape(p.label)}</title>'
