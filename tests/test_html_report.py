@@ -11,6 +11,7 @@ from sweep.analysis.html_report import study_html
 from sweep.analysis.ownership import clear
 from sweep.analysis.results import load_results
 from sweep.cli import main
+from sweep.study.metric_names import unit_of
 from tests.test_vllm_bench import _copy as vllm_bench_case
 
 VOID = {"meta", "br", "hr", "img", "input", "link"}
@@ -159,14 +160,22 @@ def test_a_capacity_page_holds_the_table_and_the_cheapest_fleets(folders):
         assert near(r["max rate or clients"].split()[0], cap.loc[d, "max_rate"])
         assert r["bound by"] == cap.loc[d, "binding"]
     assert len(page.pres) == len(fleet) and all("vllm serve" in p for p in page.pres)
+    # The plot: a point for each design that carries load, named on hover.
+    carrying = cap[cap["max_rate"] > 0]
+    assert page.svgs == 1 and len(carrying) >= 1
+    assert sorted(t.split(":")[0] for t in page.titles) == sorted(
+        f"design {d}" for d in carrying.index)
 
 
 def test_a_validation_page_holds_the_comparison_and_its_plot(folders):
     assert main(["report", str(folders / "val"), "--html"]) == 0
     page = read(folders / "val" / "report.html")
     table = pd.read_parquet(folders / "val" / "validation.parquet")
-    shown = rows(page.tables[0])
-    assert len(shown) == len(table) and page.svgs == 1 and len(page.titles) == len(table)
+    shown = rows(page.tables[-1])
+    # One plot per unit (seconds, milliseconds), never one scale for both.
+    units = {unit_of(m) for m in table["metric"]}
+    assert len(units) >= 2 and page.svgs == len(units)
+    assert len(shown) == len(table) and len(page.titles) == len(table)
     for r, (_, t) in zip(shown, table.iterrows()):
         assert r["metric"] == t["metric"] and near(r["measured"], t["measured"])
         assert near(r["predicted"], t["predicted"])

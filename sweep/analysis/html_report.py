@@ -17,7 +17,7 @@ from sweep.analysis.report import (EXAMPLES, SHOWN_METRICS, _num, is_metric, lau
                                    transferred_lines, varying, verdict)
 from sweep.analysis.svg_plot import Point, Rule, scatter_svg
 from sweep.study.config import Limit
-from sweep.study.metric_names import METRICS, unit
+from sweep.study.metric_names import METRICS, unit, unit_of
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif;
@@ -245,7 +245,8 @@ def capacity_html(cap: pd.DataFrame, fleet, meta: dict, mixed=None) -> str:
     sections += [f"<h2>Capacity ({len(carrying)} of {len(cap)} designs carry load within the "
                  "brief), cheapest at capacity first</h2>",
                  table(["design", "max rate or clients", "bound by",
-                        "$ per million tokens at capacity", "$/hour", "levers", "why"], rows)]
+                        "$ per million tokens at capacity", "$/hour", "levers", "why"], rows),
+                 _capacity_plot(carrying, levers)]
     if target is None:
         blocks = [commands(r, f"design {int(r['design'])}: {levers_text(r, levers)}")
                   for _, r in carrying.head(MAX_LISTED).iterrows()]
@@ -253,6 +254,23 @@ def capacity_html(cap: pd.DataFrame, fleet, meta: dict, mixed=None) -> str:
             sections += ["<h2>Launch commands</h2>", *filter(None, blocks)]
     sections.append(_note(transferred_lines(cap)))
     return page(f"{meta.get('name', 'capacity')}: capacity report", sections)
+
+
+def _capacity_plot(carrying: pd.DataFrame, levers) -> str:
+    """Each design that carries load: its capacity against its cost at capacity, named on
+    hover."""
+    points = [Point(float(r["cost_per_mtok_at_max"]), float(r["max_rate"]),
+                    f"design {int(r['design'])}: {_load_text(r)}, "
+                    f"{_num(r['cost_per_mtok_at_max'])} $/M tokens at capacity, bound by "
+                    f"{r['binding']} | {levers_text(r, levers)}", "pass")
+              for _, r in carrying.iterrows()]
+    if not points:
+        return ""
+    return "\n".join(["<h2>Capacity against cost</h2>",
+                      para("Hover a point for its design; to the upper left is better."),
+                      scatter_svg(points, unit("cost_per_mtok") + " at capacity, lower is better",
+                                  "capacity (requests/s, or clients), higher is better",
+                                  caption="capacity against cost at capacity")])
 
 
 def _fleet_section(cap, fleet, levers, target: float, mixed) -> str:
@@ -301,10 +319,10 @@ FLAGS = tuple(m for m, kind in METRICS.items() if kind == "b")
 
 
 def validation_html(comparisons: pd.DataFrame, summaries: dict) -> str:
-    """A validation's predicted against measured, case by case and metric by metric, its
-    summaries (titled tables, as ``sweep validate`` prints them) and the plot, each point
-    named on hover."""
-    rows, points = [], []
+    """A validation's summaries (titled tables, as ``sweep validate`` prints them), its plots
+    (one per unit, each point named on hover) and its predicted against measured, case by
+    case and metric by metric."""
+    rows, points = [], {}
     for r in comparisons.itertuples(index=False):
         if r.metric in FLAGS:
             rows.append([r.case, r.group, r.gpu, r.gpus, r.metric,
@@ -315,22 +333,24 @@ def validation_html(comparisons: pd.DataFrame, summaries: dict) -> str:
         error = "n/a" if pd.isna(r.error_pct) else f"{r.error_pct:+.1f}%"
         rows.append([r.case, r.group, r.gpu, r.gpus, r.metric, r.measured, r.predicted,
                      r.predicted_lo, r.predicted_hi, error])
-        points.append(Point(float(r.measured), float(r.predicted),
-                            f"{r.case}: {r.metric} measured {_num(r.measured)}, predicted "
-                            f"{_num(r.predicted)} ({error}); {r.gpu} x{r.gpus}, {r.group}"))
+        points.setdefault(unit_of(r.metric), []).append(Point(
+            float(r.measured), float(r.predicted),
+            f"{r.case}: {r.metric} measured {_num(r.measured)}, predicted {_num(r.predicted)} "
+            f"({error}); {r.gpu} x{r.gpus}, {r.group}"))
     cases = comparisons["case"].nunique()
     sections = [para(f"{cases} cases, {len(comparisons)} comparisons: the simulator's prediction "
                      "(the mean over seeds, with its 90% interval) against what the real "
-                     "server measured."),
-                "<h2>Predicted against measured</h2>",
-                table(["case", "group", "gpu", "tp", "metric", "measured", "predicted",
-                       "90% low", "90% high", "error"], rows)]
+                     "server measured.")]
     for title, df in summaries.items():
         if len(df):
             sections += [f"<h2>{escape(title)}</h2>", frame_table(df)]
-    sections += ["<h2>The plot</h2>", para("Hover a point for its case and metric; the line is "
-                                           "predicted = measured."),
-                 scatter_svg(points, "measured (each metric in its unit: s or ms)",
-                             "predicted (mean over seeds)", diagonal=True,
-                             caption="predicted against measured")]
+    for u, pts in points.items():
+        sections += [f"<h2>The plot, metrics in {escape(u)}</h2>",
+                     para("Hover a point for its case and metric; the line is predicted = "
+                          "measured."),
+                     scatter_svg(pts, f"measured ({u})", f"predicted ({u}, mean over seeds)",
+                                 diagonal=True, caption=f"predicted against measured, {u}")]
+    sections += ["<h2>Predicted against measured</h2>",
+                 table(["case", "group", "gpu", "tp", "metric", "measured", "predicted",
+                        "90% low", "90% high", "error"], rows)]
     return page(f"Validation: {cases} cases", sections)

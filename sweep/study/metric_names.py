@@ -31,3 +31,10 @@ def unit(column: str) -> str:
         if column.endswith(suffix):
             return f"{column} ({word})"
     return column
+
+
+def unit_of(column: str) -> str:
+    """The unit alone (``unit``'s bracket), or "other" for a column without one: values are
+    compared on one scale only within a unit."""
+    text = unit(column)
+    return text[text.index("(") + 1:-1] if text.endswith(")") else "other"

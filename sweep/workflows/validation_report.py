@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from sweep.study.metric_names import METRICS, unit
+from sweep.study.metric_names import METRICS, unit_of
 
 #: Metrics stated as flags (true or false) rather than numbers.
 FLAGS = tuple(m for m, kind in METRICS.items() if kind == "b")
@@ -201,12 +201,6 @@ def plot(table: pd.DataFrame, path_png, path_svg=None) -> tuple[str, ...]:
     return tuple(map(str, files))
 
 
-def _panel_unit(metric: str) -> str:
-    """The unit a metric's panel is drawn in: its values are compared on that scale only."""
-    text = unit(metric)
-    return text[text.index("(") + 1:-1] if text.endswith(")") else "other"
-
-
 def _panel(ax, ok: pd.DataFrame, colour: dict, marker: dict, unit_name: str) -> None:
     """One unit's predicted-against-measured, log-log, with y = x and +-10% / +-25% bands."""
     if len(ok):
@@ -251,13 +245,13 @@ def validation_figure(table: pd.DataFrame):
         matplotlib.colormaps["Dark2"].colors)
     colour = {m: palette[i % len(palette)] for i, m in enumerate(metrics)}
     marker = {g: _MARKERS[i % len(_MARKERS)] for i, g in enumerate(groups)}
-    units = list(dict.fromkeys(_panel_unit(m) for m in metrics)) or ["s"]
+    units = list(dict.fromkeys(unit_of(m) for m in metrics)) or ["s"]
 
     width = 4.2 * len(units) + 2.4  # each panel, then the legends beside the last
     fig = NotebookFigure(figsize=(width, 5.2), dpi=110)
     axes = [fig.add_subplot(1, len(units), i + 1) for i in range(len(units))]
     for ax, u in zip(axes, units):
-        _panel(ax, ok[ok["metric"].map(_panel_unit) == u], colour, marker, u)
+        _panel(ax, ok[ok["metric"].map(unit_of) == u], colour, marker, u)
     off = len(num) - len(ok)
     fig.suptitle(f"servesweep against measurements: {ok['case'].nunique()} cases, {len(ok)} "
                  f"comparisons" + (f" ({off} off the plot: not positive)" if off else ""),
