@@ -152,10 +152,12 @@ def server_lines(r: dict) -> tuple[list[str], list[str]]:
     elif dp_p != dp_d:
         levers += [f"prefill_data_parallel = {dp_p}"] * (dp_p > 1) + [
             f"decode_data_parallel = {dp_d}"] * (dp_d > 1)
-    # A rank's seats: every client where they all share one decode server's ranks, and at
-    # least 16 (a prefill pool's passes are bound by the token budget before that).
+    # A rank's seats, so that they never bind (the recipes' limits are not known; the engines'
+    # defaults are far above these loads): half as many again as a decode rank holds on average
+    # (the clients spread over the decode servers' ranks), at least 16 (a prefill pool's passes
+    # are bound by the token budget before that), at most every client.
     clients = int(r["concurrency"])
-    seats = max(-(-clients // dp_d), min(clients, 16))
+    seats = min(clients, max(-(-3 * clients // (2 * d * dp_d)), 16))
     levers += [f"max_batch = {seats}", f"max_num_batched_tokens = {tokens}",
                "prefix_cache = false"]
     if s.kv_bits != 16:
