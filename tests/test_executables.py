@@ -220,3 +220,19 @@ def test_the_least_recently_used_executables_go_first_beyond_the_size_limit(stor
     monkeypatch.setattr(executables, "_loaded", {})
     _get(xs[2])  # loading one marks it used
     assert paths[2].stat().st_mtime > 1.3e9
+
+
+def test_past_the_memory_bound_executables_are_forgotten(store, monkeypatch):
+    """A long run of many shapes keeps at most ``MAX_LOADED`` in memory, and forgetting them
+    clears jax's caches (which alone release their mapped memory); a forgotten one is read
+    back or compiled again when next wanted, and gives the same answer."""
+    monkeypatch.setattr(executables, "MAX_LOADED", 2)
+    cleared = []
+    monkeypatch.setattr(executables.jax, "clear_caches", lambda: cleared.append(True))
+    xs = [jnp.arange(float(n)) for n in (3, 4, 5)]
+    for x in xs:
+        assert np.array_equal(_get(x)(x), 2 * np.asarray(x))
+        assert len(executables._loaded) <= 2
+    assert len(executables._loaded) == 1 and cleared == [True]
+    assert np.array_equal(_get(xs[0])(xs[0]), 2 * np.asarray(xs[0]))
+    assert len(executables._loaded) == 2 and cleared == [True]

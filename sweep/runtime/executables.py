@@ -37,6 +37,13 @@ LOCK_UNWRITTEN_S = 10.0
 #: The directory's executables are kept within this many bytes, the least recently used
 #: removed first (the Serve a Model study's four are a few MB on a CPU).
 MAX_BYTES = 2e9
+#: Executables kept in memory at most. Each maps its code in hundreds of memory regions (about
+#: 600 for the engine on a CPU, measured), which only ``jax.clear_caches`` releases, and Linux
+#: lets a process map 65,530 by default (``vm.max_map_count``): a validation of 49 cases of
+#: different shapes, compiling about 145 programs, ended in "LLVM ERROR: Unable to allocate
+#: section memory". Past this many, all are forgotten at once (read back from the directory,
+#: or compiled again, when next wanted).
+MAX_LOADED = 64
 #: jax settings that do not change a compiled program (caches, logging).
 _NEUTRAL = ("jax_compilation_cache", "jax_enable_compilation_cache", "jax_persistent_cache",
             "jax_log_compiles", "jax_explain_cache_misses", "jax_raise_persistent_cache_errors",
@@ -83,10 +90,15 @@ def get(name: str, fn, args: tuple, kwargs: dict, static: dict) -> jax.stages.Co
     with _guard:
         lock = _locks.setdefault(key, threading.Lock())
     with lock:  # one compilation per key, whichever thread asks first
-        if key not in _loaded:
-            _loaded[key] = _load_or_compile(name, key,
-                                            lambda: _compile(fn, args, kwargs, static))
-        return _loaded[key]
+        exe = _loaded.get(key)
+        if exe is None:
+            with _guard:
+                if len(_loaded) >= MAX_LOADED:  # calls under way keep theirs
+                    _loaded.clear()
+                    jax.clear_caches()
+            exe = _loaded[key] = _load_or_compile(name, key,
+                                                  lambda: _compile(fn, args, kwargs, static))
+        return exe
 
 
 def _compile(fn, args, kwargs, static) -> tuple[jax.stages.Compiled, bool]:
