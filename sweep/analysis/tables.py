@@ -80,27 +80,29 @@ def requests_table(parts: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 def typed(df: pd.DataFrame) -> pd.DataFrame:
-    """Levers as categoricals, counts int64, times float64, flags bool (the Parquet schema)."""
-    df = df.copy()
-    for col in df.columns:
-        if col in METRICS:
-            df[col] = df[col].astype(_DTYPES[METRICS[col]])
-        elif col in ("design", "seed"):
-            df[col] = df[col].astype("int64")
-        elif df[col].map(lambda v: isinstance(v, str)).any():
-            # A key that applies to some designs only (a trace beside sampled workloads) stays
-            # missing where it does not apply, rather than the text "None".
-            text = df[col].astype(str).where(df[col].notna())
-            df[col] = pd.Categorical(text, categories=list(dict.fromkeys(text.dropna())))
-        elif df[col].isna().all():
-            df[col] = df[col].astype("float64")
-        elif all(isinstance(v, (bool, np.bool_)) for v in df[col]):
-            df[col] = df[col].astype("bool")
-        elif df[col].notna().all() and all(isinstance(v, (int, np.integer)) for v in df[col]):
-            df[col] = df[col].astype("int64")
-        else:
-            df[col] = df[col].astype("float64")
-    return df
+    """Levers as categoricals, counts int64, times float64, flags bool (the Parquet schema);
+    built whole (a frame of a hundred columns set one by one is fragmented)."""
+    return pd.DataFrame({col: _typed_column(col, df[col]) for col in df.columns}, index=df.index)
+
+
+def _typed_column(col: str, x: pd.Series) -> pd.Series:
+    if col in METRICS:
+        return x.astype(_DTYPES[METRICS[col]])
+    if col in ("design", "seed"):
+        return x.astype("int64")
+    if x.map(lambda v: isinstance(v, str)).any():
+        # A key that applies to some designs only (a trace beside sampled workloads) stays
+        # missing where it does not apply, rather than the text "None".
+        text = x.astype(str).where(x.notna())
+        return pd.Series(pd.Categorical(text, categories=list(dict.fromkeys(text.dropna()))),
+                         index=x.index, name=x.name)
+    if x.isna().all():
+        return x.astype("float64")
+    if all(isinstance(v, (bool, np.bool_)) for v in x):
+        return x.astype("bool")
+    if x.notna().all() and all(isinstance(v, (int, np.integer)) for v in x):
+        return x.astype("int64")
+    return x.astype("float64")
 
 
 #: Two-sided 95% Student-t quantiles by degrees of freedom (1..30); beyond, the normal 1.96.
