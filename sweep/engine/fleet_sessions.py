@@ -19,12 +19,16 @@ def sessions_of(r: Requests) -> bool:
     return bool(np.any(np.asarray(r.turn) == 1))
 
 
+def keeps_sessions(p) -> bool:
+    """Whether a plan's (``topology.Plan``) replicas are behind the session router: each then
+    holds its own sessions, and nothing of another's (one server holds the requests as they
+    are)."""
+    return p.router == "session" and p.weights is None and p.decode is None and len(p.first) > 1
+
+
 def by_session(p, r: Requests) -> bool:
-    """Whether a plan's (``topology.Plan``) replicas serve a workload of sessions by the
-    session router: each then holds its own sessions, and nothing of another's (one server
-    holds the requests as they are)."""
-    return (p.router == "session" and p.weights is None and p.decode is None
-            and len(p.first) > 1 and sessions_of(r))
+    """Whether a plan's replicas serve a workload of sessions by the session router."""
+    return keeps_sessions(p) and sessions_of(r)
 
 
 def share(clients: int, j: int, servers: int) -> int:

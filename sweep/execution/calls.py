@@ -26,6 +26,7 @@ import pandas as pd
 
 from sweep.analysis.tables import call_metrics, call_requests
 from sweep.engine.features import prefills
+from sweep.engine.fleet_sessions import keeps_sessions
 from sweep.engine import topology
 from sweep.execution.batch import stack
 from sweep.execution.budget import widest
@@ -142,8 +143,14 @@ class Scheduler:
 
     def _loops(self, group: Group, bound: dict) -> dict:
         """Whether the group's first call holds a closed loop, or sessions, and pauses drawn
-        from a table: features its requests switch on."""
-        loads = [self.study.points[s.point].workload for s in self._first_call(group, bound)]
+        from a table: features its requests switch on. Over several servers a loop reaches
+        them open, as the rounds send it (``topology.run``), unless the session router keeps
+        each replica's sessions whole."""
+        loads = []
+        for s in self._first_call(group, bound):
+            w, p = self.study.points[s.point].workload, self.params[s.point]
+            if topology.plain(p) or (w.turns is not None and keeps_sessions(p)):
+                loads.append(w)
         return {"closed": any(w.arrival == "closed" for w in loads),
                 "sessions": any(w.turns is not None for w in loads),
                 "pauses": any(isinstance(w.think_time_s, Pauses) and w.think_time_s.dist != "fixed"
