@@ -388,7 +388,7 @@ def _decode(plans: list, given: dict, pooled: dict, call: Callable, pad: Request
     merged = {}
     for k, (dec_r, order, to, lanes) in queued.items():
         p, cut = plans[k], len(plans[k].first)
-        dec = merge_replicas(dec_r, [_pick(out, j) for j in range(len(params))[lanes]],
+        dec = merge_replicas(dec_r, [_pick(out, j) for j in range(lanes.start, lanes.stop)],
                              p.gpus[cut:], to)
         merged[k] = merge_pools(given[k], pooled[k], dec, order,
                                 [sum(p.gpus[:cut]), sum(p.gpus[cut:])])

@@ -342,12 +342,10 @@ class _Design:
             try:
                 pool.validate()
             except FieldError as e:  # named by the pool's own key, where the design sets it
-                name = e.key.removeprefix("levers.")
-                own = "gpus" if name == "gpus" else name if getattr(
-                    self, f"{side}_{name}", None) is not None else None
-                if own is None:
+                own = f"{side}_{e.key.removeprefix('levers.')}"
+                if getattr(self, own, None) is None:
                     raise
-                raise type(e)(f"levers.{side}_{own}", e.reason, e.allowed, e.value) from None
+                raise type(e)(f"levers.{own}", e.reason, e.allowed, e.value) from None
 
     def _validate_precision(self, gpu: GPU) -> None:
         a, w = self.activation_precision, self.weight_precision
