@@ -151,6 +151,12 @@ def load_cases(paths, seeds: int | None = None) -> list[Case]:
     return cases
 
 
+def tensor_parallel(design) -> int:
+    """The degree a case is grouped by: its server's, or of disaggregated pools the decode
+    pool's (which sets the time per token)."""
+    return design.decode_gpus if design.disaggregated else design.gpus
+
+
 def peak_rate(design) -> float:
     """The most output tokens per second ``design``'s GPUs could compute: every token costs at
     least 2 FLOPs per active parameter, at twice each GPU's best dense tensor peak (sparse
@@ -328,7 +334,7 @@ def compare(cases: list[Case], sims: list[Simulated]) -> pd.DataFrame:
         for metric, meas in case.study.measured.items():
             design = case.study.points[0].design
             row = {"case": case.name, "file": str(case.path), "group": case.group,
-                   "gpu": design.gpu_spec.name, "gpus": design.gpus, "metric": metric,
+                   "gpu": design.gpu_spec.name, "gpus": tensor_parallel(design), "metric": metric,
                    "measured": float(meas), "seeds": n, "load": occupied}
             if metric in FLAGS:
                 share = float(flagged(r, metric).mean()) if n else math.nan
