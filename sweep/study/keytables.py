@@ -84,18 +84,20 @@ def table(section: str, short: bool) -> list[str]:
     first = f"`[{section}]`{_TITLES.get(section, '')}" if short else "key"
     rows = [f"| {first} | values | default | meaning |", "| --- | --- | --- | --- |"]
     fitted = [f for f in KEYS[section].values() if short and f.fitted]
-    for f in KEYS[section].values():
-        pool = f.key.removeprefix("decode_")
+    keys = KEYS[section]
+    for f in keys.values():
+        # The pools' pairs share a line in the short form: the prefill key's says it of both.
+        pair = f"decode_{f.key.removeprefix('prefill_')}"
+        leads = short and f.key.startswith("prefill_") and pair in keys
+        follows = short and f.key.startswith("decode_") and f"prefill_{f.key[7:]}" in keys
         if f is (fitted[0] if fitted else None):
-            keys = ", ".join(f"`{g.key}`" for g in fitted)
-            rows.append(f"| {keys} | shares of peaks, times ([each](docs/config.md#hardware)) "
+            names = ", ".join(f"`{g.key}`" for g in fitted)
+            rows.append(f"| {names} | shares of peaks, times ([each](docs/config.md#hardware)) "
                         "| the GPU's | the fitted factors and host terms |")
-        elif short and f.key.startswith("prefill_") and f"decode_{f.key[8:]}" in KEYS[section]:
-            # The pools' pairs share a line: the prefill key's says it of both.
-            rows.append(f"| `{f.key}`, `decode_{f.key[8:]}` | {values(f, short)} | "
-                        f"{default(f, short)} | {f.short} |")
-        elif f not in fitted and not (short and pool != f.key
-                                      and f"prefill_{pool}" in KEYS[section]):
+        elif leads:
+            rows.append(f"| `{f.key}`, `{pair}` | {values(f, short)} | {default(f, short)} | "
+                        f"{f.short} |")
+        elif f not in fitted and not follows:
             meaning = f.short if short else f.help
             rows.append(f"| `{f.key}` | {values(f, short)} | {default(f, short)} | {meaning} |")
     return rows
