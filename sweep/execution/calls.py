@@ -25,7 +25,6 @@ import numpy as np
 import pandas as pd
 
 from sweep.analysis.tables import call_metrics, call_requests
-from sweep.engine.features import prefills
 from sweep.engine.fleet_sessions import keeps_sessions
 from sweep.engine import topology
 from sweep.execution.batch import stack
@@ -135,11 +134,9 @@ class Scheduler:
         return (sorted(self.pending[group], key=self._kind)[:self.shapes[group].size]
                 if group in self.pending else bound[group])
 
-    def _like(self, group: Group, bound: dict) -> topology.Plan:
-        """A plan compiling as the group's first call will (with prefix caching and chunked
-        prefill if any of its simulations uses them)."""
-        plans = [self.params[s.point] for s in self._first_call(group, bound)]
-        return next((p for p in plans if prefills.uses(p.first[0])), plans[0])
+    def _like(self, group: Group, bound: dict) -> list[topology.Plan]:
+        """The plans of the group's first call, whose servers' features it compiles."""
+        return [self.params[s.point] for s in self._first_call(group, bound)]
 
     def _loops(self, group: Group, bound: dict) -> dict:
         """Whether the group's first call holds a closed loop, or sessions, and pauses drawn

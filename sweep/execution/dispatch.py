@@ -53,13 +53,13 @@ def dispatch(params: list, reqs, seats: int, k_max: int, lanes: int, devices,
     return out, mets
 
 
-def warm(shape: Shape, seats: int, k_max: int, devices, max_steps, plan, widest: int,
+def warm(shape: Shape, seats: int, k_max: int, devices, max_steps, plans: list, widest: int,
          paths: tuple[int, int] = SHARED_PATHS, closed: bool = False, sessions: bool = False,
          pauses: bool = False):
     """Compile a group's engine and summaries for the shapes of its calls (``widest`` servers
-    per simulation, requests' paths of shape ``paths``; with the closed loop's, sessions' or
-    drawn pauses' feature where its first call has them) without simulating: compiled
-    functions are cached, so its calls find them."""
+    per simulation, requests' paths of shape ``paths``; with the features of its first call's
+    ``plans``' servers, and the closed loop's, sessions' or drawn pauses' where its requests
+    have them) without simulating: compiled functions are cached, so its calls find them."""
     width = shape.size * widest
     shaped = sample_batch_shape(shape.slots, stack([workload_params(NOTHING, 0, 2, shape.slots,
                                                                     paths)] * width))
@@ -74,12 +74,15 @@ def warm(shape: Shape, seats: int, k_max: int, devices, max_steps, plan, widest:
                          think=reqs.think.at[0, 0].set(float(pauses)))
     # Requests come as device arrays (sampled), plans and results as host arrays, as in the
     # calls: a sharded device array's shards have a type of their own, another compilation.
-    shards = _shards([stack([plan.first[0]] * width), reqs], devices)
+    # The first call's servers in its order, padded as it is (``topology.run``).
+    servers = [x for p in plans for x in p.first][:width]
+    servers += [plans[0].first[0]] * (width - len(servers))
+    shards = _shards([stack(servers), reqs], devices)
     engine = _engine(shards, seats, k_max, shape.lanes, max_steps, compile_only=True)[0]
     # The summaries see whole simulations (servers merged), as in the calls.
     for o_d, r_d, p_d in _shards([zeros(engine.out_info, shape.size),
                                   zeros(shaped, shape.size, jnp),
-                                  stack([plan.system] * shape.size)], devices):
+                                  stack([plans[0].system] * shape.size)], devices):
         summarize_batch(o_d, r_d, p_d, compile_only=True)
 
 

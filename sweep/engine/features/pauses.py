@@ -14,11 +14,16 @@ NAME = "pauses"
 
 
 def uses(p, r) -> bool:
-    """Whether some closed loop or sessions of a (concrete) batch pause for different times."""
+    """Whether some closed loop or sessions of a (concrete) batch pause for different times
+    (a workload of sessions: after its turns; rows that hold none, padding, are never sent)."""
     clients = np.asarray(r.clients).reshape(-1)
-    think = np.asarray(r.think).reshape(clients.size, -1)
-    looped = (clients > 0) | (np.asarray(r.turn).reshape(clients.size, -1) > 0).any(axis=1)
-    return bool(np.any(looped & (think.max(axis=1) > think.min(axis=1))))
+    turn = np.asarray(r.turn).reshape(clients.size, -1)
+    think = np.broadcast_to(np.asarray(r.think).reshape(clients.size, -1), turn.shape)
+    sessions = (turn > 0).any(axis=1)
+    counted = ~sessions[:, None] | (turn > 0)
+    hi = np.where(counted, think, -np.inf).max(axis=1)
+    lo = np.where(counted, think, np.inf).min(axis=1)
+    return bool(np.any(((clients > 0) | sessions) & (hi > lo)))
 
 
 def init(n: int, seats: int, nodes: int) -> None:
