@@ -202,6 +202,14 @@ def test_a_batch_compiles_only_the_features_it_uses():
     # Sessions, open or closed, stand for the closed loop.
     turns = r._replace(clients=jnp.int32(2), turn=jnp.ones(r.arrival.shape, jnp.int32))
     assert features.active(params(8), turns) == ("sessions",)
+    # Sessions pause for different times only where their turns do: padding rows (turn 0,
+    # never sent) pausing otherwise compile nothing more.
+    two = step(params(8), [0.0, 0.0, 0.0], [8, 8, 8], [4, 4, 4]).r._replace(
+        clients=jnp.int32(0), turn=jnp.asarray([1, 2, 0], jnp.int32),
+        think=jnp.asarray([0.5, 0.5, 0.0]))
+    assert features.active(params(8), two) == ("sessions",)
+    varied = two._replace(think=jnp.asarray([0.5, 0.2, 0.0]))
+    assert features.active(params(8), varied) == ("sessions", "pauses")
     # A CPU tier comes with the prefix cache it serves.
     assert features.active(params(8, prefix_cache=True, kv_offload_gib=8.0), r) == (
         "prefills", "kv_offload")
