@@ -126,7 +126,7 @@ class Scheduler:
                  or g not in self.pending and many]
         turn = order % len(first)
         return [(g, partial(warm, self.shapes[g], g.seats, self.k_max, self.devices,
-                            self.max_steps, self._like(g, bound), self.widest, self.paths,
+                            self.max_steps, self._first_plans(g, bound), self.widest, self.paths,
                             **self._loops(g, bound)))
                 for g in first[turn:] + first[:turn]]
 
@@ -134,7 +134,7 @@ class Scheduler:
         return (sorted(self.pending[group], key=self._kind)[:self.shapes[group].size]
                 if group in self.pending else bound[group])
 
-    def _like(self, group: Group, bound: dict) -> list[topology.Plan]:
+    def _first_plans(self, group: Group, bound: dict) -> list[topology.Plan]:
         """The plans of the group's first call, whose servers' features it compiles."""
         return [self.params[s.point] for s in self._first_call(group, bound)]
 
