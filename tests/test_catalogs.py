@@ -30,7 +30,8 @@ DATA = Path(__file__).parent / "data"
 #: Memory as the catalog has it: the marketed figure for HBM parts (GiB-class), and what
 #: nvidia-smi reports for the L40S (46,068 MiB: its ECC, on by default, holds the rest of 48 GB).
 GPU_MEMORY = {"H100-SXM": 80, "H200": 141, "A100-80GB": 80, "L40S": 46068 / 1024, "B200": 180,
-              "MI300X": 192, "B300": 288, "GB200": 186, "MI325X": 256, "MI355X": 288}
+              "MI300X": 192, "B300": 288, "GB200": 186, "MI325X": 256, "MI355X": 288,
+              "GB300": 288}
 
 
 @pytest.mark.parametrize("name", sorted(GPU_MEMORY))
@@ -77,7 +78,7 @@ def test_h100_price_matches_the_brief():
                                           ("H200", 4.8, 989.4), ("MI300X", 5.3, 1307.4),
                                           ("B200", 8.0, 2250.0), ("B300", 8.0, 2250.0),
                                           ("GB200", 8.0, 2500.0), ("MI325X", 6.0, 1307.4),
-                                          ("MI355X", 8.0, 2516.6)])
+                                          ("MI355X", 8.0, 2516.6), ("GB300", 8.0, 2500.0)])
 def test_gpu_datasheet_figures(name, bw, bf16):
     g = get_gpu(name)
     assert g.bandwidth_tbs == pytest.approx(bw)

@@ -11,8 +11,8 @@ servers, ``prefill_workers`` and ``decode_workers``, its attention ranks and whe
 are sharded) under the run's engine (``[hardware] engine``), on the KV link's default (one
 400 Gb/s NIC a GPU).
 
-- **Rows used:** the InferenceX database's disaggregated runs (NVIDIA's Dynamo recipes) on H200
-  and B200 that state their workers and layouts, of DeepSeek-R1/V3 (FP8 and NVFP4, as
+- **Rows used:** the InferenceX database's disaggregated runs (NVIDIA's Dynamo recipes) on H200,
+  B200, GB200 and GB300 that state their workers and layouts, of DeepSeek-R1/V3 (FP8 and NVFP4, as
   ``make_engine_cases.py`` states them).
 - **Skipped rows** (counted in the summary): H100 (its decode pools are 16 GPUs of tensor
   parallelism across nodes, which servesweep does not model); attention ranks whose experts are
@@ -21,11 +21,10 @@ are sharded) under the run's engine (``[hardware] engine``), on the KV link's de
 - **The server:** the Dynamo recipes' flags are not in the rows or the data's sources, so each
   case takes the flags of InferenceX's single-node launch script for the same engine, model and
   GPU (``make_engine_cases.SERVERS``: the token budget, the KV cache's precision, the memory
-  share), and says so. The client is InferenceX's (``req_rate: inf``, N clients; its warm-up
+  share; GB200 and GB300, which have no single-node script, the B200's), and says so. The client is InferenceX's (``req_rate: inf``, N clients; its warm-up
   and prompt counts are assumed the single-node client's).
-- **The split:** rows sorted by (engine, GPU, model, layout, prompt length, clients); the
-  second of every three is fitted (``fit/``), the rest held out (``holdout/``). Nothing is
-  fitted on ``fit/``: the engines' terms come from their aggregated runs.
+- **The split:** per engine and GPU, rows sorted by (model, layout, prompt length, clients);
+  the second of every three is fitted (``fit/``), the rest held out (``holdout/``).
 
 Standard library only.
 """
@@ -46,6 +45,10 @@ OUT = HERE / "disagg"
 GROUPS = ("fit", "holdout")
 HEADER = "# Written by validation/make_disagg_cases.py"
 MAX_CLIENTS = 256
+#: The GPUs of the rows: the single-node ones and the NVL72 racks (one NVLink domain each).
+DISAGG_GPUS = {**GPUS, "gb200": "GB200", "gb300": "GB300"}
+#: The racks' GPUs take the B200's single-node launch flags (InferenceX has none of their own).
+SCRIPT_GPU = {"GB200": "B200", "GB300": "B200"}
 
 
 def pool(r: dict, side: str) -> tuple[int, int, bool]:
@@ -60,7 +63,7 @@ def skip_reason(r: dict) -> str | None:
     """Why a row cannot be a case, or None."""
     if r["backend"] not in ENGINES:
         return f"backend {r['backend']}"
-    if r["system"] not in GPUS or r["system"] == "h100_sxm":
+    if r["system"] not in DISAGG_GPUS or r["system"] == "h100_sxm":
         return f"GPU {r['system']}"
     if (r["model_path"], r["precision"]) not in MODELS:
         return f"model {r['model_path']}"
@@ -76,7 +79,12 @@ def model_of(r: dict) -> ModelCase:
 
 
 def gpu_of(r: dict) -> str:
-    return GPUS[r["system"]]
+    return DISAGG_GPUS[r["system"]]
+
+
+def server_of(r: dict):
+    """The single-node launch script whose flags the case takes."""
+    return SERVERS[(r["backend"], model_of(r).family, SCRIPT_GPU.get(gpu_of(r), gpu_of(r)))]
 
 
 def workers(r: dict, side: str) -> int:
@@ -123,18 +131,24 @@ def read_rows(path: Path = CSV) -> tuple[list[dict], dict[str, int]]:
 
 def split(rows: list[dict]) -> dict[str, str]:
     """One group, in order of (engine, GPU, model, layout, prompt length, clients)."""
-    return case_files.split(rows, lambda r: (), lambda r: (
-        r["backend"], gpu_of(r), model_of(r).slug, layout_name(r), int(r["isl"]),
-        int(r["concurrency"])), case_name)
+    return case_files.split(rows, lambda r: (r["backend"], gpu_of(r)), lambda r: (
+        model_of(r).slug, layout_name(r), int(r["isl"]), int(r["concurrency"])), case_name)
+
+
+def _at(value, gpus: int):
+    """A script's flag for a server of ``gpus`` GPUs."""
+    return value.get(gpus, value.get(8)) if isinstance(value, dict) else value
 
 
 def server_lines(r: dict) -> tuple[list[str], list[str]]:
     """[hardware]'s memory line and [levers]' lines of the pools."""
     (tp_p, dp_p, ep_p), (tp_d, dp_d, ep_d) = pool(r, "prefill"), pool(r, "decode")
     p, d = workers(r, "prefill"), workers(r, "decode")
-    s = SERVERS[(r["backend"], model_of(r).family, gpu_of(r))]
-    tokens = s.tokens.get(8, 8192) if isinstance(s.tokens, dict) else s.tokens or 8192
-    memory = s.memory.get(8) if isinstance(s.memory, dict) else s.memory
+    s = server_of(r)
+    # Flags the script sets by a server's GPUs: the token budget the prefill server's, the memory
+    # share (one key for both pools) the smaller server's; the 8-GPU server's where it has none.
+    tokens = _at(s.tokens, tp_p * dp_p) or 8192
+    memory = _at(s.memory, min(tp_p * dp_p, tp_d * dp_d))
     hardware = [f"gpu_memory_utilization = {TRT_MEMORY if r['backend'] == 'trtllm' else memory}"
                 f"  # {s.script}'s (the recipe's flags are not known)"]
     levers = [f"[levers]  # the row: prefill {p} x (tp {tp_p}, attention ranks {dp_p}, experts "

@@ -110,6 +110,11 @@ SHEETS = (
           "(GeForce's half rate); PCIe Gen4 x16 64 GB/s bidirectional, no NVLink or peer "
           "access; nvidia-smi reports 24,564 MiB; $0.60/GPU-h RunPod on-demand, March 2026 "
           "(deploybase.ai RunPod GPU pricing guide)"),
+    Sheet("GB300", 288, 8.0, 2500.0, 5000.0, 15000.0, 900, "nvlink", 7.0, "Blackwell",
+          "NVIDIA GB300 NVL72 specifications, one of its 72 Blackwell Ultra GPUs: 288 GB "
+          "HBM3e (20 TB a rack) at 576 TB/s a rack (8 TB/s); FP4 1,440 PF with sparsity, "
+          "1,080 PF dense, FP8 720 PF and BF16 360 PF with sparsity per rack (15, 5 and "
+          "2.5 PF dense per GPU); NVLink 5 1.8 TB/s bidirectional per GPU; price assumed"),
 )
 
 
@@ -139,6 +144,9 @@ HOST_LINKS: dict[str, tuple[float, str]] = {
                            "bidirectional)"),
     "RTX-4090": (32.0, "PCIe Gen4 x16 (NVIDIA Ada Lovelace architecture whitepaper: 64 GB/s "
                        "bidirectional)"),
+    "GB300": (225.0, "NVLink-C2C, 900 GB/s bidirectional from one Grace CPU to two Blackwell "
+                     "Ultra GPUs (NVIDIA GB300 NVL72 specifications): 225 GB/s per GPU per "
+                     "direction"),
 }
 
 
@@ -182,4 +190,6 @@ INTERNODE: dict[str, tuple[float, int, str]] = {
                               "Ethernet port (25 Gb/s per GPU)"),
     "RTX-4090": (12.5, 8, "assumed: a server of 8 cards sharing one 100 Gb/s Ethernet port "
                           "(12.5 Gb/s per GPU)"),
+    "GB300": (800.0, 72, "NVIDIA GB300 NVL72 specifications: 72 ConnectX-8 SuperNICs, 800 Gb/s "
+                         "each, one per GPU; its 72 GPUs are one NVLink domain"),
 }
