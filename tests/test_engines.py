@@ -13,6 +13,7 @@ from sweep.physics.catalog import get_model
 from sweep.physics.engines import (ENGINES, HOST_TERMS, SGLANG, TRTLLM, VLLM,
                                    latent_attention)
 from sweep.physics.hardware import CATALOG
+from sweep.study.config import parse_study
 from sweep.study.design import Design
 from sweep.study.workload import Lengths, Workload, sample_n
 from sweep.twin import simulate_reference, summarize_reference
@@ -47,6 +48,38 @@ def test_vllm_is_the_catalog_and_other_engines_bring_their_terms():
     assert not engine_params(Design(engine="trtllm")).prefill_alone
     assert not engine_params(Design()).prefill_alone
     assert set(ENGINES) == {"vllm", "sglang", "trtllm"} and ENGINES["vllm"] is VLLM
+
+
+def test_a_pool_server_runs_with_its_engines_pool_terms():
+    """A server of disaggregated pools takes its engine's terms fitted on such pools (their
+    passes do not mix prefills and decodes), each that the design leaves unset; one server of
+    the same design keeps the engine's own, and so do pools of an engine or a model family with
+    no pool terms."""
+    for engine in ("sglang", "trtllm"):
+        latent = ENGINES[engine].latent
+        pooled = latent.pooled
+        assert pooled is not None and pooled.seq_overhead_us != latent.seq_overhead_us
+        d = Design(gpu="B200", model="DeepSeek-V3", engine=engine, prefill_gpus=8,
+                   decode_gpus=8)
+        for server in (d.prefill_pool(), d.decode_pool()):
+            assert all(server.resolved(k) == getattr(pooled, k) for k in HOST_TERMS)
+            assert engine_params(server).timing.seq_overhead_s == pytest.approx(
+                pooled.seq_overhead_us * 1e-6)
+        one = Design(gpu="B200", gpus=8, model="DeepSeek-V3", engine=engine)
+        assert one.resolved("seq_overhead_us") == latent.seq_overhead_us
+        stated = d.replace(seq_overhead_us=7.0).decode_pool()
+        assert stated.resolved("seq_overhead_us") == 7.0
+        assert stated.resolved("overhead_ms") == pooled.overhead_ms
+        (point,) = parse_study(  # the runs' columns: the terms that ran
+            f'name = "p"\n[hardware]\ngpu = "B200"\nengine = "{engine}"\n[model]\n'
+            'name = "DeepSeek-V3"\n[workload]\narrival_rate = 1.0\nnum_requests = 4\n'
+            '[levers]\nprefill_gpus = 8\ndecode_gpus = 8\n').points
+        assert all(point.columns[k] == getattr(pooled, k) for k in HOST_TERMS)
+    vllm = Design(gpu="H200", prefill_gpus=1, decode_gpus=1)
+    assert vllm.decode_pool() == vllm.pool(1)
+    other = Design(gpu="H200", model="gpt-oss-120b", engine="sglang", prefill_gpus=2,
+                   decode_gpus=2)
+    assert other.decode_pool().resolved("seq_overhead_us") == SGLANG.seq_overhead_us
 
 
 def test_calibration_names_the_engine():

@@ -15,6 +15,12 @@ share of each case's measured requests (the warm-up in full), for speed.
 
 It prints the terms; ``sweep/physics/engines.py`` carries them (``SGLANG``, ``TRTLLM``).
 
+    python validation/fit_engines.py --pools [--engine ...] [--share S] [--iterations N]
+
+fits the same terms, from the engine's own, on its disaggregated cases of
+``validation/disagg/fit/`` (every server of both pools runs with them): the engine's terms for
+pools (``engines.ServingEngine.pooled``).
+
     python validation/fit_engines.py --errors RESULTS/validation.parquet
 
 prints each engine's model error beyond the GPU's (``engines.EngineError``) from the held-out
@@ -32,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from fit_closed import search, shortened, simulate
-from sweep.physics.engines import VLLM, latent_attention
+from sweep.physics.engines import ENGINES, VLLM, latent_attention
 
 HERE = Path(__file__).parent
 TERMS = ("overhead_ms", "seq_overhead_us", "prompt_overhead_us", "request_lag_passes")
@@ -41,13 +47,13 @@ BOUNDS = {"overhead_ms": (0.0, 50.0, 0.5), "seq_overhead_us": (0.0, 500.0, 10.0)
           "prompt_overhead_us": (0.0, 5000.0, 5.0), "request_lag_passes": (0.0, 100.0, 1.0)}
 
 
-def cases_of(engine: str, latent: bool, share: float):
-    """The engine's fit cases of models of latent attention (``latent``) or of the others,
-    their measured requests cut to ``share``."""
+def cases_of(engine: str, latent: bool, share: float, pools: bool = False):
+    """The engine's fit cases (of disaggregated pools: ``pools``) of models of latent attention
+    (``latent``) or of the others, their measured requests cut to ``share``."""
     def keep(case) -> bool:
         design = case.study.points[0].design
         return design.engine == engine and latent_attention(design.model_spec) == latent
-    return shortened(HERE / "engines" / "fit", share, keep)
+    return shortened(HERE / ("disagg" if pools else "engines") / "fit", share, keep)
 
 
 def residuals(cases, x: np.ndarray, steps: np.ndarray):
@@ -62,13 +68,16 @@ def residuals(cases, x: np.ndarray, steps: np.ndarray):
     return np.concatenate(rows), np.concatenate(jac)
 
 
-def fit(engine: str, latent: bool, share: float, iterations: int) -> dict | None:
-    """``fit_closed.search`` from vLLM's terms. None: no such cases."""
-    cases = cases_of(engine, latent, share)
+def fit(engine: str, latent: bool, share: float, iterations: int,
+        pools: bool = False) -> dict | None:
+    """``fit_closed.search`` from vLLM's terms (``pools``: from the engine's own, on its
+    disaggregated cases). None: no such cases."""
+    cases = cases_of(engine, latent, share, pools)
     if not cases:
         return None
     lo, hi, floor = (np.array([BOUNDS[k][b] for k in TERMS]) for b in (0, 1, 2))
-    best = search(np.array([getattr(VLLM, k) for k in TERMS]), lo, hi, floor,
+    start = ENGINES[engine].family(cases[0].study.points[0].design.model_spec) if pools else VLLM
+    best = search(np.array([getattr(start, k) for k in TERMS]), lo, hi, floor,
                   lambda x, steps: residuals(cases, x, steps), iterations,
                   f"{engine} {'latent' if latent else 'other'} ")
     return dict(zip(TERMS, map(float, best)))
@@ -79,7 +88,6 @@ def errors(table: Path) -> dict:
     doc); a case's family by its name (DeepSeek's: latent attention)."""
     import pandas as pd
 
-    from sweep.physics.engines import ENGINES
     from sweep.physics.hardware import CATALOG
 
     t = pd.read_parquet(table)
@@ -112,13 +120,14 @@ def main() -> None:
     ap.add_argument("--share", type=float, default=1.0)
     ap.add_argument("--iterations", type=int, default=8)
     ap.add_argument("--errors", type=Path)
+    ap.add_argument("--pools", action="store_true")
     args = ap.parse_args()
     if args.errors:
         print(errors(args.errors))
         return
     for engine in args.engine or ("sglang", "trtllm"):
         for latent in (True, False):
-            found = fit(engine, latent, args.share, args.iterations)
+            found = fit(engine, latent, args.share, args.iterations, args.pools)
             if found is not None:
                 print(engine, "latent" if latent else "other",
                       {k: round(v, 3) for k, v in found.items()}, flush=True)

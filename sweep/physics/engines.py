@@ -53,6 +53,11 @@ class ServingEngine:
     # its runs of them apart (their prefills and kernels differ most from the others'); None:
     # the ones above.
     latent: "ServingEngine | None" = None
+    # Its host terms on a server of disaggregated pools, fitted on its disaggregated runs: the
+    # terms above come from servers where prefills and decodes share the passes, and carry what
+    # that sharing costs (a prefill waits behind decodes, a decode behind prefills); None: the
+    # ones above.
+    pooled: "ServingEngine | None" = None
     source: str = field(default="", compare=False)
 
     def family(self, model) -> "ServingEngine":
@@ -93,6 +98,10 @@ SGLANG_LATENT = dataclasses.replace(
     request_overhead_ms=4.27, request_lag_passes=12.0, prompt_overhead_us=164.0,
     prefill_alone=True, reserves=True, error=EngineError(0.185, 4.66),
     source="validation/fit_engines.py on validation/engines/fit/ (SGLang, DeepSeek-R1)")
+SGLANG_LATENT = dataclasses.replace(SGLANG_LATENT, pooled=dataclasses.replace(
+    SGLANG_LATENT, name="SGLang 0.5, latent attention, disaggregated pools", overhead_ms=4.04,
+    seq_overhead_us=30.6, prompt_overhead_us=14.4, request_lag_passes=29.3,
+    source="validation/fit_engines.py --pools on validation/disagg/fit/ (SGLang, DeepSeek-R1)"))
 SGLANG = dataclasses.replace(
     VLLM, name="SGLang 0.5", prefill_alone=True, reserves=True, error=SGLANG_LATENT.error,
     latent=SGLANG_LATENT, source="vLLM 0.15's host terms (no SGLang run of such a model)")
@@ -111,7 +120,13 @@ TRTLLM = dataclasses.replace(
         seq_overhead_us=101.0, request_overhead_ms=4.27, request_lag_passes=16.3,
         prompt_overhead_us=3.5, error=EngineError(0.313, 0.576),
         source="validation/fit_engines.py on validation/engines/fit/ (TensorRT-LLM, "
-               "DeepSeek-R1)"),
+               "DeepSeek-R1)",
+        pooled=dataclasses.replace(
+            VLLM, name="TensorRT-LLM 1.2, latent attention, disaggregated pools",
+            overhead_ms=3.59, seq_overhead_us=0.0, request_overhead_ms=4.27,
+            request_lag_passes=62.2, prompt_overhead_us=0.0, error=EngineError(0.313, 0.576),
+            source="validation/fit_engines.py --pools on validation/disagg/fit/ "
+                   "(TensorRT-LLM in Dynamo 0.8.1, DeepSeek-R1)")),
     source="validation/fit_engines.py on validation/engines/fit/ (TensorRT-LLM, gpt-oss-120b)")
 
 #: SGLang's admission estimate (``sglang.srt.environ``'s defaults, SGLang 0.5):
@@ -176,6 +191,13 @@ def prefills_alone(engine: str, version: str, budget: bool) -> bool:
 #: The host terms an engine sets on a GPU (the GPU's fields of the same names).
 HOST_TERMS = ("overhead_ms", "seq_overhead_us", "request_overhead_ms", "request_lag_passes",
               "prompt_overhead_us")
+
+
+def pool_terms(engine: str, model) -> dict:
+    """The host terms ``engine`` runs a server of a disaggregated pool of ``model`` with, where
+    its runs fitted terms of their own (``ServingEngine.pooled``); else none."""
+    pooled = ENGINES[engine].family(model).pooled
+    return {} if pooled is None else {k: getattr(pooled, k) for k in HOST_TERMS}
 
 
 def widened(error, extra: EngineError | None):

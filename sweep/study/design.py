@@ -8,7 +8,7 @@ import math
 from sweep.errors import DoesNotFit, FieldError, got, listed, show
 from sweep.physics.catalog import get_model
 from sweep.physics.drafts import served_model
-from sweep.physics.engines import allowed_versions, served_by, v0, version_of
+from sweep.physics.engines import allowed_versions, pool_terms, served_by, v0, version_of
 from sweep.physics.hardware import GPU, HOST_LINK_EFFICIENCY, get_gpu
 from sweep.physics.memory import DEFAULT_PROFILE_TOKENS, memory_budget
 from sweep.physics.models import Model
@@ -145,13 +145,20 @@ class _Design:
 
     def prefill_pool(self) -> "Design":
         """A server of the prefill pool."""
-        return self.pool(self.prefill_gpus, self.prefill_gpu, self.prefill_data_parallel,
-                         self.prefill_expert_parallel)
+        return self._pooled(self.pool(self.prefill_gpus, self.prefill_gpu,
+                                      self.prefill_data_parallel, self.prefill_expert_parallel))
 
     def decode_pool(self) -> "Design":
         """A server of the decode pool."""
-        return self.pool(self.decode_gpus, self.decode_gpu, self.decode_data_parallel,
-                         self.decode_expert_parallel)
+        return self._pooled(self.pool(self.decode_gpus, self.decode_gpu,
+                                      self.decode_data_parallel, self.decode_expert_parallel))
+
+    def _pooled(self, one: "Design") -> "Design":
+        """A pool's server with its engine's host terms for pools (``engines.pool_terms``)
+        where the design leaves them unset."""
+        unset = {k: v for k, v in pool_terms(self.engine, self.model_spec).items()
+                 if getattr(one, k) is None}
+        return one.replace(**unset) if unset else one
 
     def pools(self) -> tuple[tuple["Design", int], ...]:
         """A disaggregated design's (a server of each pool, its servers): prefill, decode."""

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from sweep.errors import ConfigError, DoesNotFit, FieldError, got, listed, one_line, show
 from sweep.physics.catalog import get_model
-from sweep.physics.engines import served_by
+from sweep.physics.engines import HOST_TERMS, served_by
 from sweep.physics.hardware import CATALOG as GPU_CATALOG
 from sweep.physics.models import Model
 from sweep.physics.timing import kv_efficiency
@@ -203,6 +203,9 @@ def _resolved(cols: dict, design: Design) -> None:
             cols[f"{side}_gpu"] = getattr(design, f"{side}_gpu") or cols["gpu"]
             cols[f"{side}_data_parallel"] = pool.data_parallel
             cols[f"{side}_expert_parallel"] = pool.expert_parallel
+        for key in HOST_TERMS:  # the host terms its pools' servers run with
+            if getattr(design, key) is None and cols[key] is not None:
+                cols[key] = float(pool.resolved(key))
 
 
 def sizes(design: Design) -> dict:
