@@ -28,7 +28,6 @@ prompt_tokens = { dist = "exponential", mean = 256 }
 output_tokens = { dist = "lognormal", mean = 16, sigma = 1.0 }
 [levers]
 batching = ["static", "continuous"]
-draft_tokens = 2
 max_batch = 8
 [run]
 seeds = 3
