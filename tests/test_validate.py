@@ -240,8 +240,8 @@ def test_a_tail_metric_interval_carries_the_engines_tail_error(monkeypatch):
     assert interval(Simulated(runs), "p99_e2e_s", 2.0) == (2.0, 2.0)  # no model error, no tail
 
 
-@pytest.mark.parametrize("script", ["make_cases.py", "make_closed_cases.py", "make_engine_cases.py",
-                                    "make_disagg_cases.py"])
+@pytest.mark.parametrize("script", ["make_cases.py", "make_closed_cases.py",
+                                    "make_engine_cases.py", "make_disagg_cases.py"])
 def test_committed_cases_are_up_to_date(script):
     done = subprocess.run([sys.executable, str(ROOT / "validation" / script), "--check"],
                           capture_output=True, text=True)

@@ -305,7 +305,8 @@ def test_weight_only_designs_take_their_generations_fitted_allreduce():
     def latency(gpu, model="gpt-oss-20b", **kw):
         return design(gpu, model, **kw).timing().allreduce_latency_s
     engine = VLLM.nvlink_allreduce_us * 1e-6 * 3
-    for gpus, src in ((("H100-SXM", "H200"), "H200"), (("B200", "B300", "GB200", "GB300"), "B200")):
+    for gpus, src in ((("H100-SXM", "H200"), "H200"),
+                      (("B200", "B300", "GB200", "GB300"), "B200")):
         fit = FITS[src]
         fitted = fit.allreduce_latency_us * 1e-6 * (1 + 2 * fit.allreduce_growth)
         for gpu in gpus:

@@ -11,9 +11,9 @@ servers, ``prefill_workers`` and ``decode_workers``, its attention ranks and whe
 are sharded) under the run's engine (``[hardware] engine``), on the KV link's default (one
 400 Gb/s NIC a GPU).
 
-- **Rows used:** the InferenceX database's disaggregated runs (NVIDIA's Dynamo recipes) on H200,
-  B200, GB200 and GB300 that state their workers and layouts, of DeepSeek-R1/V3 (FP8 and NVFP4, as
-  ``make_engine_cases.py`` states them).
+- **Rows used:** the InferenceX database's disaggregated runs (NVIDIA's Dynamo recipes) on
+  H200, B200, GB200 and GB300 that state their workers and layouts, of DeepSeek-R1/V3 (FP8 and
+  NVFP4, as ``make_engine_cases.py`` states them).
 - **Skipped rows** (counted in the summary): H100 (its decode pools are 16 GPUs of tensor
   parallelism across nodes, which servesweep does not model); attention ranks whose experts are
   sliced over every GPU rather than sharded (servesweep's ranks share sharded experts only);
@@ -21,8 +21,9 @@ are sharded) under the run's engine (``[hardware] engine``), on the KV link's de
 - **The server:** the Dynamo recipes' flags are not in the rows or the data's sources, so each
   case takes the flags of InferenceX's single-node launch script for the same engine, model and
   GPU (``make_engine_cases.SERVERS``: the token budget, the KV cache's precision, the memory
-  share; GB200 and GB300, which have no single-node script, the B200's), and says so. The client is InferenceX's (``req_rate: inf``, N clients; its warm-up
-  and prompt counts are assumed the single-node client's).
+  share; GB200 and GB300, which have no single-node script, the B200's), and says so. The client
+  is InferenceX's (``req_rate: inf``, N clients; its warm-up and prompt counts are assumed the
+  single-node client's).
 - **The split:** per engine and GPU, rows sorted by (model, layout, prompt length, clients);
   the second of every three is fitted (``fit/``), the rest held out (``holdout/``).
 

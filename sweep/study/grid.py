@@ -203,9 +203,10 @@ def _resolved(cols: dict, design: Design) -> None:
             cols[f"{side}_gpu"] = getattr(design, f"{side}_gpu") or cols["gpu"]
             cols[f"{side}_data_parallel"] = pool.data_parallel
             cols[f"{side}_expert_parallel"] = pool.expert_parallel
-        for key in HOST_TERMS:  # the host terms its pools' servers run with
+        server = design.decode_pool()  # the host terms both pools' servers run with
+        for key in HOST_TERMS:
             if getattr(design, key) is None and cols[key] is not None:
-                cols[key] = float(pool.resolved(key))
+                cols[key] = float(server.resolved(key))
 
 
 def sizes(design: Design) -> dict:
