@@ -347,10 +347,12 @@ def _serve(plans: list, given: dict, chosen: list, call: Callable, width: int) -
     compact = all(by_session(plans[k], r) for k, r in given.items())
     slots = max((session_slots(r, chosen[k], len(plans[k].first)) for k, r in given.items()),
                 default=0) if compact else 0
+    # A prefill pool's requests (each producing its first token) and their servers.
+    prefill = {k: (prefill_requests(r), _prefill_choices(plans[k], r, chosen[k]))
+               for k, r in given.items() if plans[k].decode is not None}
     for k, r in given.items():
         p = plans[k]
-        parts = (split(prefill_requests(r), _prefill_choices(p, r, chosen[k]), len(p.first))
-                 if p.decode is not None else
+        parts = (split(*prefill[k], len(p.first)) if k in prefill else
                  split_sessions(r, chosen[k], len(p.first), slots) if compact else
                  split(r, chosen[k], len(p.first)))
         owner[k] = range(len(subs), len(subs) + len(parts))
@@ -365,9 +367,8 @@ def _serve(plans: list, given: dict, chosen: list, call: Callable, width: int) -
     firsts = {k: [_pick(out, j) for j in owner[k]] for k in given}
     merged = {k: merge_replicas(r, firsts[k], plans[k].gpus, chosen[k])
               for k, r in given.items() if plans[k].decode is None}
-    pooled = {k: merge_replicas(prefill_requests(r), firsts[k], plans[k].gpus[:len(firsts[k])],
-                                _prefill_choices(plans[k], r, chosen[k]))
-              for k, r in given.items() if plans[k].decode is not None}
+    pooled = {k: merge_replicas(pre_r, firsts[k], plans[k].gpus[:len(firsts[k])], to)
+              for k, (pre_r, to) in prefill.items()}
     return {**merged, **_decode(plans, given, pooled, call, pad)} if pooled else merged
 
 

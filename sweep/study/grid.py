@@ -203,10 +203,9 @@ def _resolved(cols: dict, design: Design) -> None:
             cols[f"{side}_gpu"] = getattr(design, f"{side}_gpu") or cols["gpu"]
             cols[f"{side}_data_parallel"] = pool.data_parallel
             cols[f"{side}_expert_parallel"] = pool.expert_parallel
-        server = design.decode_pool()  # the host terms both pools' servers run with
-        for key in HOST_TERMS:
+        for key in HOST_TERMS:  # the host terms both pools' servers run with (the decode's)
             if getattr(design, key) is None and cols[key] is not None:
-                cols[key] = float(server.resolved(key))
+                cols[key] = float(pool.resolved(key))
 
 
 def sizes(design: Design) -> dict:

@@ -89,7 +89,8 @@ def table(section: str, short: bool) -> list[str]:
         # The pools' pairs share a line in the short form: the prefill key's says it of both.
         pair = f"decode_{f.key.removeprefix('prefill_')}"
         leads = short and f.key.startswith("prefill_") and pair in keys
-        follows = short and f.key.startswith("decode_") and f"prefill_{f.key[7:]}" in keys
+        follows = (short and f.key.startswith("decode_")
+                   and f"prefill_{f.key.removeprefix('decode_')}" in keys)
         if f is (fitted[0] if fitted else None):
             names = ", ".join(f"`{g.key}`" for g in fitted)
             rows.append(f"| {names} | shares of peaks, times ([each](docs/config.md#hardware)) "
